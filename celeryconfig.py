@@ -1,0 +1,50 @@
+"""Every Celery setting cronchain uses, read from the environment (scheduler.settings).
+
+``celery -A tasks worker|beat|flower`` loads this module; so does the CLI when it sends a
+message. Nothing here is specific to one process.
+"""
+
+from scheduler.settings import VISIBILITY_TIMEOUT, Settings
+
+_settings = Settings.from_env()
+
+broker_url = _settings.broker_url
+broker_connection_retry_on_startup = True
+if _settings.embedded_broker:
+    _queue_folder = _settings.broker_folder / "queue"
+    for _folder in (_queue_folder, _settings.broker_folder / "control"):
+        _folder.mkdir(parents=True, exist_ok=True)
+    broker_transport_options = {
+        "data_folder_in": str(_queue_folder),
+        "data_folder_out": str(_queue_folder),
+        "control_folder": str(_settings.broker_folder / "control"),
+        "polling_interval": 0.05,
+    }
+else:
+    # ETAs are capped by scheduler.settings.ETA_HORIZON, far below this timeout, so a
+    # waiting ETA message is never redelivered as if its worker had died.
+    broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT.total_seconds()}
+
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+task_ignore_result = True
+task_acks_late = True
+task_reject_on_worker_lost = False  # the watchdog repairs; no redelivery loops
+task_default_queue = _settings.queue
+worker_prefetch_multiplier = 8
+worker_send_task_events = True  # Flower shows cronchain's tasks
+task_send_sent_event = True
+timezone = "UTC"
+enable_utc = True
+imports = _settings.imports
+
+beat_schedule_filename = str(_settings.home / "celerybeat-schedule")
+beat_schedule = {
+    "cronchain-watchdog": {
+        "task": "cronchain.watchdog",
+        "schedule": _settings.watchdog_interval,
+        # A watchdog run that waited longer than an interval is superseded by the next.
+        "options": {"expires": _settings.watchdog_interval},
+    },
+}

@@ -1,0 +1,114 @@
+"""The Python API: ``from scheduler import Scheduler, JobSpec``.
+
+    sched = Scheduler.from_env()
+    sched.apply([JobSpec("demo", "ping", "every 5s")], project="demo")
+    sched.trigger("demo/ping")
+
+Everything the CLI does goes through here, so scripts and the CLI cannot disagree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from scheduler import store
+from scheduler.declarative import ApplyReport, apply
+from scheduler.engine import Engine
+from scheduler.spec import JobSpec, load_job_file
+from statemachine import Pause, Resume, Trigger
+
+
+def iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat().replace("+00:00", "Z")
+
+
+class Scheduler:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    @classmethod
+    def from_env(cls) -> Scheduler:
+        from scheduler.runtime import Runtime
+
+        return cls(Runtime.from_env().engine)
+
+    def upgrade(self) -> None:
+        """Bring the database schema to the newest migration."""
+        from migrations import upgrade
+
+        upgrade(self.engine.db)
+
+    def apply(
+        self,
+        jobs: list[JobSpec] | str | Path,
+        *,
+        project: str | None = None,
+        dry_run: bool = False,
+    ) -> ApplyReport:
+        """Make ``project``'s jobs match ``jobs`` (a list of specs or a job file)."""
+        if isinstance(jobs, str | Path):
+            job_file = load_job_file(jobs)
+            project, jobs = job_file.project, job_file.jobs
+        if project is None:
+            raise ValueError("apply needs the project the jobs belong to")
+        return apply(self.engine, project, jobs, dry_run=dry_run)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self.engine.db.connect() as conn:
+            rows = store.list_jobs(conn)
+        return [
+            {
+                "id": job.ref,
+                "state": job.snapshot.state.value,
+                "schedule": job.schedule,
+                "timezone": job.timezone,
+                "next_tick": iso(job.snapshot.tick_at),
+                "paused": job.paused,
+                "revision": job.revision,
+                "kind": job.kind,
+                "enabled": job.enabled,
+                "overruns": job.snapshot.overruns,
+            }
+            for job in rows
+        ]
+
+    def history(
+        self, job: str | None = None, *, since: datetime | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """Invocations, newest first; ``job`` is ``project/name`` (or a unique name)."""
+        with self.engine.db.connect() as conn:
+            job_id = None if job is None else store.resolve_job(conn, job)
+            rows = store.history(conn, job_id=job_id, since=since, limit=limit)
+        return [
+            {
+                "id": r["id"],
+                "job": r["job"],
+                "slot": iso(r["slot"]),
+                "status": r["status"],
+                "attempt": r["attempt"],
+                "started_at": iso(r["started_at"]),
+                "finished_at": iso(r["finished_at"]),
+                "error": r["error"],
+                "reason": r["reason"],
+                "trigger_id": r["trigger_id"],
+                "revision": r["revision"],
+            }
+            for r in rows
+        ]
+
+    def trigger(self, job: str) -> dict[str, Any]:
+        """Start a run now; if one is active it is recorded as SKIPPED ("overlap")."""
+        trigger_id = uuid.uuid4().hex
+        fed = self.engine.command(job, Trigger(trigger_id))
+        if fed.started is not None:
+            return {"trigger_id": trigger_id, "invocation": fed.started, "skipped": None}
+        return {"trigger_id": trigger_id, "invocation": None, "skipped": "overlap"}
+
+    def pause(self, job: str, reason: str | None = None) -> None:
+        self.engine.command(job, Pause(reason), paused=True, pause_reason=reason)
+
+    def resume(self, job: str) -> None:
+        self.engine.command(job, Resume(), paused=False, pause_reason=None)

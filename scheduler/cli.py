@@ -1,0 +1,240 @@
+"""The ``cronchain`` command line. Exit status: 0 done, 1 failed, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler.errors import NotFound, SpecError, TransientError
+from scheduler.schedules import parse_schedule, parse_zone
+from statemachine import InvalidTransition
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (SpecError, NotFound, InvalidTransition) as err:
+        print(f"cronchain: {err}", file=sys.stderr)
+        return 2
+    except TransientError as err:
+        print(f"cronchain: {err}", file=sys.stderr)
+        return 1
+
+
+def _scheduler():  # type: ignore[no-untyped-def]
+    from scheduler.api import Scheduler
+
+    return Scheduler.from_env()
+
+
+def _time(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add Z or an offset")
+    return value.astimezone(UTC)
+
+
+def _print(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(text(rows))
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[str("" if r[c] is None else r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = [columns, *cells]
+    return "\n".join(
+        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+# --- commands --------------------------------------------------------------------------
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    _scheduler().upgrade()
+    print("database is at the newest revision")
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    report = _scheduler().apply(args.file, dry_run=args.dry_run)
+    prefix = "would be " if args.dry_run else ""
+    for what in ("created", "updated", "disabled", "unchanged"):
+        names = getattr(report, what)
+        print(f"{prefix}{what}: {len(names)}" + (f" ({', '.join(names)})" if names else ""))
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    columns = ["id", "state", "schedule", "timezone", "next_tick", "paused", "revision"]
+    _print(_scheduler().jobs(), args.json, lambda rows: _table(rows, columns))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    rows = _scheduler().history(args.job, since=args.since, limit=args.limit)
+    columns = ["id", "job", "slot", "status", "attempt", "started_at", "finished_at", "error"]
+    _print(rows, args.json, lambda rows: _table(rows, columns))
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    result = _scheduler().trigger(args.job)
+    if result["invocation"] is None:
+        print(f"{args.job}: skipped, an invocation is already active")
+    else:
+        print(f"{args.job}: invocation {result['invocation']} started")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    _scheduler().pause(args.job, args.reason)
+    print(f"{args.job}: paused")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    _scheduler().resume(args.job)
+    print(f"{args.job}: resumed")
+    return 0
+
+
+def cmd_next(args: argparse.Namespace) -> int:
+    schedule = parse_schedule(args.schedule, args.tz)
+    zone = parse_zone(args.tz)
+    t = args.after or datetime.now(UTC)
+    rows = []
+    for _ in range(args.count):
+        nxt = schedule.next_after(t)
+        if nxt is None:
+            raise SpecError("schedule", f"{args.schedule!r} has no fire times of its own")
+        rows.append(
+            {
+                "utc": nxt.isoformat().replace("+00:00", "Z"),
+                "local": nxt.astimezone(zone).isoformat(),
+            }
+        )
+        t = nxt
+    _print(rows, args.json, lambda rows: "\n".join(f"{r['utc']}  {r['local']}" for r in rows))
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Migrate, apply the given job files, then run worker and beat in one process tree."""
+    from scheduler.settings import Settings
+
+    settings = Settings.from_env()
+    sched = _scheduler()
+    sched.upgrade()
+    for path in args.files:
+        report = sched.apply(path)
+        print(
+            f"{path}: created {len(report.created)}, updated {len(report.updated)}, "
+            f"disabled {len(report.disabled)}, unchanged {len(report.unchanged)}"
+        )
+    env = dict(os.environ)
+    if settings.embedded_broker:
+        # The filesystem transport moves each message it takes to the temporary folder;
+        # on the same file system as the queue that move is an atomic rename.
+        tmp = settings.broker_folder / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmp)
+    queues = ",".join([settings.queue, *args.queues])
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "tasks",
+        "worker",
+        "--beat",
+        "--queues",
+        queues,
+        "--concurrency",
+        str(args.concurrency),
+        "--loglevel",
+        args.loglevel,
+    ]
+    print(f"cronchain: database {settings.database_url}, broker {settings.broker_url}", flush=True)
+    os.execve(sys.executable, command, env)
+    return 0  # not reached
+
+
+# --- the parser ------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cronchain", description=__doc__)
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help)
+        c.set_defaults(handler=handler)
+        return c
+
+    db = command("db", lambda a: 0, "database maintenance")
+    db_sub = db.add_subparsers(required=True, metavar="ACTION")
+    up = db_sub.add_parser("upgrade", help="migrate the database to the newest schema")
+    up.set_defaults(handler=cmd_db_upgrade)
+
+    c = command("apply", cmd_apply, "create, update and disable a project's jobs from a file")
+    c.add_argument("file")
+    c.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+
+    c = command("jobs", cmd_jobs, "list jobs")
+    c.add_argument("--json", action="store_true")
+
+    c = command("history", cmd_history, "list invocations, newest first")
+    c.add_argument("job", nargs="?", help="project/name (all jobs if left out)")
+    c.add_argument("--since", type=_time, help="ISO 8601 time with a zone")
+    c.add_argument("--limit", type=int, default=50)
+    c.add_argument("--json", action="store_true")
+
+    c = command("trigger", cmd_trigger, "run a job now")
+    c.add_argument("job")
+
+    c = command("pause", cmd_pause, "stop a job's ticks until it is resumed")
+    c.add_argument("job")
+    c.add_argument("--reason")
+
+    c = command("resume", cmd_resume, "tick again from the next slot after now")
+    c.add_argument("job")
+
+    c = command("next", cmd_next, "show the next fire times of a schedule")
+    c.add_argument("schedule")
+    c.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
+    c.add_argument("--after", type=_time, help="ISO 8601 time with a zone (default now)")
+    c.add_argument("--count", type=int, default=5)
+    c.add_argument("--json", action="store_true")
+
+    c = command("up", cmd_up, "migrate, apply job files, run worker and beat together")
+    c.add_argument("files", nargs="*", metavar="FILE", help="job files to apply first")
+    c.add_argument("--concurrency", type=int, default=2)
+    c.add_argument(
+        "--queues",
+        type=lambda s: s.split(","),
+        default=[],
+        help="more queues for this worker (for celery jobs), comma-separated",
+    )
+    c.add_argument("--loglevel", default="INFO")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The schema, as SQLAlchemy Core tables. Migrations create it; a test compares the two.
+
+The database guards what must never happen: one invocation per (job, slot) and per
+(job, trigger id), states that exist, timestamps that go with their states.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.types import TypeDecorator
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes in, aware UTC datetimes out, on PostgreSQL and SQLite alike.
+
+    Naive datetimes are rejected: a time without a zone is a bug waiting for DST."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} cannot be stored")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JOB_STATES = ("DISABLED", "SCHEDULED", "SUSPENDED", "QUEUED", "RUNNING", "OVERRUN")
+INVOCATION_STATUSES = ("STARTING", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "SKIPPED")
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("project", String(100), nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("schedule", String(200), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("revision", String(32), nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("pause_reason", Text),
+    Column("state", String(16), nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("tick_at", UTCDateTime),
+    Column("tick_nonce", BigInteger),
+    Column("watchdog_at", UTCDateTime),
+    Column("invocation_id", BigInteger),
+    Column("invocation_running", Boolean, nullable=False),
+    Column("overruns", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("project", "name"),
+    CheckConstraint(_one_of("state", JOB_STATES), name="state"),
+    CheckConstraint("(tick_at IS NULL) = (tick_nonce IS NULL)", name="tick"),
+    CheckConstraint(
+        "state NOT IN ('DISABLED', 'SUSPENDED') OR tick_nonce IS NULL", name="idle_no_tick"
+    ),
+    CheckConstraint("tick_nonce IS NOT NULL OR watchdog_at IS NULL", name="watchdog_tick"),
+    CheckConstraint("state <> 'DISABLED' OR NOT enabled", name="disabled"),
+    CheckConstraint("state <> 'SUSPENDED' OR paused", name="suspended"),
+)
+Index("ix_jobs_watchdog_at", jobs.c.watchdog_at)
+
+invocations = Table(
+    "invocations",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("slot", UTCDateTime),
+    Column("trigger_id", String(64)),
+    Column("revision", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reason", Text),
+    Column("attempt", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime),
+    Column("finished_at", UTCDateTime),
+    Column("deadline", UTCDateTime),
+    Column("error", Text),
+    UniqueConstraint("job_id", "slot"),
+    UniqueConstraint("job_id", "trigger_id"),
+    CheckConstraint(_one_of("status", INVOCATION_STATUSES), name="status"),
+    CheckConstraint("slot IS NOT NULL OR trigger_id IS NOT NULL", name="key"),
+    CheckConstraint("(status IN ('STARTING', 'RUNNING')) = (finished_at IS NULL)", name="finished"),
+    CheckConstraint(
+        "status = 'STARTING' OR status = 'SKIPPED' OR started_at IS NOT NULL", name="started"
+    ),
+    CheckConstraint("status <> 'SKIPPED' OR reason IS NOT NULL", name="skipped_reason"),
+)
+Index("ix_invocations_job_id_id", invocations.c.job_id, invocations.c.id)
+Index(
+    "ix_invocations_deadline",
+    invocations.c.deadline,
+    postgresql_where=invocations.c.deadline.isnot(None),
+    sqlite_where=invocations.c.deadline.isnot(None),
+)

@@ -1,0 +1,173 @@
+"""Schedules: when a job's slots are, in UTC, for a job's IANA time zone.
+
+Four kinds, all parsed by :func:`parse_schedule`:
+
+- cron: 5 fields, or 6 with croniter's trailing seconds field, or an ``@hourly`` alias;
+  evaluated in the job's time zone.
+- fixed rate: ``every 30s``, ``every 1h30m``; slots are multiples of the period since the
+  Unix epoch, so they are the same on every machine and after every restart.
+- fixed delay: ``with 10m interval`` (LUCI's syntax); the next slot counts from the end of
+  the previous invocation.
+- ``triggered``: no slots; runs only when triggered.
+
+Every function takes the time as an argument; nothing here reads the clock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from scheduler.errors import SpecError
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
+_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def parse_duration(text: str, field: str = "duration") -> timedelta:
+    """``"1h30m"`` -> 90 minutes. Units: d, h, m, s, ms; at least one, no sign."""
+    compact = text.replace(" ", "")
+    parts = _DURATION.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise SpecError(field, f"{text!r} is not a duration like 30s, 10m or 1h30m")
+    seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise SpecError(field, f"{text!r} must be longer than zero")
+    return timedelta(seconds=seconds)
+
+
+def parse_zone(name: str, field: str = "timezone") -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SpecError(field, f"unknown time zone {name!r}") from None
+
+
+def _require_aware(t: datetime) -> None:
+    if t.tzinfo is None:
+        raise ValueError("schedules take timezone-aware datetimes")
+
+
+def _default_grace(period: timedelta) -> timedelta:
+    """A late slot still fires normally if it is late by less than half a period,
+    at least 10 s (so a busy worker does not turn lag into skips) and at most an hour."""
+    return min(max(period / 2, timedelta(seconds=10)), timedelta(hours=1))
+
+
+@dataclass(frozen=True)
+class Cron:
+    expression: str
+    zone: ZoneInfo
+
+    relative = False
+
+    @cached_property
+    def misfire_grace(self) -> timedelta:
+        first = self.next_after(EPOCH + timedelta(days=10_957))  # 2000-01-01
+        assert first is not None
+        second = self.next_after(first)
+        assert second is not None
+        return _default_grace(second - first)
+
+    def next_after(self, t: datetime) -> datetime | None:
+        _require_aware(t)
+        it = croniter(self.expression, t.astimezone(self.zone))
+        return it.get_next(datetime).astimezone(UTC)
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        _require_aware(t)
+        it = croniter(self.expression, (t + timedelta(microseconds=1)).astimezone(self.zone))
+        return it.get_prev(datetime).astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Every:
+    period: timedelta
+
+    relative = False
+
+    @property
+    def misfire_grace(self) -> timedelta:
+        return _default_grace(self.period)
+
+    def next_after(self, t: datetime) -> datetime | None:
+        _require_aware(t)
+        n = (t - EPOCH) // self.period
+        return EPOCH + (n + 1) * self.period
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        _require_aware(t)
+        return EPOCH + ((t - EPOCH) // self.period) * self.period
+
+
+@dataclass(frozen=True)
+class FixedDelay:
+    interval: timedelta
+
+    relative = True
+
+    @property
+    def misfire_grace(self) -> timedelta:
+        return _default_grace(self.interval)
+
+    def next_after(self, t: datetime) -> datetime | None:
+        _require_aware(t)
+        return t + self.interval
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        return None
+
+
+@dataclass(frozen=True)
+class Triggered:
+    relative = False
+    misfire_grace = timedelta(0)
+
+    def next_after(self, t: datetime) -> datetime | None:
+        return None
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        return None
+
+
+Schedule = Cron | Every | FixedDelay | Triggered
+
+_EVERY = re.compile(r"every\s+(\S+)")
+_WITH_INTERVAL = re.compile(r"with\s+(\S+)\s+interval")
+
+
+def parse_schedule(text: str, timezone: str = "UTC", field: str = "schedule") -> Schedule:
+    """Parse a schedule string; raises :class:`SpecError` naming ``field``."""
+    zone = parse_zone(timezone)
+    spec = " ".join(str(text).split()).lower()
+    if spec == "triggered":
+        return Triggered()
+    if m := _EVERY.fullmatch(spec):
+        return Every(parse_duration(m.group(1), field))
+    if m := _WITH_INTERVAL.fullmatch(spec):
+        return FixedDelay(parse_duration(m.group(1), field))
+    expression = _ALIASES.get(spec, spec)
+    if spec.startswith("@") and spec not in _ALIASES:
+        raise SpecError(field, f"unknown alias {text!r}; use one of {', '.join(_ALIASES)}")
+    if len(expression.split()) not in (5, 6) or not croniter.is_valid(expression):
+        raise SpecError(
+            field,
+            f"{text!r} is not a schedule: use 5 cron fields (6 with seconds), an alias "
+            "like @hourly, 'every 30s', 'with 10m interval' or 'triggered'",
+        )
+    return Cron(expression, zone)

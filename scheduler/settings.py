@@ -1,0 +1,62 @@
+"""Settings from the environment: one place that knows every ``CRONCHAIN_*`` variable.
+
+With nothing set, cronchain runs embedded: SQLite (WAL) and Celery's filesystem
+transport under ``CRONCHAIN_HOME`` (default ``./.cronchain``), so that ``cronchain up``
+works with nothing installed but the package.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+# Far below the Redis visibility timeout (celeryconfig sets 1 h), so that an ETA message is
+# never redelivered while it waits; ticks further away hop.
+ETA_HORIZON = timedelta(minutes=5)
+VISIBILITY_TIMEOUT = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    broker_url: str
+    home: Path
+    watchdog_interval: float
+    queue: str = "cronchain"
+    imports: tuple[str, ...] = ()
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.broker_url.startswith("filesystem://")
+
+    @property
+    def watchdog_grace(self) -> timedelta:
+        """How late a promised step may be before the watchdog assumes it was lost.
+
+        Half an interval: a lost step is then repaired by the watchdog run that follows
+        its deadline, so within one and a half intervals of when it was due."""
+        return timedelta(seconds=self.watchdog_interval / 2)
+
+    @property
+    def broker_folder(self) -> Path:
+        return self.home / "broker"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        home = Path(env.get("CRONCHAIN_HOME") or ".cronchain").resolve()
+        interval = float(env.get("CRONCHAIN_WATCHDOG_INTERVAL") or 30)
+        if interval <= 0:
+            raise ValueError("CRONCHAIN_WATCHDOG_INTERVAL must be a positive number of seconds")
+        imports = tuple(m for m in (env.get("CRONCHAIN_IMPORTS") or "").split(",") if m.strip())
+        return cls(
+            database_url=env.get("CRONCHAIN_DATABASE_URL") or f"sqlite:///{home}/cronchain.db",
+            broker_url=env.get("CRONCHAIN_BROKER_URL") or "filesystem://",
+            home=home,
+            watchdog_interval=interval,
+            queue=env.get("CRONCHAIN_QUEUE") or "cronchain",
+            imports=tuple(m.strip() for m in imports),
+        )

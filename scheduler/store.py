@@ -1,0 +1,260 @@
+"""Named queries over the jobs and invocations tables (SQLAlchemy Core, no ORM churn).
+
+Every function takes an open connection inside the caller's transaction: the engine
+decides where transactions begin and end, the store only says what to read and write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from scheduler.errors import NotFound, TransientError
+from scheduler.models import invocations, jobs
+from scheduler.spec import JobSpec
+from statemachine import JobSnapshot, JobState
+
+
+class ConcurrentUpdate(TransientError):
+    """The job row changed under us (only possible without row locks): retry the step."""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: int
+    project: str
+    name: str
+    kind: str
+    schedule: str
+    timezone: str
+    spec: dict[str, Any]
+    revision: str
+    enabled: bool
+    paused: bool
+    generation: int
+    watchdog_at: datetime | None
+    snapshot: JobSnapshot
+
+    @property
+    def ref(self) -> str:
+        return f"{self.project}/{self.name}"
+
+    def job_spec(self) -> JobSpec:
+        return JobSpec(
+            self.project, self.name, self.schedule, self.timezone, self.kind, self.spec[self.kind]
+        )
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> JobRow:
+        m = row._mapping
+        snapshot = JobSnapshot(
+            state=JobState(m["state"]),
+            tick_at=m["tick_at"],
+            tick_nonce=m["tick_nonce"],
+            invocation_id=m["invocation_id"],
+            invocation_running=m["invocation_running"],
+            overruns=m["overruns"],
+        )
+        fields = {k: m[k] for k in cls.__dataclass_fields__ if k != "snapshot"}
+        return cls(**fields, snapshot=snapshot)
+
+
+@dataclass(frozen=True)
+class InvocationRow:
+    id: int
+    job_id: int
+    slot: datetime | None
+    trigger_id: str | None
+    revision: str
+    status: str
+    attempt: int
+    deadline: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> InvocationRow:
+        m = row._mapping
+        return cls(**{k: m[k] for k in cls.__dataclass_fields__})
+
+
+# --- jobs ------------------------------------------------------------------------------
+
+
+def lock_job(conn: Connection, job_id: int) -> JobRow | None:
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update()).first()
+    return None if row is None else JobRow.from_row(row)
+
+
+def resolve_job(conn: Connection, ref: str) -> int:
+    """The id of ``project/name``, or of ``name`` when one project has it."""
+    project, _, name = ref.rpartition("/")
+    query = select(jobs.c.id).where(jobs.c.name == name)
+    if project:
+        query = query.where(jobs.c.project == project)
+    ids = conn.execute(query.limit(2)).scalars().all()
+    if len(ids) != 1:
+        why = "no job" if not ids else "more than one job"
+        raise NotFound(f"{why} named {ref!r}" + ("; use project/name" if ids else ""))
+    return ids[0]
+
+
+def jobs_of_project(conn: Connection, project: str) -> dict[str, JobRow]:
+    rows = conn.execute(
+        select(jobs).where(jobs.c.project == project).order_by(jobs.c.id).with_for_update()
+    )
+    return {r.name: JobRow.from_row(r) for r in rows}
+
+
+def insert_job(conn: Connection, spec: JobSpec, now: datetime) -> int:
+    values = _spec_values(spec) | dict(
+        project=spec.project,
+        name=spec.name,
+        enabled=False,
+        paused=False,
+        state=JobState.DISABLED.value,
+        generation=0,
+        invocation_running=False,
+        overruns=0,
+        created_at=now,
+        updated_at=now,
+    )
+    return conn.execute(jobs.insert().values(values).returning(jobs.c.id)).scalar_one()
+
+
+def _spec_values(spec: JobSpec) -> dict[str, Any]:
+    return dict(
+        kind=spec.kind,
+        schedule=spec.schedule,
+        timezone=spec.timezone,
+        spec=spec.normalized(),
+        revision=spec.revision,
+    )
+
+
+def save_job(
+    conn: Connection,
+    job: JobRow,
+    snapshot: JobSnapshot,
+    *,
+    watchdog_at: datetime | None,
+    now: datetime,
+    spec: JobSpec | None = None,
+    **flags: Any,
+) -> None:
+    """Write the machine's snapshot (and optionally a new spec or flags) if the row is
+    still at the generation that was read; bump the generation."""
+    values = dict(
+        state=snapshot.state.value,
+        tick_at=snapshot.tick_at,
+        tick_nonce=snapshot.tick_nonce,
+        invocation_id=snapshot.invocation_id,
+        invocation_running=snapshot.invocation_running,
+        overruns=snapshot.overruns,
+        watchdog_at=watchdog_at,
+        generation=job.generation + 1,
+        updated_at=now,
+        **flags,
+    )
+    if spec is not None:
+        values |= _spec_values(spec)
+    result = conn.execute(
+        update(jobs).where(jobs.c.id == job.id, jobs.c.generation == job.generation).values(values)
+    )
+    if result.rowcount != 1:
+        raise ConcurrentUpdate(f"job {job.ref} changed while it was being updated")
+
+
+def claim_lapsed_jobs(conn: Connection, now: datetime, limit: int) -> list[JobRow]:
+    """Jobs whose promised tick is overdue, locked; rows other sweeps hold are skipped."""
+    query = (
+        select(jobs)
+        .where(jobs.c.watchdog_at < now)
+        .order_by(jobs.c.watchdog_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return [JobRow.from_row(r) for r in conn.execute(query)]
+
+
+def list_jobs(conn: Connection) -> list[JobRow]:
+    rows = conn.execute(select(jobs).order_by(jobs.c.project, jobs.c.name))
+    return [JobRow.from_row(r) for r in rows]
+
+
+# --- invocations -----------------------------------------------------------------------
+
+
+def insert_invocation(
+    conn: Connection,
+    job_id: int,
+    *,
+    slot: datetime | None,
+    trigger_id: str | None,
+    revision: str,
+    status: str,
+    now: datetime,
+    deadline: datetime | None = None,
+    reason: str | None = None,
+) -> int | None:
+    """Insert the invocation for a slot or trigger id; None if one exists already."""
+    values = dict(
+        job_id=job_id,
+        slot=slot,
+        trigger_id=trigger_id,
+        revision=revision,
+        status=status,
+        reason=reason,
+        attempt=0 if status in ("STARTING", "SKIPPED") else 1,
+        created_at=now,
+        finished_at=now if status == "SKIPPED" else None,
+        deadline=deadline,
+    )
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    statement = (
+        insert(invocations).values(values).on_conflict_do_nothing().returning(invocations.c.id)
+    )
+    return conn.execute(statement).scalar_one_or_none()
+
+
+def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:
+    row = conn.execute(
+        select(invocations).where(invocations.c.id == invocation_id).with_for_update()
+    ).first()
+    return None if row is None else InvocationRow.from_row(row)
+
+
+def update_invocation(conn: Connection, invocation_id: int, **values: Any) -> None:
+    conn.execute(update(invocations).where(invocations.c.id == invocation_id).values(values))
+
+
+def claim_lapsed_invocations(conn: Connection, now: datetime, limit: int) -> list[InvocationRow]:
+    """Active invocations past their deadline (start never came, or the lease lapsed)."""
+    query = (
+        select(invocations)
+        .where(invocations.c.deadline < now)
+        .order_by(invocations.c.deadline)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
+def history(
+    conn: Connection,
+    *,
+    job_id: int | None = None,
+    since: datetime | None = None,
+    limit: int = 50,
+) -> list[dict[str, Any]]:
+    """Invocations, newest first, with the job's ``project/name``."""
+    ref = (jobs.c.project + "/" + jobs.c.name).label("job")
+    query = select(invocations, ref).join(jobs, jobs.c.id == invocations.c.job_id)
+    if job_id is not None:
+        query = query.where(invocations.c.job_id == job_id)
+    if since is not None:
+        query = query.where(invocations.c.created_at >= since)
+    query = query.order_by(invocations.c.id.desc()).limit(limit)
+    return [dict(r._mapping) for r in conn.execute(query)]

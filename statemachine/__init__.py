@@ -1,0 +1,52 @@
+"""Pure state machines of cronchain: no database, no broker, no clock reads.
+
+Everything the machines need from the outside world (the time, the schedule, a fresh
+nonce) comes in as an argument, so a step is a plain function that tests roll with a
+fixed clock, and the engine hosts it inside a database transaction.
+"""
+
+from statemachine.actions import Action, RecordSkipped, StartInvocation, TickLater
+from statemachine.events import (
+    Abandon,
+    Disable,
+    Enable,
+    Event,
+    InvocationFinished,
+    InvocationStarted,
+    Pause,
+    Repair,
+    Resume,
+    ScheduleChanged,
+    Tick,
+    Trigger,
+)
+from statemachine.invocation import FINAL, InvocationStatus, check_move
+from statemachine.job import InvalidTransition, JobSnapshot, JobState, Schedule, Step, step
+
+__all__ = [
+    "Abandon",
+    "Action",
+    "Disable",
+    "Enable",
+    "Event",
+    "FINAL",
+    "InvalidTransition",
+    "InvocationFinished",
+    "InvocationStarted",
+    "InvocationStatus",
+    "JobSnapshot",
+    "JobState",
+    "Pause",
+    "RecordSkipped",
+    "Repair",
+    "Resume",
+    "Schedule",
+    "ScheduleChanged",
+    "StartInvocation",
+    "Step",
+    "Tick",
+    "TickLater",
+    "Trigger",
+    "check_move",
+    "step",
+]

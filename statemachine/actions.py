@@ -1,0 +1,39 @@
+"""What a machine step asks the engine to do once (or while) it commits.
+
+Actions are data, not calls: the engine performs them with an exhaustive ``match``, so
+an action it does not know is a bug that raises instead of being silently dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class TickLater:
+    """Send ``tick_later(job, nonce)`` so that it runs at ``when`` (hopping if far away)."""
+
+    when: datetime
+    nonce: int
+
+
+@dataclass(frozen=True)
+class StartInvocation:
+    """Create the invocation row for a slot (scheduled) or a trigger id (manual), then
+    send ``start_invocation`` for it after the commit."""
+
+    slot: datetime | None
+    trigger_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordSkipped:
+    """Record a slot (or a manual trigger) that was deliberately not run, with why."""
+
+    slot: datetime | None
+    reason: str
+    trigger_id: str | None = None
+
+
+Action = TickLater | StartInvocation | RecordSkipped

@@ -1,0 +1,79 @@
+"""The inputs of the job machine, one frozen dataclass per event."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Enable:
+    """Start ticking a disabled job from the first slot after now."""
+
+
+@dataclass(frozen=True)
+class Disable:
+    """Stop ticking; a running invocation is left to finish."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue from the first slot after now; slots missed while paused are not run."""
+
+
+@dataclass(frozen=True)
+class ScheduleChanged:
+    """The schedule (or its time zone) was edited: the pending tick moves."""
+
+
+@dataclass(frozen=True)
+class Tick:
+    nonce: int
+
+
+@dataclass(frozen=True)
+class Trigger:
+    trigger_id: str
+
+
+@dataclass(frozen=True)
+class InvocationStarted:
+    invocation_id: int
+
+
+@dataclass(frozen=True)
+class InvocationFinished:
+    invocation_id: int
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Repair:
+    """The watchdog found the pending tick overdue: assume its message was lost."""
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """The invocation row for the slot already existed: nothing was started after all."""
+
+    invocation_id: int | None = None
+
+
+Event = (
+    Enable
+    | Disable
+    | Pause
+    | Resume
+    | ScheduleChanged
+    | Tick
+    | Trigger
+    | InvocationStarted
+    | InvocationFinished
+    | Repair
+    | Abandon
+)

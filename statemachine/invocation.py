@@ -1,0 +1,43 @@
+"""The invocation life cycle: which status may follow which.
+
+The database repeats these rules as CHECK constraints; this table is what the engine
+consults before it writes, so that an illegal move is an error with a name, not a row.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class InvocationStatus(StrEnum):
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    ABORTED = "ABORTED"
+    SKIPPED = "SKIPPED"
+
+
+FINAL = frozenset(
+    {
+        InvocationStatus.SUCCEEDED,
+        InvocationStatus.FAILED,
+        InvocationStatus.ABORTED,
+        InvocationStatus.SKIPPED,
+    }
+)
+
+_MOVES: dict[InvocationStatus, frozenset[InvocationStatus]] = {
+    InvocationStatus.STARTING: frozenset(
+        {InvocationStatus.RUNNING, InvocationStatus.FAILED, InvocationStatus.ABORTED}
+    ),
+    InvocationStatus.RUNNING: frozenset(
+        {InvocationStatus.SUCCEEDED, InvocationStatus.FAILED, InvocationStatus.ABORTED}
+    ),
+}
+
+
+def check_move(current: str, new: str) -> None:
+    """Raise ``ValueError`` unless an invocation may go from ``current`` to ``new``."""
+    if InvocationStatus(new) not in _MOVES.get(InvocationStatus(current), frozenset()):
+        raise ValueError(f"an invocation cannot go from {current} to {new}")
