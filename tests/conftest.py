@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+
+from migrations import upgrade
+from scheduler.db import make_engine
+from scheduler.engine import Engine
+from scheduler.invokers import default_invokers
+from tests import services
+
+
+@dataclass
+class Clock:
+    """The tests' clock: it moves only when told to."""
+
+    now: datetime = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+@dataclass
+class RecordingPort:
+    """An enqueue port that keeps messages in lists instead of sending them."""
+
+    ticks: list[tuple[int, int, datetime]] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    tasks: list[tuple[str, int]] = field(default_factory=list)
+
+    def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
+        self.ticks.append((job_id, nonce, eta))
+
+    def start_invocation(self, invocation_id: int, eta: datetime | None = None) -> None:
+        self.starts.append(invocation_id)
+
+    def send_task(self, name, args, kwargs, queue, invocation_id) -> None:  # type: ignore[no-untyped-def]
+        self.tasks.append((name, invocation_id))
+
+    def clear(self) -> None:
+        self.ticks.clear()
+        self.starts.clear()
+        self.tasks.clear()
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> sqlalchemy.Engine:
+    return services.pg_admin()
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_admin: sqlalchemy.Engine) -> Iterator[str]:
+    """A migrated database that each test clones (cheaper than migrating each time)."""
+    name = services.create_database(pg_admin)
+    engine = make_engine(services.database_url(name))
+    upgrade(engine)
+    engine.dispose()
+    yield name
+    services.drop_database(pg_admin, name)
+
+
+@pytest.fixture
+def pg_url(pg_admin: sqlalchemy.Engine, pg_template: str) -> Iterator[str]:
+    name = services.create_database(pg_admin, template=pg_template)
+    yield services.database_url(name)
+    services.drop_database(pg_admin, name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sqlalchemy.Engine]:
+    """A migrated, empty database: SQLite (the embedded default) and PostgreSQL."""
+    if request.param == "sqlite":
+        engine = make_engine(f"sqlite:///{tmp_path}/cronchain.db")
+        upgrade(engine)
+    else:
+        engine = make_engine(request.getfixturevalue("pg_url"))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def port() -> RecordingPort:
+    return RecordingPort()
+
+
+@pytest.fixture
+def engine(db: sqlalchemy.Engine, port: RecordingPort, clock: Clock) -> Engine:
+    return Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)

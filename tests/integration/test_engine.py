@@ -1,0 +1,264 @@
+"""The engine on real databases (SQLite and PostgreSQL) with a recording port and a fixed
+clock: the chain's steps, what is committed before what is sent, and the watchdog."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy
+from sqlalchemy import select, update
+
+from scheduler import store, watchdog
+from scheduler.api import Scheduler
+from scheduler.engine import Engine
+from scheduler.invokers import Call, Outcome
+from scheduler.models import invocations, jobs
+from scheduler.spec import JobSpec
+from statemachine import InvalidTransition
+from tests.conftest import Clock, RecordingPort
+
+pytestmark = pytest.mark.postgres
+
+
+def make(schedule: str = "every 10s", name: str = "a", kind: str = "noop", **options: Any):
+    return JobSpec("p", name, schedule, kind=kind, options=options)
+
+
+def apply(engine: Engine, *specs: JobSpec, dry_run: bool = False):  # type: ignore[no-untyped-def]
+    return Scheduler(engine).apply(list(specs), project="p", dry_run=dry_run)
+
+
+def job(engine: Engine, ref: str = "p/a") -> store.JobRow:
+    with engine.db.connect() as conn:
+        row = store.lock_job(conn, store.resolve_job(conn, ref))
+        assert row is not None
+        return row
+
+
+def rows(engine: Engine) -> list[dict[str, Any]]:
+    with engine.db.connect() as conn:
+        query = select(invocations).order_by(invocations.c.id)
+        return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def deliver_ticks(engine: Engine, port: RecordingPort) -> None:
+    ticks = list(port.ticks)
+    port.ticks.clear()
+    for job_id, nonce, _eta in ticks:
+        engine.tick(job_id, nonce)
+
+
+def deliver_starts(engine: Engine, port: RecordingPort) -> None:
+    starts = list(port.starts)
+    port.starts.clear()
+    for invocation_id in starts:
+        engine.start_invocation(invocation_id)
+
+
+def test_apply_commits_the_job_then_sends_its_first_tick(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    apply(engine, make())
+    row = job(engine)
+    assert row.snapshot.state == "SCHEDULED"
+    assert port.ticks == [(row.id, row.snapshot.tick_nonce, clock.now + timedelta(seconds=10))]
+    assert row.watchdog_at == clock.now + timedelta(seconds=25)  # eta + grace
+
+
+def test_one_fire_is_one_tick_and_one_start(engine: Engine, port: RecordingPort, clock: Clock):
+    apply(engine, make())
+    clock.advance(10)
+    deliver_ticks(engine, port)
+    [inv] = rows(engine)
+    assert (inv["status"], inv["slot"]) == ("STARTING", clock.now)
+    assert port.starts == [inv["id"]] and len(port.ticks) == 1  # the next slot's tick
+    deliver_starts(engine, port)
+    [inv] = rows(engine)
+    assert (inv["status"], inv["attempt"], inv["error"]) == ("SUCCEEDED", 1, None)
+    assert job(engine).snapshot.state == "SCHEDULED"
+    assert job(engine).snapshot.tick_at == clock.now + timedelta(seconds=10)
+
+
+def test_stale_and_repeated_ticks_fire_nothing(engine: Engine, port: RecordingPort, clock: Clock):
+    apply(engine, make())
+    clock.advance(10)
+    [(job_id, nonce, _)] = port.ticks
+    engine.tick(job_id, nonce)
+    engine.tick(job_id, nonce)  # a redelivery of the same message
+    engine.tick(job_id, nonce + 1)  # a message nobody sent
+    assert len(rows(engine)) == 1
+    assert len(port.starts) == 1
+
+
+def test_a_far_tick_hops_within_the_horizon(engine: Engine, port: RecordingPort, clock: Clock):
+    apply(engine, make("@daily"))
+    [(job_id, nonce, eta)] = port.ticks
+    assert eta == clock.now + engine.horizon
+    port.clear()
+    clock.now = eta
+    engine.tick(job_id, nonce)
+    [(_, new_nonce, new_eta)] = port.ticks
+    assert new_nonce != nonce and new_eta == clock.now + engine.horizon
+    assert rows(engine) == []
+
+
+class DroppingPort(RecordingPort):
+    """A broker that accepts nothing: every send after a commit raises."""
+
+    def tick_later(self, *args: Any) -> None:
+        raise ConnectionError("broker down")
+
+    def start_invocation(self, *args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("broker down")
+
+
+def test_a_crash_between_commit_and_send_is_repaired(db: sqlalchemy.Engine, clock: Clock):
+    dropping = Engine(db, DroppingPort(), {}, grace=timedelta(seconds=15), clock=clock)
+    apply(dropping, make())  # committed; the first tick was never sent
+    assert job(dropping).snapshot.state == "SCHEDULED"
+
+    port = RecordingPort()
+    engine = Engine(db, port, dropping.invokers, grace=dropping.grace, clock=clock)
+    clock.advance(24)
+    assert watchdog.run_once(engine).repairs == 0  # not overdue yet: eta 10 s + grace 15 s
+    clock.advance(2)
+    assert watchdog.run_once(engine).ticks == 1
+    [(_, nonce, eta)] = port.ticks
+    assert eta == clock.now - timedelta(seconds=16)  # in the past: it runs at once
+    deliver_ticks(engine, port)
+    # 16 s late is past the 10 s misfire grace: the newest slot runs, the older is recorded.
+    ledger = [(r["slot"], r["status"], r["reason"]) for r in rows(engine)]
+    assert ledger == [
+        (clock.now - timedelta(seconds=16), "SKIPPED", "misfire"),
+        (clock.now - timedelta(seconds=6), "STARTING", None),
+    ]
+
+
+def test_a_lost_start_is_sent_again(engine: Engine, port: RecordingPort, clock: Clock):
+    apply(engine, make())
+    clock.advance(10)
+    deliver_ticks(engine, port)
+    port.starts.clear()  # the start message is lost
+    clock.advance(16)
+    report = watchdog.run_once(engine)
+    assert report.starts == 1
+    deliver_starts(engine, port)
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"]
+
+
+class HangingInvoker:
+    """Launches and never reports, like a worker that died mid-run."""
+
+    def lease(self, options: dict[str, Any]) -> timedelta:
+        return timedelta(seconds=5)
+
+    def invoke(self, call: Call) -> Outcome | None:
+        return None
+
+
+def test_a_lapsed_lease_fails_the_run_and_frees_the_job(db: sqlalchemy.Engine, clock: Clock):
+    port = RecordingPort()
+    engine = Engine(db, port, {"noop": HangingInvoker()}, grace=timedelta(seconds=15), clock=clock)
+    apply(engine, make("triggered"))
+    Scheduler(engine).trigger("p/a")
+    deliver_starts(engine, port)
+    assert job(engine).snapshot.state == "RUNNING"
+    clock.advance(19)
+    assert watchdog.run_once(engine).expired == 0
+    clock.advance(2)
+    assert watchdog.run_once(engine).expired == 1
+    [inv] = rows(engine)
+    assert (inv["status"], inv["error"]) == ("FAILED", "lease expired")
+    assert job(engine).snapshot.state == "SCHEDULED"
+    # The run's own report arrives late: it changes nothing.
+    assert engine.finish_invocation(inv["id"], "SUCCEEDED") is False
+    assert rows(engine)[0]["status"] == "FAILED"
+
+
+def test_the_database_refuses_a_second_invocation_for_a_slot(engine: Engine, clock: Clock):
+    apply(engine, make())
+    row = job(engine)
+    values = dict(slot=clock.now, trigger_id=None, revision="r", now=clock.now)
+    with engine.db.begin() as conn:
+        assert store.insert_invocation(conn, row.id, status="STARTING", **values) is not None
+        assert store.insert_invocation(conn, row.id, status="SKIPPED", reason="x", **values) is None
+    with pytest.raises(sqlalchemy.exc.IntegrityError), engine.db.begin() as conn:
+        conn.execute(
+            invocations.insert().values(
+                job_id=row.id,
+                slot=clock.now,
+                revision="r",
+                status="STARTING",
+                attempt=0,
+                created_at=clock.now,
+            )
+        )
+
+
+def test_the_database_ties_states_to_their_fields(engine: Engine):
+    apply(engine, make())
+    with pytest.raises(sqlalchemy.exc.IntegrityError), engine.db.begin() as conn:
+        conn.execute(update(jobs).values(state="SUSPENDED"))  # paused is false
+    with pytest.raises(sqlalchemy.exc.IntegrityError), engine.db.begin() as conn:
+        conn.execute(update(jobs).values(tick_nonce=None))  # tick_at is set
+
+
+def test_trigger_pause_resume(engine: Engine, port: RecordingPort, clock: Clock):
+    sched = Scheduler(engine)
+    apply(engine, make("every 1h"))
+    first = sched.trigger("p/a")
+    assert first["invocation"] is not None
+    second = sched.trigger("a")  # a unique name needs no project
+    assert second == {"trigger_id": second["trigger_id"], "invocation": None, "skipped": "overlap"}
+    deliver_starts(engine, port)
+    sched.pause("p/a", "maintenance")
+    row = job(engine)
+    assert (row.snapshot.state, row.paused, row.watchdog_at) == ("SUSPENDED", True, None)
+    with pytest.raises(InvalidTransition):
+        sched.trigger("p/a")
+    clock.advance(7200)
+    port.clear()
+    sched.resume("p/a")
+    row = job(engine)
+    assert (row.snapshot.state, row.paused) == ("SCHEDULED", False)
+    assert row.snapshot.tick_at == clock.now + timedelta(hours=1)  # not the missed slots
+    assert [eta for _, _, eta in port.ticks] == [clock.now + engine.horizon]
+    statuses = [(h["status"], h["reason"]) for h in sched.history("p/a")]
+    assert statuses == [("SKIPPED", "overlap"), ("SUCCEEDED", None)]
+
+
+def test_apply_is_declarative(engine: Engine, port: RecordingPort, clock: Clock):
+    report = apply(engine, make(name="a"), make(name="b"))
+    assert (report.created, report.updated) == (["p/a", "p/b"], [])
+    before = job(engine, "p/a")
+    port.clear()
+
+    report = apply(engine, make(name="a"), make(name="b"))
+    assert report.unchanged == ["p/a", "p/b"]
+    assert job(engine, "p/a") == before and port.ticks == []  # not even updated_at
+
+    clock.advance(3)
+    report = apply(engine, make("every 1m", name="a"))
+    assert (report.updated, report.disabled) == (["p/a"], ["p/b"])
+    moved = job(engine, "p/a")
+    assert moved.snapshot.tick_at == clock.now.replace(second=0) + timedelta(minutes=1)
+    assert moved.snapshot.tick_nonce != before.snapshot.tick_nonce
+    assert job(engine, "p/b").snapshot.state == "DISABLED"
+
+    report = apply(engine, make(name="a"), make(name="b"), dry_run=True)
+    assert (report.updated, report.created) == (["p/a", "p/b"], [])
+    assert job(engine, "p/b").snapshot.state == "DISABLED"
+
+
+def test_celery_jobs_finish_when_the_worker_reports(engine: Engine, port: RecordingPort):
+    apply(engine, make("triggered", kind="celery", task="etl.run", queue="etl"))
+    inv = Scheduler(engine).trigger("p/a")["invocation"]
+    deliver_starts(engine, port)
+    assert port.tasks == [("etl.run", inv)]
+    assert job(engine).snapshot.state == "RUNNING"
+    assert engine.finish_invocation(inv, "SUCCEEDED") is True
+    assert engine.finish_invocation(inv, "FAILED") is False  # a repeated report
+    assert rows(engine)[0]["status"] == "SUCCEEDED"
+    assert job(engine).snapshot.state == "SCHEDULED"

@@ -1,0 +1,132 @@
+"""Access to the real services the tests use, and the rule for when they are missing:
+skip on a developer's machine, fail in CI (``CI=true``), never pretend to pass."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+
+PG_ADMIN_URL = os.environ.get(
+    "CRONCHAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def unavailable(what: str) -> None:
+    """Skip locally; in CI a missing service is a failure."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{what} is required in CI", pytrace=False)
+    pytest.skip(f"{what} is not available")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pg_admin() -> sqlalchemy.Engine:
+    engine = sqlalchemy.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.OperationalError as err:
+        unavailable(f"PostgreSQL at {PG_ADMIN_URL} ({err.orig})")
+    return engine
+
+
+def database_url(name: str) -> str:
+    return (
+        sqlalchemy.engine.make_url(PG_ADMIN_URL)
+        .set(database=name)
+        .render_as_string(hide_password=False)
+    )
+
+
+def create_database(admin: sqlalchemy.Engine, template: str | None = None) -> str:
+    name = f"cronchain_test_{uuid.uuid4().hex[:12]}"
+    clause = f" TEMPLATE {template}" if template else ""
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}{clause}")
+    return name
+
+
+def drop_database(admin: sqlalchemy.Engine, name: str) -> None:
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free port, so a test may flush or kill it."""
+
+    def __init__(self, folder: Path):
+        self.port = free_port()
+        self.folder = folder
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            unavailable("redis-server")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.folder),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.cli("PING") == "PONG":
+                return
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def cli(self, *args: str) -> str:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                s.sendall(
+                    (
+                        "*%d\r\n" % len(args) + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
+                    ).encode()
+                )
+                return s.recv(1024).decode().strip().lstrip("+")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextmanager
+def redis_server(folder: Path) -> Iterator[RedisServer]:
+    server = RedisServer(folder)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler.errors import SpecError
+from scheduler.spec import MAX_SPEC_BYTES, JobSpec, load_job_file
+
+GOOD = """
+project: demo
+jobs:
+  - name: ping
+    schedule: every 5s
+    noop: {}
+  - name: features
+    schedule: "0 2 * * *"
+    timezone: Europe/Berlin
+    celery: {task: features.build, queue: etl, kwargs: {full: true}}
+  - name: hook
+    schedule: "*/15 * * * *"
+    http: {url: "https://example.org/hook", method: POST, timeout: 10s}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_issue_example_loads(tmp_path: Path):
+    job_file = load_job_file(write(tmp_path, GOOD))
+    assert job_file.project == "demo"
+    ping, features, hook = job_file.jobs
+    assert ping.options == {"sleep": 0.0, "fail": False}
+    assert features.options == {
+        "task": "features.build",
+        "queue": "etl",
+        "args": [],
+        "kwargs": {"full": True},
+    }
+    assert hook.options["timeout"] == 10.0 and hook.options["method"] == "POST"
+    assert features.id == "demo/features"
+
+
+def test_revision_follows_meaning_not_spelling():
+    a = JobSpec("p", "j", "every 5s", options={"sleep": "1s"})
+    b = JobSpec("p", "j", "every  5s", options={"sleep": 1})
+    c = JobSpec("p", "j", "every 6s")
+    assert a.revision == b.revision != c.revision
+
+
+BAD = [
+    ("schedule: 'nope'\n    noop: {}", "job 'x': schedule:"),
+    ("schedule: every 1s\n    timezone: Nowhere/City\n    noop: {}", "job 'x': timezone:"),
+    ("schedule: every 1s", "job 'x': kind: exactly one of noop, http, celery is required"),
+    ("schedule: every 1s\n    noop: {}\n    http: {url: 'http://a'}", "(noop and http)"),
+    ("schedule: every 1s\n    shell: {}", "job 'x': shell: unknown field"),
+    ("schedule: every 1s\n    noop: {slep: 1}", "job 'x': noop.slep: unknown field"),
+    ("schedule: every 1s\n    http: {url: 'ftp://a'}", "job 'x': http.url:"),
+    ("schedule: every 1s\n    celery: {queue: q}", "job 'x': celery.task: is required"),
+    ("schedule: every 1s\n    celery: {task: t, args: 3}", "job 'x': celery.args: must be"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD)
+def test_bad_jobs_name_the_file_the_job_and_the_field(tmp_path: Path, body: str, message: str):
+    path = write(tmp_path, f"project: demo\njobs:\n  - name: x\n    {body}\n")
+    with pytest.raises(SpecError) as err:
+        load_job_file(path)
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value)
+
+
+def test_duplicate_names(tmp_path: Path):
+    path = write(
+        tmp_path,
+        "project: d\njobs:\n- {name: a, schedule: every 1s, noop: {}}\n"
+        "- {name: a, schedule: every 2s, noop: {}}\n",
+    )
+    with pytest.raises(SpecError, match="job 'a': name: duplicate name"):
+        load_job_file(path)
+
+
+def test_oversized_payload(tmp_path: Path):
+    big = "x" * MAX_SPEC_BYTES
+    with pytest.raises(SpecError, match="celery: the job is .* bytes; the limit is 65536"):
+        JobSpec("d", "a", "every 1s", kind="celery", options={"task": "t", "args": [big]})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        "project: 3\njobs: []",
+        "jobs: []",
+        "project: p\nx: 1",
+        "project: p\njobs: {a: 1}",
+        "project: p\njobs: [: bad",
+    ],
+)
+def test_malformed_files(tmp_path: Path, text: str):
+    with pytest.raises(SpecError, match=str(tmp_path)):
+        load_job_file(write(tmp_path, text))
+
+
+def test_bad_names():
+    with pytest.raises(SpecError, match="name:"):
+        JobSpec("demo", "a/b", "every 1s")
