@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import redis
 import sqlalchemy
 
 PG_ADMIN_URL = os.environ.get(
@@ -99,22 +100,19 @@ class RedisServer:
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if self.cli("PING") == "PONG":
+            if self.ping():
                 return
             time.sleep(0.05)
         raise RuntimeError("redis-server did not start")
 
-    def cli(self, *args: str) -> str:
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)
+
+    def ping(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
-                s.sendall(
-                    (
-                        "*%d\r\n" % len(args) + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
-                    ).encode()
-                )
-                return s.recv(1024).decode().strip().lstrip("+")
-        except OSError:
-            return ""
+            return bool(self.client().ping())
+        except redis.exceptions.ConnectionError:
+            return False
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
