@@ -11,6 +11,9 @@ _settings = Settings.from_env()
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True
 if _settings.embedded_broker:
+    from scheduler.fsbroker import ALIAS
+
+    broker_url = f"{ALIAS}://"  # kombu's filesystem transport, made safe across processes
     _queue_folder = _settings.broker_folder / "queue"
     for _folder in (_queue_folder, _settings.broker_folder / "control"):
         _folder.mkdir(parents=True, exist_ok=True)

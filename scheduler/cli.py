@@ -148,13 +148,6 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"{path}: created {len(report.created)}, updated {len(report.updated)}, "
             f"disabled {len(report.disabled)}, unchanged {len(report.unchanged)}"
         )
-    env = dict(os.environ)
-    if settings.embedded_broker:
-        # The filesystem transport moves each message it takes to the temporary folder;
-        # on the same file system as the queue that move is an atomic rename.
-        tmp = settings.broker_folder / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        env["TMPDIR"] = str(tmp)
     queues = ",".join([settings.queue, *args.queues])
     command = [
         sys.executable,
@@ -172,7 +165,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.loglevel,
     ]
     print(f"cronchain: database {settings.database_url}, broker {settings.broker_url}", flush=True)
-    os.execve(sys.executable, command, env)
+    os.execv(sys.executable, command)
     return 0  # not reached
 
 

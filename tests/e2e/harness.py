@@ -1,0 +1,259 @@
+"""Real processes for end-to-end tests: celery workers and beat, an HTTP endpoint that
+counts how often each invocation really arrives, and the exactly-once ledger check."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import select
+
+from scheduler.db import make_engine
+from scheduler.models import UTCDateTime, invocations, jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+WATCHDOG_INTERVAL = 5
+
+
+class HitCounter:
+    """An HTTP endpoint on loopback; counts requests per ``X-Cronchain-Invocation``."""
+
+    def __init__(self) -> None:
+        self.hits: Counter[int] = Counter()
+        lock = threading.Lock()
+        hits = self.hits
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                with lock:
+                    hits[int(self.headers["X-Cronchain-Invocation"])] += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hit"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def job_file(path: Path, url: str, count: int = 20, schedule: str = "every 1s") -> Path:
+    lines = ["project: e2e", "jobs:"]
+    for i in range(count):
+        lines += [
+            f"  - name: job{i:02d}",
+            f"    schedule: {schedule}",
+            f"    http: {{url: '{url}', method: POST, timeout: 2s}}",
+        ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@dataclass
+class Cluster:
+    """cronchain's processes for one test, sharing one environment."""
+
+    folder: Path
+    env: dict[str, str]
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, folder: Path, **settings: str) -> Cluster:
+        env = dict(
+            os.environ,
+            CRONCHAIN_HOME=str(folder / "home"),
+            CRONCHAIN_WATCHDOG_INTERVAL=str(WATCHDOG_INTERVAL),
+            **settings,
+        )
+        for name in ("CRONCHAIN_DATABASE_URL", "CRONCHAIN_BROKER_URL"):
+            if name not in settings:
+                env.pop(name, None)
+        return cls(folder, env)
+
+    def cronchain(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "scheduler.cli", *args],
+            env=self.env,
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def start(self, name: str, *args: str) -> None:
+        """Start a process in a session of its own, so that a kill reaches its children."""
+        log = (self.folder / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            list(args),
+            env=self.env,
+            cwd=self.folder,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def start_worker(self, name: str = "worker") -> None:
+        self.start(
+            name,
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tasks",
+            "worker",
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "INFO",
+            "--hostname",
+            f"{name}@%h",
+        )
+
+    def start_beat(self, name: str = "beat") -> None:
+        schedule = str(self.folder / f"{name}-schedule")
+        self.start(
+            name,
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tasks",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            schedule,
+        )
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """SIGKILL takes the whole process group at once (a crash); any other signal goes
+        to the main process, which stops its children itself (a warm shutdown)."""
+        process = self.processes.pop(name)
+        if process.poll() is None:
+            if sig == signal.SIGKILL:
+                os.killpg(process.pid, sig)
+            else:
+                process.send_signal(sig)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.kill(name, signal.SIGKILL)
+
+    def log(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text(errors="replace")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Ledger:
+    expected: int
+    succeeded: int
+    skipped: dict[str, int]
+    failed: dict[str, int]
+    missing: list[tuple[str, datetime]]
+    executed_twice: list[int]
+    undelivered: list[int]
+    unfinished: int
+
+    def summary(self) -> str:
+        return (
+            f"slots expected {self.expected}, succeeded {self.succeeded}, "
+            f"skipped {self.skipped}, failed {self.failed}, lost {len(self.missing)}, "
+            f"executed twice {len(self.executed_twice)}, succeeded but never delivered "
+            f"{len(self.undelivered)}, unfinished {self.unfinished}"
+        )
+
+
+def check_ledger(db: sqlalchemy.Engine, hits: Counter[int], end: datetime) -> Ledger:
+    """Every second-slot of every job, from its first slot to ``end``, must be in history
+    exactly once (run, or skipped with a reason); each run must reach the endpoint once."""
+    with db.connect() as conn:
+        created = dict(conn.execute(select(jobs.c.id, jobs.c.created_at)).all())
+        rows = conn.execute(
+            select(
+                invocations.c.id,
+                invocations.c.job_id,
+                invocations.c.slot,
+                invocations.c.status,
+                invocations.c.reason,
+                invocations.c.error,
+            ).where(invocations.c.slot <= end)
+        ).all()
+    found = {(r.job_id, r.slot): r for r in rows}
+    assert len(found) == len(rows), "a slot has two invocations"
+    missing, expected = [], 0
+    for job_id, created_at in created.items():
+        slot = created_at.replace(microsecond=0) + timedelta(seconds=1)
+        while slot <= end:
+            expected += 1
+            if (job_id, slot) not in found:
+                missing.append((str(job_id), slot))
+            slot += timedelta(seconds=1)
+    skipped = Counter(r.reason for r in rows if r.status == "SKIPPED")
+    failed = Counter(r.error for r in rows if r.status == "FAILED")
+    return Ledger(
+        expected=expected,
+        succeeded=sum(r.status == "SUCCEEDED" for r in rows),
+        skipped=dict(skipped),
+        failed=dict(failed),
+        missing=missing,
+        executed_twice=[inv for inv, n in hits.items() if n > 1],
+        undelivered=[r.id for r in rows if r.status == "SUCCEEDED" and hits[r.id] == 0],
+        unfinished=sum(r.status in ("STARTING", "RUNNING") for r in rows),
+    )
+
+
+def first_fire_after(db: sqlalchemy.Engine, t: datetime) -> dict[int, datetime]:
+    """For each job, when its first run started at or after ``t``."""
+    with db.connect() as conn:
+        query = (
+            select(
+                invocations.c.job_id,
+                sqlalchemy.func.min(invocations.c.started_at, type_=UTCDateTime),
+            )
+            .where(invocations.c.started_at >= t)
+            .group_by(invocations.c.job_id)
+        )
+        return dict(conn.execute(query).all())
+
+
+def database(url: str) -> sqlalchemy.Engine:
+    return make_engine(url)
