@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 from kombu import Connection
 
 import scheduler.fsbroker  # noqa: F401  (registers the transport)
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """kombu remembers declared queues per process, not per folder: one name per test."""
+    return f"q{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -21,19 +28,21 @@ def connection(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield conn
 
 
-def test_messages_round_trip_and_leave_nothing_behind(connection, tmp_path: Path):  # type: ignore[no-untyped-def]
-    queue = connection.SimpleQueue("q")
+def test_messages_round_trip_and_leave_nothing_behind(connection, tmp_path, queue_name):  # type: ignore[no-untyped-def]
+    queue = connection.SimpleQueue(queue_name)
     queue.put({"n": 1})
     assert queue.get(timeout=1).payload == {"n": 1}
     assert [p.name for p in tmp_path.glob("*.msg")] == []
     assert list((tmp_path / "processing").iterdir()) == []
 
 
-def test_an_unreadable_or_unfinished_message_is_not_fatal(connection, tmp_path: Path):  # type: ignore[no-untyped-def]
-    queue = connection.SimpleQueue("q")
-    (tmp_path / "0_broken.q.msg").write_bytes(b"")  # what a reader saw mid-write before
-    (tmp_path / ".1_staging.q.msg.tmp").write_bytes(b"{")  # a write still in progress
+def test_an_unreadable_or_unfinished_message_is_not_fatal(connection, tmp_path, queue_name):  # type: ignore[no-untyped-def]
+    queue = connection.SimpleQueue(queue_name)
+    broken = tmp_path / f"0_broken.{queue_name}.msg"  # what a reader saw mid-write before
+    staging = tmp_path / f".1_staging.{queue_name}.msg.tmp"  # a write still in progress
+    broken.write_bytes(b"")
+    staging.write_bytes(b"{")
     queue.put({"n": 2})
     assert queue.get(timeout=1).payload == {"n": 2}
-    assert not (tmp_path / "0_broken.q.msg").exists()
-    assert (tmp_path / ".1_staging.q.msg.tmp").exists()
+    assert not broken.exists()
+    assert staging.exists()
