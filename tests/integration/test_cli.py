@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy
+
+from tests import services
 
 pytestmark = pytest.mark.postgres
 
@@ -119,3 +122,27 @@ def test_next_in_a_time_zone(cli):  # type: ignore[no-untyped-def]
         {"utc": "2026-03-30T00:00:00Z", "local": "2026-03-30T02:00:00+02:00"},
     ]
     assert "has no time zone" in cli("next", "@daily", "--after", "2026-01-01", code=2).stderr
+
+
+def test_db_upgrade_on_an_empty_database(pg_admin, tmp_path: Path):  # type: ignore[no-untyped-def]
+    name = services.create_database(pg_admin)
+    try:
+        env = dict(
+            os.environ,
+            CRONCHAIN_DATABASE_URL=services.database_url(name),
+            CRONCHAIN_HOME=str(tmp_path),
+        )
+        for _ in range(2):  # a second upgrade is a no-op
+            done = subprocess.run(
+                [sys.executable, "-m", "scheduler.cli", "db", "upgrade"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+        engine = sqlalchemy.create_engine(services.database_url(name))
+        assert {"jobs", "invocations"} <= set(sqlalchemy.inspect(engine).get_table_names())
+        engine.dispose()
+    finally:
+        services.drop_database(pg_admin, name)
