@@ -1,17 +1,31 @@
 """Creating SQLAlchemy engines that behave the same on PostgreSQL and on SQLite.
 
 SQLite needs care once several processes write: WAL so readers never block the writer,
-a busy timeout so writers wait instead of failing, and ``BEGIN IMMEDIATE`` so that a
-transaction takes the write lock up front (a deferred one that reads and then writes
-fails at once with "database is locked" when another process wrote in between).
+a busy timeout so writers wait instead of failing, and ``BEGIN IMMEDIATE`` for write
+transactions so that they take the write lock up front (a deferred one that reads and
+then writes fails at once with "database is locked" when another process wrote in
+between). Reads stay deferred and never wait for writers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+
+_WRITE = "cronchain_write"
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A transaction that will write: on SQLite it takes the write lock when it begins."""
+    with engine.connect() as conn:
+        conn.execution_options(**{_WRITE: True})
+        with conn.begin():
+            yield conn
 
 
 def normalize_url(url: str) -> str:
@@ -47,6 +61,7 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection):  # type: ignore[no-untyped-def]
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        write = connection.get_execution_options().get(_WRITE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine

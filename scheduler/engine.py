@@ -22,6 +22,7 @@ from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
 from scheduler import store
+from scheduler.db import write_transaction
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Invoker, Outcome
 from scheduler.schedules import Schedule, parse_schedule
@@ -122,7 +123,7 @@ class Engine:
     def transaction(self) -> Iterator[Connection]:
         """A write transaction; database outages surface as ``TransientError``."""
         try:
-            with self.db.begin() as conn:
+            with write_transaction(self.db) as conn:
                 yield conn
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as err:
             raise TransientError(f"database unavailable: {err.orig or err}") from err

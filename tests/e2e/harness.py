@@ -129,6 +129,10 @@ class Cluster:
             f"{name}@%h",
         )
 
+    def wait_ready(self, name: str = "worker", timeout: float = 60) -> None:
+        """Wait for celery's own "ready." line in the worker's log."""
+        wait_until(lambda: " ready." in self.log(name), timeout, f"{name} to be ready")
+
     def start_beat(self, name: str = "beat") -> None:
         schedule = str(self.folder / f"{name}-schedule")
         self.start(
@@ -187,6 +191,7 @@ class Ledger:
     expected: int
     succeeded: int
     skipped: dict[str, int]
+    skipped_slots: list[tuple[int, datetime]]
     failed: dict[str, int]
     missing: list[tuple[str, datetime]]
     executed_twice: list[int]
@@ -196,7 +201,8 @@ class Ledger:
     def summary(self) -> str:
         return (
             f"slots expected {self.expected}, succeeded {self.succeeded}, "
-            f"skipped {self.skipped}, failed {self.failed}, lost {len(self.missing)}, "
+            f"skipped {self.skipped} {self.skipped_slots[:3]}, failed {self.failed}, "
+            f"lost {len(self.missing)}, "
             f"executed twice {len(self.executed_twice)}, succeeded but never delivered "
             f"{len(self.undelivered)}, unfinished {self.unfinished}"
         )
@@ -233,6 +239,7 @@ def check_ledger(db: sqlalchemy.Engine, hits: Counter[int], end: datetime) -> Le
         expected=expected,
         succeeded=sum(r.status == "SUCCEEDED" for r in rows),
         skipped=dict(skipped),
+        skipped_slots=sorted((r.job_id, r.slot) for r in rows if r.status == "SKIPPED"),
         failed=dict(failed),
         missing=missing,
         executed_twice=[inv for inv, n in hits.items() if n > 1],

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from celery import Celery
+from kombu import Connection
 
 from tests.e2e.harness import (
     WATCHDOG_INTERVAL,
@@ -53,6 +55,7 @@ def cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster
 def run_jobs(cluster: Cluster, hits: HitCounter) -> None:
     cluster.start_worker()
     cluster.start_beat()
+    cluster.wait_ready()
     cluster.cronchain("apply", str(job_file(cluster.folder / "jobs.yaml", hits.url, JOBS)))
 
 
@@ -130,3 +133,31 @@ def test_killed_worker_every_chain_comes_back(cluster: Cluster, hits: HitCounter
     time.sleep(3)
     ledger, _ = settle_and_check(cluster, hits, now(), pg_url)
     assert set(ledger.failed) <= {"lease expired"}
+
+
+def test_malformed_messages_are_dropped_and_the_worker_lives_on(
+    cluster: Cluster, hits: HitCounter, redis: RedisServer, pg_url: str
+):
+    run_jobs(cluster, hits)
+    producer = Celery(broker=redis.url)
+    producer.send_task("cronchain.tick_later", args=["not-a-job", None], queue="cronchain")
+    producer.send_task("cronchain.tick_later", args=[1], queue="cronchain")  # arity
+    producer.send_task("cronchain.start_invocation", args=[10**12], queue="cronchain")
+    with Connection(redis.url) as conn:  # a body that is not JSON at all
+        conn.default_channel.basic_publish(
+            conn.default_channel.prepare_message(
+                "{not json",
+                content_type="application/json",
+                headers={"task": "cronchain.tick_later", "id": "x1"},
+            ),
+            exchange="",
+            routing_key="cronchain",
+        )
+    started = now()
+    time.sleep(6)
+    log = cluster.log("worker")
+    assert "malformed tick_later message dropped" in log
+    assert cluster.processes["worker"].poll() is None, log[-3000:]
+    fired = first_fire_after(database(pg_url), started)
+    assert len(fired) == JOBS  # every chain kept firing
+    settle_and_check(cluster, hits, now(), pg_url)

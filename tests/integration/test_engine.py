@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from scheduler import store, watchdog
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
-from scheduler.invokers import Call, Outcome
+from scheduler.invokers import Call, Outcome, default_invokers
 from scheduler.models import invocations, jobs
 from scheduler.spec import JobSpec
 from statemachine import InvalidTransition
@@ -262,3 +262,45 @@ def test_celery_jobs_finish_when_the_worker_reports(engine: Engine, port: Record
     assert engine.finish_invocation(inv, "FAILED") is False  # a repeated report
     assert rows(engine)[0]["status"] == "SUCCEEDED"
     assert job(engine).snapshot.state == "SCHEDULED"
+
+
+class CommittedCheckingPort(RecordingPort):
+    """At the moment of each send, reads the database through another connection: what
+    the message announces must already be committed."""
+
+    def __init__(self, db: sqlalchemy.Engine):
+        super().__init__()
+        self.db = db
+
+    def tick_later(self, job_id: int, nonce: int, eta: Any) -> None:
+        with self.db.connect() as conn:
+            pending = conn.execute(select(jobs.c.tick_nonce).where(jobs.c.id == job_id))
+            assert pending.scalar_one() == nonce, "tick sent before its nonce was committed"
+        super().tick_later(job_id, nonce, eta)
+
+    def start_invocation(self, invocation_id: int, eta: Any = None) -> None:
+        with self.db.connect() as conn:
+            status = conn.execute(
+                select(invocations.c.status).where(invocations.c.id == invocation_id)
+            ).scalar_one()
+            assert status == "STARTING", "start sent before its invocation was committed"
+        super().start_invocation(invocation_id, eta)
+
+
+def test_every_message_is_sent_after_its_state_is_committed(db: sqlalchemy.Engine, clock: Clock):
+    port = CommittedCheckingPort(db)
+    engine = Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
+    apply(engine, make())
+    for _ in range(3):
+        clock.advance(10)
+        deliver_ticks(engine, port)  # the port asserts inside each send
+        deliver_starts(engine, port)
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 3
+
+
+def test_reads_do_not_wait_for_a_writer(engine: Engine):
+    """On SQLite only write transactions take the write lock; `jobs` and `history` read
+    while the worker writes."""
+    apply(engine, make())
+    with engine.transaction():  # a writer holds the lock
+        assert [j["id"] for j in Scheduler(engine).jobs()] == ["p/a"]
