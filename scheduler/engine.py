@@ -79,7 +79,6 @@ class Fed:
     snapshot: JobSnapshot
     messages: list[Message] = field(default_factory=list)
     started: int | None = None
-    skipped: list[RecordSkipped] = field(default_factory=list)
 
 
 def utcnow() -> datetime:
@@ -201,6 +200,8 @@ class Engine:
         )
         job = store.lock_job(conn, inv.job_id)
         assert job is not None
+        slot = inv.slot.isoformat() if inv.slot else f"trigger {inv.trigger_id}"
+        log.info("%s %s: %s%s", job.ref, slot, status, f" ({error})" if error else "")
         return self.feed(conn, job, InvocationFinished(inv.id, now), now)
 
     # --- commands ----------------------------------------------------------------------
@@ -275,7 +276,6 @@ class Engine:
                         reason=reason,
                         now=now,
                     )
-                    fed.skipped.append(action)
                 case _:
                     raise AssertionError(f"unknown action {action!r}")
         if fed.snapshot.tick_nonce is None:

@@ -43,11 +43,6 @@ class JobRow:
     def ref(self) -> str:
         return f"{self.project}/{self.name}"
 
-    def job_spec(self) -> JobSpec:
-        return JobSpec(
-            self.project, self.name, self.schedule, self.timezone, self.kind, self.spec[self.kind]
-        )
-
     @classmethod
     def from_row(cls, row: Row[Any]) -> JobRow:
         m = row._mapping

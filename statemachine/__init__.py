@@ -20,7 +20,7 @@ from statemachine.events import (
     Tick,
     Trigger,
 )
-from statemachine.invocation import FINAL, InvocationStatus, check_move
+from statemachine.invocation import InvocationStatus, check_move
 from statemachine.job import InvalidTransition, JobSnapshot, JobState, Schedule, Step, step
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "Disable",
     "Enable",
     "Event",
-    "FINAL",
     "InvalidTransition",
     "InvocationFinished",
     "InvocationStarted",

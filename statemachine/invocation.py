@@ -18,15 +18,6 @@ class InvocationStatus(StrEnum):
     SKIPPED = "SKIPPED"
 
 
-FINAL = frozenset(
-    {
-        InvocationStatus.SUCCEEDED,
-        InvocationStatus.FAILED,
-        InvocationStatus.ABORTED,
-        InvocationStatus.SKIPPED,
-    }
-)
-
 _MOVES: dict[InvocationStatus, frozenset[InvocationStatus]] = {
     InvocationStatus.STARTING: frozenset(
         {InvocationStatus.RUNNING, InvocationStatus.FAILED, InvocationStatus.ABORTED}

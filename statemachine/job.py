@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
@@ -75,14 +75,12 @@ class JobSnapshot:
 
 @dataclass
 class Step:
+    """The machine's answer: the new snapshot, the actions, and whether either differs
+    from doing nothing (so the engine can skip a write)."""
+
     snapshot: JobSnapshot
-    actions: list[Action] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.actions) or self._before != self.snapshot
-
-    _before: JobSnapshot | None = field(default=None, repr=False)
+    actions: list[Action]
+    changed: bool
 
 
 class InvalidTransition(Exception):
@@ -113,15 +111,14 @@ def step(
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     model = dataclasses.replace(snapshot)
-    result = Step(model, _before=snapshot)
-    if _ignored(snapshot, event):
-        return result
-    ctx = _Context(now, schedule, nonce, event, result.actions)
-    try:
-        _MACHINE.events[_event_name(event)].trigger(model, ctx=ctx)
-    except MachineError as err:
-        raise InvalidTransition(event, snapshot.state) from err
-    return result
+    actions: list[Action] = []
+    if not _ignored(snapshot, event):
+        ctx = _Context(now, schedule, nonce, event, actions)
+        try:
+            _MACHINE.events[_event_name(event)].trigger(model, ctx=ctx)
+        except MachineError as err:
+            raise InvalidTransition(event, snapshot.state) from err
+    return Step(model, actions, changed=bool(actions) or model != snapshot)
 
 
 def _ignored(snapshot: JobSnapshot, event: Event) -> bool:

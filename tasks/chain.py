@@ -19,13 +19,7 @@ from tasks import app
 
 log = logging.getLogger("cronchain.tasks")
 _runtime: tuple[int, Runtime] | None = None
-RETRY = dict(
-    autoretry_for=(TransientError,),
-    retry_backoff=1,
-    retry_backoff_max=30,
-    max_retries=8,
-    acks_late=True,
-)
+RETRY = dict(autoretry_for=(TransientError,), retry_backoff=1, retry_backoff_max=30, max_retries=8)
 
 
 def runtime() -> Runtime:
