@@ -67,6 +67,7 @@ class Scheduler:
                 "timezone": job.timezone,
                 "next_tick": iso(job.snapshot.tick_at),
                 "paused": job.paused,
+                "pause_reason": job.pause_reason,
                 "revision": job.revision,
                 "kind": job.kind,
                 "enabled": job.enabled,

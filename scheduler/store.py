@@ -35,6 +35,7 @@ class JobRow:
     revision: str
     enabled: bool
     paused: bool
+    pause_reason: str | None
     generation: int
     watchdog_at: datetime | None
     snapshot: JobSnapshot

@@ -112,7 +112,7 @@ class Cluster:
             start_new_session=True,
         )
 
-    def start_worker(self, name: str = "worker") -> None:
+    def start_worker(self, name: str = "worker", queues: str = "cronchain") -> None:
         self.start(
             name,
             sys.executable,
@@ -121,6 +121,8 @@ class Cluster:
             "-A",
             "tasks",
             "worker",
+            "--queues",
+            queues,
             "--concurrency",
             "2",
             "--loglevel",

@@ -89,7 +89,8 @@ def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[n
     }
 
     cli("pause", "demo/ping", "--reason", "maintenance")
-    assert json.loads(cli("jobs", "--json").stdout)[1]["paused"] is True
+    ping = json.loads(cli("jobs", "--json").stdout)[1]
+    assert (ping["paused"], ping["pause_reason"]) == (True, "maintenance")
     assert "cannot trigger a job that is SUSPENDED" in cli("trigger", "demo/ping", code=2).stderr
     cli("resume", "demo/ping")
     assert "no job named 'demo/nope'" in cli("trigger", "demo/nope", code=2).stderr

@@ -1,0 +1,61 @@
+"""``celery`` jobs on a real worker: the task's own success or failure, reported back
+through link callbacks, finishes the invocation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import ROOT, Cluster, wait_until
+from tests.services import redis_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+
+FILE = """
+project: etl
+jobs:
+  - name: add
+    schedule: triggered
+    celery: {task: sample.add, queue: etl, args: [2, 3]}
+  - name: boom
+    schedule: triggered
+    celery: {task: sample.boom, queue: etl}
+"""
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
+    with redis_server(tmp_path) as redis:
+        c = Cluster.create(
+            tmp_path,
+            CRONCHAIN_DATABASE_URL=pg_url,
+            CRONCHAIN_BROKER_URL=redis.url,
+            CRONCHAIN_IMPORTS="tests.e2e.sample_tasks",
+            PYTHONPATH=str(ROOT),
+        )
+        yield c
+        c.stop_all()
+
+
+def test_the_task_outcome_finishes_the_invocation(cluster: Cluster, tmp_path: Path):
+    cluster.start_worker(queues="cronchain,etl")
+    cluster.wait_ready()
+    (tmp_path / "etl.yaml").write_text(FILE)
+    cluster.cronchain("apply", str(tmp_path / "etl.yaml"))
+    cluster.cronchain("trigger", "etl/add")
+    cluster.cronchain("trigger", "etl/boom")
+
+    def finished():  # type: ignore[no-untyped-def]
+        rows = json.loads(cluster.cronchain("history", "--json"))
+        done = {r["job"]: r for r in rows if r["status"] not in ("STARTING", "RUNNING")}
+        return done if len(done) == 2 else None
+
+    done = wait_until(finished, 30, "both celery runs to finish")
+    assert done["etl/add"]["status"] == "SUCCEEDED"
+    assert done["etl/boom"]["status"] == "FAILED"
+    assert "failed" in done["etl/boom"]["error"]
+    jobs = {j["id"]: j["state"] for j in json.loads(cluster.cronchain("jobs", "--json"))}
+    assert jobs == {"etl/add": "SCHEDULED", "etl/boom": "SCHEDULED"}
