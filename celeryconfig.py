@@ -36,8 +36,12 @@ task_acks_late = True
 task_reject_on_worker_lost = False  # the watchdog repairs; no redelivery loops
 task_default_queue = _settings.queue
 worker_prefetch_multiplier = 8
-worker_send_task_events = True  # Flower shows cronchain's tasks
-task_send_sent_event = True
+# Celery's ETA timer sleeps up to this long between checks (default 1 s): with the
+# default a tick runs up to a second after its slot.
+worker_timer_precision = 0.05
+# Task events cost a Redis publish each, several per task: they stay off until a monitor
+# asks for them (Flower broadcasts enable_events when it starts).
+worker_send_task_events = False
 timezone = "UTC"
 enable_utc = True
 imports = _settings.imports
