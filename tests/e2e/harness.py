@@ -112,14 +112,13 @@ class Cluster:
             start_new_session=True,
         )
 
+    def start_celery(self, name: str, *args: str) -> None:
+        """``celery -A tasks ARGS``, as the README runs it."""
+        self.start(name, sys.executable, "-m", "celery", "-A", "tasks", *args)
+
     def start_worker(self, name: str = "worker", queues: str = "cronchain") -> None:
-        self.start(
+        self.start_celery(
             name,
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
             "worker",
             "--queues",
             queues,
@@ -137,19 +136,7 @@ class Cluster:
 
     def start_beat(self, name: str = "beat") -> None:
         schedule = str(self.folder / f"{name}-schedule")
-        self.start(
-            name,
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "beat",
-            "--loglevel",
-            "INFO",
-            "--schedule",
-            schedule,
-        )
+        self.start_celery(name, "beat", "--loglevel", "INFO", "--schedule", schedule)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """SIGKILL takes the whole process group at once (a crash); any other signal goes
