@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from statemachine import (
 )
 
 log = logging.getLogger("cronchain.engine")
+OUTCOME_RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds
 STARTING = InvocationStatus.STARTING.value
 RUNNING = InvocationStatus.RUNNING.value
 
@@ -166,7 +168,20 @@ class Engine:
             log.exception("invoker %s failed for invocation %s", job.kind, inv.id)
             outcome = Outcome.failed(f"{job.kind}: {type(err).__name__}: {err}")
         if outcome is not None:
-            self.finish_invocation(inv.id, outcome.status, outcome.error)
+            self._record_patiently(inv.id, outcome)
+
+    def _record_patiently(self, invocation_id: int, outcome: Outcome) -> None:
+        """The outcome exists only in this process: if the database is away, wait for it
+        (about 15 s) rather than leave a finished run to expire as "lease expired"."""
+        for delay in (*OUTCOME_RETRY_DELAYS, None):
+            try:
+                self.finish_invocation(invocation_id, outcome.status, outcome.error)
+                return
+            except TransientError as err:
+                if delay is None:
+                    raise
+                log.warning("recording invocation %s: %s; again in %s s", invocation_id, err, delay)
+                time.sleep(delay)
 
     def finish_invocation(self, invocation_id: int, status: str, error: str | None = None) -> bool:
         """Record the outcome of a RUNNING invocation; False if it had already ended

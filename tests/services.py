@@ -3,10 +3,12 @@ skip on a developer's machine, fail in CI (``CI=true``), never pretend to pass."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -128,3 +130,63 @@ def redis_server(folder: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+class PostgresServer:
+    """A private PostgreSQL cluster (initdb + pg_ctl), so a test may restart it.
+
+    initdb and pg_ctl refuse to run as root: as root they run as ``postgres``, in a
+    folder that user owns."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="cronchain-pg-"))
+        self.data = self.folder / "data"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=120)
+
+    def init(self) -> None:
+        if shutil.which("initdb") is None or shutil.which("pg_ctl") is None:
+            unavailable("initdb and pg_ctl")
+        if os.geteuid() == 0:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
+        self.start()
+
+    def start(self) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(self.folder / "log"),
+            "start",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def destroy(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop("immediate")
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        server.init()
+        yield server
+    finally:
+        server.destroy()
