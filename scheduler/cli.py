@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler.api import iso
 from scheduler.errors import NotFound, SpecError, TransientError
 from scheduler.schedules import parse_schedule, parse_zone
 from statemachine import InvalidTransition
@@ -124,12 +125,7 @@ def cmd_next(args: argparse.Namespace) -> int:
         nxt = schedule.next_after(t)
         if nxt is None:
             raise SpecError("schedule", f"{args.schedule!r} has no fire times of its own")
-        rows.append(
-            {
-                "utc": nxt.isoformat().replace("+00:00", "Z"),
-                "local": nxt.astimezone(zone).isoformat(),
-            }
-        )
+        rows.append({"utc": iso(nxt), "local": nxt.astimezone(zone).isoformat()})
         t = nxt
     _print(rows, args.json, lambda rows: "\n".join(f"{r['utc']}  {r['local']}" for r in rows))
     return 0

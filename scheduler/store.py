@@ -195,7 +195,8 @@ def insert_invocation(
     deadline: datetime | None = None,
     reason: str | None = None,
 ) -> int | None:
-    """Insert the invocation for a slot or trigger id; None if one exists already."""
+    """Insert a STARTING or SKIPPED invocation for a slot or trigger id; None if that
+    slot or trigger id has one already."""
     values = dict(
         job_id=job_id,
         slot=slot,
@@ -203,7 +204,7 @@ def insert_invocation(
         revision=revision,
         status=status,
         reason=reason,
-        attempt=0 if status in ("STARTING", "SKIPPED") else 1,
+        attempt=0,  # STARTING or SKIPPED: no attempt has been made yet
         created_at=now,
         finished_at=now if status == "SKIPPED" else None,
         deadline=deadline,
@@ -224,6 +225,15 @@ def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | Non
 
 def update_invocation(conn: Connection, invocation_id: int, **values: Any) -> None:
     conn.execute(update(invocations).where(invocations.c.id == invocation_id).values(values))
+
+
+def extend_deadlines(conn: Connection, invocation_ids: list[int], deadline: datetime) -> None:
+    if invocation_ids:
+        conn.execute(
+            update(invocations)
+            .where(invocations.c.id.in_(invocation_ids))
+            .values(deadline=deadline)
+        )
 
 
 def claim_lapsed_invocations(conn: Connection, now: datetime, limit: int) -> list[InvocationRow]:

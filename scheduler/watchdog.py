@@ -38,17 +38,17 @@ def run_once(engine: Engine, limit: int = BATCH) -> WatchdogReport:
         jobs = store.claim_lapsed_jobs(conn, now, limit)
         for job in jobs:
             messages += engine.feed(conn, job, Repair(), now).messages
-    starts = expired = 0
     with engine.transaction() as conn:
         now = engine.clock()
-        for inv in store.claim_lapsed_invocations(conn, now, limit):
-            if inv.status == STARTING:
-                store.update_invocation(conn, inv.id, deadline=now + engine.grace)
-                messages.append(SendStart(inv.id))
-                starts += 1
-            elif inv.status == RUNNING:
-                failed = InvocationStatus.FAILED.value
-                messages += engine.record_outcome(conn, inv, failed, "lease expired", now).messages
-                expired += 1
+        lapsed = store.claim_lapsed_invocations(conn, now, limit)
+        # A start that never came is sent again; one UPDATE moves all their deadlines.
+        starts = [inv.id for inv in lapsed if inv.status == STARTING]
+        store.extend_deadlines(conn, starts, now + engine.grace)
+        messages += [SendStart(inv_id) for inv_id in starts]
+        # A lease that lapsed ends its run; each one steps its own job.
+        expired = [inv for inv in lapsed if inv.status == RUNNING]
+        for inv in expired:
+            failed = InvocationStatus.FAILED.value
+            messages += engine.record_outcome(conn, inv, failed, "lease expired", now).messages
     engine.send(messages)
-    return WatchdogReport(ticks=len(jobs), starts=starts, expired=expired)
+    return WatchdogReport(ticks=len(jobs), starts=len(starts), expired=len(expired))

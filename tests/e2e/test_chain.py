@@ -19,6 +19,7 @@ from tests.e2e.harness import (
     WATCHDOG_INTERVAL,
     Cluster,
     HitCounter,
+    Ledger,
     check_ledger,
     database,
     first_fire_after,
@@ -59,7 +60,7 @@ def run_jobs(cluster: Cluster, hits: HitCounter) -> None:
     cluster.cronchain("apply", str(job_file(cluster.folder / "jobs.yaml", hits.url, JOBS)))
 
 
-def settle_and_check(cluster: Cluster, hits: HitCounter, end, pg_url: str):  # type: ignore[no-untyped-def]
+def settle_and_check(cluster: Cluster, hits: HitCounter, end, pg_url: str) -> Ledger:  # type: ignore[no-untyped-def]
     """Wait until every slot up to ``end`` is recorded and final, then check the ledger."""
     db = database(pg_url)
 
@@ -77,7 +78,7 @@ def settle_and_check(cluster: Cluster, hits: HitCounter, end, pg_url: str):  # t
     print(ledger.summary())
     assert ledger.executed_twice == []
     assert ledger.undelivered == []
-    return ledger, db
+    return ledger
 
 
 def restart_and_recover(cluster: Cluster, pg_url: str) -> None:
@@ -102,7 +103,7 @@ def test_twenty_jobs_every_second_fire_every_slot_once(
 ):
     run_jobs(cluster, hits)
     time.sleep(30)
-    ledger, _ = settle_and_check(cluster, hits, now(), pg_url)
+    ledger = settle_and_check(cluster, hits, now(), pg_url)
     assert ledger.expected >= JOBS * 29
     assert ledger.succeeded == ledger.expected, ledger.summary()
 
@@ -126,7 +127,7 @@ def test_killed_worker_every_chain_comes_back(cluster: Cluster, hits: HitCounter
     cluster.kill("worker", signal.SIGKILL)  # the whole process group, mid-run
     time.sleep(2)
     restart_and_recover(cluster, pg_url)
-    ledger, _ = settle_and_check(cluster, hits, now(), pg_url)
+    ledger = settle_and_check(cluster, hits, now(), pg_url)
     assert set(ledger.failed) <= {"lease expired"}
 
 
