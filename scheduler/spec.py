@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from scheduler import controls as job_controls
 from scheduler.errors import SpecError
 from scheduler.schedules import Schedule, parse_duration, parse_schedule
 
@@ -40,6 +41,9 @@ class JobSpec:
     timezone: str = "UTC"
     kind: str = "noop"
     options: Mapping[str, Any] = field(default_factory=dict)
+    controls: Mapping[str, Any] = field(default_factory=dict)
+    """``lease``, ``timeout``, ``retries``, ``overlap``, ``max_buffered``,
+    ``max_concurrent``, ``triggers``: see :mod:`scheduler.controls`."""
 
     def __post_init__(self) -> None:
         _check_name("project", self.project)
@@ -48,6 +52,12 @@ class JobSpec:
         if self.kind not in KINDS:
             raise SpecError("kind", f"unknown kind {self.kind!r}; use one of {', '.join(KINDS)}")
         object.__setattr__(self, "options", _OPTIONS[self.kind](dict(self.options or {})))
+        unknown = set(self.controls or {}) - set(job_controls.KEYS)
+        if unknown:
+            raise SpecError(sorted(unknown)[0], "unknown field")
+        object.__setattr__(self, "controls", job_controls.normalize(self.controls or {}))
+        if {self.name, self.id} & set(self.controls.get("triggers", ())):
+            raise SpecError("triggers", "a job cannot trigger itself")
         size = len(self.canonical_json())
         if size > MAX_SPEC_BYTES:
             raise SpecError(self.kind, f"the job is {size} bytes; the limit is {MAX_SPEC_BYTES}")
@@ -65,6 +75,7 @@ class JobSpec:
             "schedule": " ".join(self.schedule.split()),
             "timezone": self.timezone,
             self.kind: dict(self.options),
+            **self.controls,
         }
 
     def canonical_json(self) -> str:
@@ -87,7 +98,7 @@ class JobSpec:
     def _from_dict(cls, project: str, data: Mapping[str, Any]) -> JobSpec:
         if not isinstance(data, Mapping):
             raise SpecError("jobs", "each job must be a mapping")
-        unknown = set(data) - {"name", "schedule", "timezone", *KINDS}
+        unknown = set(data) - {"name", "schedule", "timezone", *KINDS, *job_controls.KEYS}
         if unknown:
             raise SpecError(sorted(unknown)[0], "unknown field")
         kinds = [k for k in KINDS if k in data]
@@ -104,6 +115,7 @@ class JobSpec:
             timezone=str(data.get("timezone", "UTC")),
             kind=kinds[0],
             options=_as_mapping(kinds[0], data[kinds[0]]),
+            controls={k: data[k] for k in job_controls.KEYS if k in data},
         )
 
 
@@ -147,6 +159,11 @@ def parse_job_file(data: Any) -> JobFile:
         if job.name in seen:
             raise SpecError("name", "duplicate name", where=f"job {job.name!r}")
         seen.add(job.name)
+    for job in jobs:
+        for target in job.controls.get("triggers", ()):
+            if "/" not in target and target not in seen:
+                why = f"no job named {target!r} in this file (use project/name for another)"
+                raise SpecError("triggers", why, where=f"job {job.name!r}")
     return JobFile(project, jobs)
 
 
@@ -191,7 +208,8 @@ def _noop_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _http_options(options: dict[str, Any]) -> dict[str, Any]:
-    _reject_unknown("http", options, {"url", "method", "timeout", "headers", "body"})
+    allowed = {"url", "method", "timeout", "headers", "body", "accept", "max_redirects"}
+    _reject_unknown("http", options, allowed)
     url = options.get("url")
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
@@ -199,21 +217,62 @@ def _http_options(options: dict[str, Any]) -> dict[str, Any]:
     method = str(options.get("method", "GET")).upper()
     if method not in _HTTP_METHODS:
         raise SpecError("http.method", f"{method!r} is not one of {', '.join(_HTTP_METHODS)}")
-    headers = options.get("headers") or {}
-    if not isinstance(headers, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        raise SpecError("http.headers", "must map header names to strings")
     body = options.get("body")
     if body is not None and not isinstance(body, str):
         raise SpecError("http.body", "must be a string")
-    return {
+    out = {
         "url": url,
         "method": method,
         "timeout": _seconds("http", "timeout", options.get("timeout", "10s")),
-        "headers": dict(headers),
+        "headers": _http_headers(options.get("headers") or {}),
         "body": body,
     }
+    if "accept" in options:
+        out["accept"] = _http_accept(options["accept"])
+    if "max_redirects" in options:
+        value = options["max_redirects"]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20:
+            raise SpecError("http.max_redirects", "must be a whole number from 0 to 20")
+        out["max_redirects"] = value
+    return out
+
+
+def _http_headers(headers: Any) -> dict[str, Any]:
+    """Values are strings, or ``{secret: VALUE}`` / ``{env: NAME}`` for values that must
+    never appear in history or logs (``env`` is read by the worker at call time, so the
+    value is not even stored)."""
+    if not isinstance(headers, Mapping):
+        raise SpecError("http.headers", "must map header names to values")
+    out: dict[str, Any] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+            raise SpecError("http.headers", f"{name!r} is not a header name")
+        if isinstance(value, Mapping) and len(value) == 1 and set(value) <= {"secret", "env"}:
+            ((key, inner),) = value.items()
+            if isinstance(inner, str) and inner:
+                out[name] = {key: inner}
+                continue
+        if not isinstance(value, str):
+            raise SpecError(
+                f"http.headers.{name}", "must be a string, {secret: VALUE} or {env: NAME}"
+            )
+        out[name] = value
+    for name, value in out.items():
+        text = value if isinstance(value, str) else value.get("secret", "")
+        if "\r" in text or "\n" in text:
+            raise SpecError(f"http.headers.{name}", "must not contain line breaks")
+    return out
+
+
+def _http_accept(value: Any) -> list[int | str]:
+    """Status codes that count as success: numbers, or classes like ``2xx``."""
+    if not isinstance(value, list) or not value:
+        raise SpecError("http.accept", "must be a list of status codes, like [200, 204, '3xx']")
+    for code in value:
+        number = isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599
+        if not number and not (isinstance(code, str) and re.fullmatch(r"[1-5]xx", code)):
+            raise SpecError("http.accept", f"{code!r} is not a status code or a class like 2xx")
+    return list(value)
 
 
 def _celery_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,15 @@ nonce) comes in as an argument, so a step is a plain function that tests roll wi
 fixed clock, and the engine hosts it inside a database transaction.
 """
 
-from statemachine.actions import Action, RecordSkipped, StartInvocation, TickLater
+from statemachine.actions import (
+    AbortActive,
+    Action,
+    BufferInvocation,
+    RecordSkipped,
+    StartBuffered,
+    StartInvocation,
+    TickLater,
+)
 from statemachine.events import (
     Abandon,
     Disable,
@@ -19,12 +27,21 @@ from statemachine.events import (
     ScheduleChanged,
     Tick,
     Trigger,
+    Unbuffer,
 )
 from statemachine.invocation import InvocationStatus, check_move
 from statemachine.job import InvalidTransition, JobSnapshot, JobState, Schedule, Step, step
+from statemachine.policy import Overlap, OverlapPolicy, RetryPolicy
 
 __all__ = [
     "Abandon",
+    "AbortActive",
+    "BufferInvocation",
+    "Overlap",
+    "OverlapPolicy",
+    "RetryPolicy",
+    "StartBuffered",
+    "Unbuffer",
     "Action",
     "Disable",
     "Enable",

@@ -36,4 +36,27 @@ class RecordSkipped:
     trigger_id: str | None = None
 
 
-Action = TickLater | StartInvocation | RecordSkipped
+@dataclass(frozen=True)
+class BufferInvocation:
+    """Create the invocation row for a slot (or trigger id) as WAITING: it starts when
+    the job has a free place (overlap policies ``buffer_one`` and ``buffer_all``)."""
+
+    slot: datetime | None
+    trigger_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StartBuffered:
+    """Move the oldest WAITING invocation to STARTING and send its start."""
+
+
+@dataclass(frozen=True)
+class AbortActive:
+    """End every STARTING or RUNNING invocation of the job as ABORTED (``cancel_other``)."""
+
+    reason: str
+
+
+Action = (
+    TickLater | StartInvocation | RecordSkipped | BufferInvocation | StartBuffered | AbortActive
+)

@@ -38,7 +38,11 @@ class Tick:
 
 @dataclass(frozen=True)
 class Trigger:
+    """Run now. ``strict`` (a user's command) refuses a paused or disabled job; a trigger
+    from another job is recorded as SKIPPED there instead."""
+
     trigger_id: str
+    strict: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,11 @@ class Abandon:
     invocation_id: int | None = None
 
 
+@dataclass(frozen=True)
+class Unbuffer:
+    """A WAITING invocation was aborted, or its row existed already."""
+
+
 Event = (
     Enable
     | Disable
@@ -76,4 +85,5 @@ Event = (
     | InvocationFinished
     | Repair
     | Abandon
+    | Unbuffer
 )

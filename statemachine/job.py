@@ -20,18 +20,23 @@ from typing import Any, Protocol
 
 from transitions import EventData, Machine, MachineError
 
-from statemachine.actions import Action, RecordSkipped, StartInvocation, TickLater
-from statemachine.events import (
-    Event,
-    InvocationFinished,
-    InvocationStarted,
-    Repair,
-    Tick,
-    Trigger,
+from statemachine.actions import (
+    AbortActive,
+    Action,
+    BufferInvocation,
+    RecordSkipped,
+    StartBuffered,
+    StartInvocation,
+    TickLater,
 )
+from statemachine.events import Abandon, Event, InvocationFinished, Repair, Tick, Trigger
+from statemachine.policy import Overlap, OverlapPolicy
 
 # A tick handled long after its slot records every skipped slot, up to this many rows.
 MAX_SKIPPED_RECORDS = 1000
+
+
+DEFAULT_POLICY = OverlapPolicy()
 
 
 class JobState(StrEnum):
@@ -68,9 +73,11 @@ class JobSnapshot:
     state: JobState = JobState.DISABLED
     tick_at: datetime | None = None
     tick_nonce: int | None = None
-    invocation_id: int | None = None
-    invocation_running: bool = False
+    invocation_id: int | None = None  # the newest invocation started
+    invocation_running: bool = False  # an active invocation has reported its start
     overruns: int = 0
+    active: int = 0  # invocations STARTING or RUNNING
+    buffered: int = 0  # invocations WAITING for a free place
 
 
 @dataclass
@@ -99,36 +106,45 @@ class _Context:
     nonce: int
     event: Event
     actions: list[Action]
+    policy: OverlapPolicy
 
 
 def step(
-    snapshot: JobSnapshot, event: Event, *, now: datetime, schedule: Schedule, nonce: int
+    snapshot: JobSnapshot,
+    event: Event,
+    *,
+    now: datetime,
+    schedule: Schedule,
+    nonce: int,
+    policy: OverlapPolicy = DEFAULT_POLICY,
 ) -> Step:
     """Feed one event to the machine; the input snapshot is left untouched.
 
-    ``nonce`` is a fresh random value, used if the step schedules a tick.
+    ``nonce`` is a fresh random value, used if the step schedules a tick. The engine
+    feeds each invocation's start and finish exactly once (the invocation row's own
+    status guards that), so the machine can count active runs.
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     model = dataclasses.replace(snapshot)
     actions: list[Action] = []
     if not _ignored(snapshot, event):
-        ctx = _Context(now, schedule, nonce, event, actions)
+        ctx = _Context(now, schedule, nonce, event, actions, policy)
         try:
-            _MACHINE.events[_event_name(event)].trigger(model, ctx=ctx)
+            done = _MACHINE.events[_event_name(event)].trigger(model, ctx=ctx)
         except MachineError as err:
             raise InvalidTransition(event, snapshot.state) from err
+        if not done:
+            raise InvalidTransition(event, snapshot.state)
     return Step(model, actions, changed=bool(actions) or model != snapshot)
 
 
 def _ignored(snapshot: JobSnapshot, event: Event) -> bool:
-    """Events that are facts about the past and no longer apply: stale ticks, reports
-    about an invocation that is not the job's current one."""
+    """Events that are facts about the past and no longer apply: stale ticks, repairs
+    of a job that has no tick pending."""
     match event:
         case Tick(nonce=nonce):
             return snapshot.tick_nonce is None or nonce != snapshot.tick_nonce
-        case InvocationStarted(invocation_id=inv) | InvocationFinished(invocation_id=inv):
-            return inv != snapshot.invocation_id
         case Repair():
             return snapshot.tick_nonce is None
     return False
@@ -149,8 +165,8 @@ def _arm(ev: EventData) -> None:
     """Schedule the first slot after now (fixed delay: now + interval, once idle)."""
     job: JobSnapshot = ev.model
     ctx = _ctx(ev)
-    if ctx.schedule.relative and job.invocation_id is not None:
-        _set_tick(job, ctx, None)  # armed again when the running invocation finishes
+    if ctx.schedule.relative and job.active:
+        _set_tick(job, ctx, None)  # armed again when the last active invocation finishes
         return
     _set_tick(job, ctx, ctx.schedule.next_after(ctx.now))
 
@@ -196,63 +212,128 @@ def _due_slot(job: JobSnapshot, ctx: _Context) -> datetime:
     return max(latest, slot)
 
 
+def _start(job: JobSnapshot, ctx: _Context, slot: datetime | None, trigger_id: str | None):
+    ctx.actions.append(StartInvocation(slot, trigger_id))
+    job.active += 1
+
+
+def _run(job: JobSnapshot, ctx: _Context, slot: datetime | None, trigger_id: str | None) -> None:
+    """Start a run for a slot or trigger, or apply the overlap policy if one is active."""
+    policy = ctx.policy
+    if job.active < policy.capacity and not job.buffered:
+        _start(job, ctx, slot, trigger_id)
+        return
+    job.overruns += 1
+    if policy.mode is Overlap.CANCEL_OTHER:
+        ctx.actions.append(AbortActive("cancel_other"))
+        job.active = 0
+        _start(job, ctx, slot, trigger_id)
+    elif job.buffered < policy.buffer_size:
+        ctx.actions.append(BufferInvocation(slot, trigger_id))
+        job.buffered += 1
+    else:
+        ctx.actions.append(RecordSkipped(slot, "overlap", trigger_id))
+
+
 def _fire(ev: EventData) -> None:
     job: JobSnapshot = ev.model
     ctx = _ctx(ev)
     slot = _due_slot(job, ctx)
-    ctx.actions.append(StartInvocation(slot))
-    job.invocation_running = False
+    _run(job, ctx, slot, None)
     _set_tick(job, ctx, None if ctx.schedule.relative else ctx.schedule.next_after(slot))
 
 
-def _overrun(ev: EventData) -> None:
-    """LUCI's default overlap policy: do not start a second run, count the overrun."""
+def _trigger(ev: EventData) -> None:
+    ctx = _ctx(ev)
+    assert isinstance(ctx.event, Trigger)
+    _run(ev.model, ctx, None, ctx.event.trigger_id)
+
+
+def _skip_idle_trigger(ev: EventData) -> None:
+    ctx = _ctx(ev)
+    assert isinstance(ctx.event, Trigger)
+    reason = "paused" if ev.model.state is JobState.SUSPENDED else "disabled"
+    ctx.actions.append(RecordSkipped(None, reason, ctx.event.trigger_id))
+
+
+def _lenient(ev: EventData) -> bool:
+    return not _ctx(ev).event.strict  # type: ignore[union-attr]
+
+
+def _has_room(ev: EventData) -> bool:
+    """A run may start alongside the active ones (``allow``)."""
     job: JobSnapshot = ev.model
-    ctx = _ctx(ev)
-    slot = _due_slot(job, ctx)
-    ctx.actions.append(RecordSkipped(slot, "overlap"))
-    job.overruns += 1
-    _set_tick(job, ctx, ctx.schedule.next_after(slot))
+    return job.active < _ctx(ev).policy.capacity and not job.buffered
 
 
-def _start_manual(ev: EventData) -> None:
-    ctx = _ctx(ev)
-    assert isinstance(ctx.event, Trigger)
-    ctx.actions.append(StartInvocation(None, ctx.event.trigger_id))
-    ev.model.invocation_running = False
-
-
-def _skip_manual(ev: EventData) -> None:
-    ctx = _ctx(ev)
-    assert isinstance(ctx.event, Trigger)
-    ctx.actions.append(RecordSkipped(None, "overlap", ctx.event.trigger_id))
-    ev.model.overruns += 1
+def _cancels(ev: EventData) -> bool:
+    return _ctx(ev).policy.mode is Overlap.CANCEL_OTHER
 
 
 def _mark_running(ev: EventData) -> None:
     ev.model.invocation_running = True
 
 
-def _clear_invocation(ev: EventData) -> None:
+def _one_fewer(ev: EventData) -> None:
     job: JobSnapshot = ev.model
-    job.invocation_id = None
-    job.invocation_running = False
+    job.active = max(0, job.active - 1)
+    if not job.active:
+        job.invocation_id = None
+        job.invocation_running = False
+
+
+def _may_start_buffered(ev: EventData) -> bool:
+    """After this event, a waiting run has a free place."""
+    job: JobSnapshot = ev.model
+    return job.buffered > 0 and _active_after(ev) < _ctx(ev).policy.capacity
+
+
+def _last_active(ev: EventData) -> bool:
+    return _active_after(ev) == 0
+
+
+def _active_after(ev: EventData) -> int:
+    """Active runs once this event is applied: a finish or an abandon frees a place."""
+    job: JobSnapshot = ev.model
+    frees = isinstance(_ctx(ev).event, InvocationFinished | Abandon)
+    return max(0, job.active - 1) if frees else job.active
+
+
+def _start_buffered(ev: EventData) -> None:
+    job: JobSnapshot = ev.model
+    _ctx(ev).actions.append(StartBuffered())
+    job.buffered -= 1
+    job.active += 1
 
 
 def _finish(ev: EventData) -> None:
-    _clear_invocation(ev)
+    """The last active run ended: a fixed delay counts from now."""
+    _one_fewer(ev)
     ctx = _ctx(ev)
     if ctx.schedule.relative:
         assert isinstance(ctx.event, InvocationFinished)
         _set_tick(ev.model, ctx, ctx.schedule.next_after(ctx.event.at))
 
 
+def _abandon(ev: EventData) -> None:
+    """The row for that slot or trigger existed already, so nothing started: undo the
+    count; a fixed delay, which arms only when idle, counts from now."""
+    _one_fewer(ev)
+    ctx = _ctx(ev)
+    if ctx.schedule.relative and not ev.model.active:
+        _set_tick(ev.model, ctx, ctx.schedule.next_after(ctx.now))
+
+
+def _unbuffer(ev: EventData) -> None:
+    ev.model.buffered = max(0, ev.model.buffered - 1)
+
+
 def _has_running(ev: EventData) -> bool:
-    return ev.model.invocation_id is not None and ev.model.invocation_running
+    return ev.model.active > 0 and ev.model.invocation_running
 
 
-def _has_queued(ev: EventData) -> bool:
-    return ev.model.invocation_id is not None and not ev.model.invocation_running
+def _has_active(ev: EventData) -> bool:
+    return ev.model.active > 0
 
 
 # --- the machine, built once ----------------------------------------------------------
@@ -264,13 +345,51 @@ IDLE = [S.DISABLED, S.SUSPENDED]
 
 
 def _restore(trigger: str, source: JobState) -> list[dict[str, Any]]:
-    """Leaving DISABLED or SUSPENDED lands in the state the invocation is in."""
+    """Leaving DISABLED or SUSPENDED lands in the state the invocations are in; a run
+    that waited while the job was idle starts now."""
     return [
+        dict(
+            trigger=trigger,
+            source=source,
+            dest=S.QUEUED,
+            conditions=[_may_start_buffered],
+            after=[_arm, _start_buffered],
+        ),
         dict(
             trigger=trigger, source=source, dest=S.RUNNING, conditions=[_has_running], after=[_arm]
         ),
-        dict(trigger=trigger, source=source, dest=S.QUEUED, conditions=[_has_queued], after=[_arm]),
+        dict(trigger=trigger, source=source, dest=S.QUEUED, conditions=[_has_active], after=[_arm]),
         dict(trigger=trigger, source=source, dest=S.SCHEDULED, after=[_arm]),
+    ]
+
+
+def _freed(trigger: str, last: Callable[..., None]) -> list[dict[str, Any]]:
+    """A finish (or an abandoned start) frees a place: a waiting run takes it, or the job
+    is idle again (``last`` runs), or other runs are still active."""
+    return [
+        dict(
+            trigger=trigger,
+            source=BUSY,
+            dest=S.QUEUED,
+            conditions=[_may_start_buffered],
+            after=[_one_fewer, _start_buffered],
+        ),
+        dict(
+            trigger=trigger, source=BUSY, dest=S.SCHEDULED, conditions=[_last_active], after=[last]
+        ),
+        _internal(trigger, [*ACTIVE, *IDLE], _one_fewer),
+    ]
+
+
+def _overlap(trigger: str, after: Callable[..., None], *due: Callable[..., bool]):
+    """A slot or trigger while busy: ``cancel_other`` starts afresh, ``allow`` starts
+    alongside while there is room, the rest wait or are skipped (an overrun)."""
+    return [
+        dict(
+            trigger=trigger, source=BUSY, dest=S.QUEUED, conditions=[*due, _cancels], after=[after]
+        ),
+        dict(trigger=trigger, source=BUSY, dest=None, conditions=[*due, _has_room], after=[after]),
+        dict(trigger=trigger, source=BUSY, dest=S.OVERRUN, conditions=[*due], after=[after]),
     ]
 
 
@@ -290,17 +409,19 @@ _TRANSITIONS: list[dict[str, Any]] = [
     _internal("schedulechanged", ACTIVE, _arm),
     _internal("schedulechanged", IDLE),
     dict(trigger="tick", source=S.SCHEDULED, dest=S.QUEUED, conditions=[_is_due], after=[_fire]),
-    dict(trigger="tick", source=BUSY, dest=S.OVERRUN, conditions=[_is_due], after=[_overrun]),
+    *_overlap("tick", _fire, _is_due),
     _internal("tick", ACTIVE, _rearm),  # early: the ETA horizon made it hop
-    dict(trigger="trigger", source=S.SCHEDULED, dest=S.QUEUED, after=[_start_manual]),
-    _internal("trigger", BUSY, _skip_manual),
+    dict(trigger="trigger", source=S.SCHEDULED, dest=S.QUEUED, after=[_trigger]),
+    *_overlap("trigger", _trigger),
+    dict(
+        trigger="trigger", source=IDLE, dest=None, conditions=[_lenient], after=[_skip_idle_trigger]
+    ),
     dict(trigger="invocationstarted", source=S.QUEUED, dest=S.RUNNING, after=[_mark_running]),
-    _internal("invocationstarted", [S.RUNNING, S.OVERRUN, *IDLE], _mark_running),
-    dict(trigger="invocationfinished", source=BUSY, dest=S.SCHEDULED, after=[_finish]),
-    _internal("invocationfinished", IDLE, _clear_invocation),
+    _internal("invocationstarted", [S.SCHEDULED, S.RUNNING, S.OVERRUN, *IDLE], _mark_running),
+    *_freed("invocationfinished", _finish),
+    *_freed("abandon", _abandon),
+    _internal("unbuffer", [*ACTIVE, *IDLE], _unbuffer),
     _internal("repair", ACTIVE, _rearm),
-    dict(trigger="abandon", source=S.QUEUED, dest=S.SCHEDULED, after=[_clear_invocation]),
-    _internal("abandon", [S.RUNNING, S.OVERRUN, *IDLE], _clear_invocation),
 ]
 
 _MACHINE = Machine(

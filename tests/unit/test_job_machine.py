@@ -27,8 +27,11 @@ from statemachine import (
     Tick,
     TickLater,
     Trigger,
+    Unbuffer,
     step,
 )
+from statemachine.actions import AbortActive, BufferInvocation, StartBuffered
+from statemachine.policy import Overlap, OverlapPolicy, RetryPolicy
 
 S = JobState
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -50,7 +53,7 @@ def scheduled(at: float = 10, nonce: int = 1) -> JobSnapshot:
 
 def busy(state: JobState, running: bool = True, at: float = 10) -> JobSnapshot:
     return JobSnapshot(
-        state, tick_at=sec(at), tick_nonce=1, invocation_id=5, invocation_running=running
+        state, tick_at=sec(at), tick_nonce=1, invocation_id=5, invocation_running=running, active=1
     )
 
 
@@ -136,10 +139,10 @@ def test_finishing_an_overrun_returns_to_scheduled():
     assert r.snapshot.state == S.SCHEDULED
 
 
-@pytest.mark.parametrize("event", [InvocationStarted(6), InvocationFinished(6, T0)])
-def test_reports_about_another_invocation_are_ignored(event):  # type: ignore[no-untyped-def]
-    r = run(busy(S.QUEUED, running=False), event)
-    assert not r.changed
+def test_a_finish_with_other_runs_active_keeps_the_job_busy():
+    snap = replace(busy(S.RUNNING), active=2)
+    r = run(snap, InvocationFinished(5, sec(1)))
+    assert r.snapshot.state == S.RUNNING and r.snapshot.active == 1 and r.actions == []
 
 
 @pytest.mark.parametrize("state", [S.SCHEDULED, S.QUEUED, S.RUNNING, S.OVERRUN])
@@ -167,7 +170,7 @@ def test_resume_starts_from_now_not_from_the_missed_slots():
 @pytest.mark.parametrize(("running", "state"), [(True, S.RUNNING), (False, S.QUEUED)])
 def test_resume_and_enable_land_in_the_state_of_the_run(running: bool, state: JobState):
     for idle, event in ((S.SUSPENDED, Resume()), (S.DISABLED, Enable())):
-        snap = JobSnapshot(idle, invocation_id=5, invocation_running=running)
+        snap = JobSnapshot(idle, invocation_id=5, invocation_running=running, active=1)
         assert run(snap, event).snapshot.state == state
 
 
@@ -193,7 +196,7 @@ def test_trigger_starts_a_manual_run_and_keeps_the_tick():
 
 def test_trigger_during_a_run_is_recorded_as_skipped():
     r = run(busy(S.RUNNING), Trigger("abc"))
-    assert r.snapshot.state == S.RUNNING and r.snapshot.overruns == 1
+    assert r.snapshot.state == S.OVERRUN and r.snapshot.overruns == 1
     assert r.actions == [RecordSkipped(None, "overlap", "abc")]
 
 
@@ -257,3 +260,110 @@ def test_the_transitions_machine_is_built_once(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(transitions.Machine, "__init__", refuse)
     assert run(scheduled(), Tick(1), now=sec(10)).snapshot.state == S.QUEUED
+
+
+# --- overlap policies -------------------------------------------------------------------
+
+
+def tick_while_busy(mode: Overlap, **limits: int) -> tuple[JobSnapshot, list]:
+    """Three slots due while the first run is active, with the given policy."""
+    policy = OverlapPolicy(mode, **limits)
+    snap = busy(S.RUNNING, at=10)
+    actions: list = []
+    for n in range(3):
+        now = sec(10 * (n + 1))
+        r = step(snap, Tick(snap.tick_nonce), now=now, schedule=EVERY10, nonce=n + 2, policy=policy)
+        snap, actions = r.snapshot, actions + [a for a in r.actions if not isinstance(a, TickLater)]
+    return snap, actions
+
+
+def test_skip_records_each_overlapping_slot():
+    snap, actions = tick_while_busy(Overlap.SKIP)
+    assert actions == [RecordSkipped(sec(t), "overlap") for t in (10, 20, 30)]
+    assert (snap.state, snap.active, snap.buffered, snap.overruns) == (S.OVERRUN, 1, 0, 3)
+
+
+def test_buffer_one_keeps_one_waiting_and_skips_the_rest():
+    snap, actions = tick_while_busy(Overlap.BUFFER_ONE)
+    assert actions == [
+        BufferInvocation(sec(10)),
+        RecordSkipped(sec(20), "overlap"),
+        RecordSkipped(sec(30), "overlap"),
+    ]
+    assert (snap.active, snap.buffered) == (1, 1)
+
+
+def test_buffer_all_waits_up_to_max_buffered():
+    snap, actions = tick_while_busy(Overlap.BUFFER_ALL, max_buffered=2)
+    assert actions == [
+        BufferInvocation(sec(10)),
+        BufferInvocation(sec(20)),
+        RecordSkipped(sec(30), "overlap"),
+    ]
+    assert (snap.active, snap.buffered) == (1, 2)
+
+
+def test_allow_starts_alongside_up_to_max_concurrent():
+    snap, actions = tick_while_busy(Overlap.ALLOW, max_concurrent=3)
+    assert actions == [
+        StartInvocation(sec(10)),
+        StartInvocation(sec(20)),
+        RecordSkipped(sec(30), "overlap"),
+    ]
+    assert (snap.state, snap.active, snap.overruns) == (S.OVERRUN, 3, 1)
+
+
+def test_cancel_other_aborts_the_active_run_then_starts():
+    snap, actions = tick_while_busy(Overlap.CANCEL_OTHER)
+    assert actions == [AbortActive("cancel_other"), StartInvocation(sec(10))] * 1 + [
+        AbortActive("cancel_other"),
+        StartInvocation(sec(20)),
+        AbortActive("cancel_other"),
+        StartInvocation(sec(30)),
+    ]
+    assert (snap.state, snap.active, snap.overruns) == (S.QUEUED, 1, 3)
+
+
+def test_a_finish_starts_the_oldest_waiting_run():
+    policy = OverlapPolicy(Overlap.BUFFER_ALL)
+    snap = replace(busy(S.OVERRUN), buffered=2)
+    r = step(
+        snap, InvocationFinished(5, sec(1)), now=sec(1), schedule=EVERY10, nonce=9, policy=policy
+    )
+    assert r.actions == [StartBuffered()]
+    assert (r.snapshot.state, r.snapshot.active, r.snapshot.buffered) == (S.QUEUED, 1, 1)
+
+
+def test_an_aborted_waiting_run_frees_its_place_in_the_buffer():
+    r = run(replace(busy(S.OVERRUN), buffered=1), Unbuffer())
+    assert (r.snapshot.state, r.snapshot.active, r.snapshot.buffered) == (S.OVERRUN, 1, 0)
+
+
+def test_resume_starts_a_run_that_waited_while_paused():
+    snap = JobSnapshot(S.SUSPENDED, buffered=1)
+    r = run(snap, Resume(), now=sec(3))
+    assert r.actions == [TickLater(sec(10), NEW), StartBuffered()]
+    assert (r.snapshot.state, r.snapshot.active, r.snapshot.buffered) == (S.QUEUED, 1, 0)
+
+
+@pytest.mark.parametrize(("state", "reason"), [(S.SUSPENDED, "paused"), (S.DISABLED, "disabled")])
+def test_a_trigger_from_another_job_is_recorded_when_idle(state: JobState, reason: str):
+    r = run(JobSnapshot(state), Trigger("job:1", strict=False))
+    assert r.actions == [RecordSkipped(None, reason, "job:1")]
+
+
+# --- retries ------------------------------------------------------------------------------
+
+
+def test_retry_delays_grow_and_stop_at_max_attempts():
+    policy = RetryPolicy(max_attempts=4, backoff=timedelta(seconds=1), jitter=0)
+    delays = [policy.delay(n, 0.5) for n in (1, 2, 3, 4)]
+    assert delays == [timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=4), None]
+
+
+def test_retry_delay_is_capped_and_jittered_within_bounds():
+    policy = RetryPolicy(
+        max_attempts=20, backoff=timedelta(seconds=1), max_backoff=timedelta(seconds=30), jitter=0.2
+    )
+    assert policy.delay(10, 0.0) == timedelta(seconds=24)
+    assert policy.delay(10, 0.999999) < timedelta(seconds=36)

@@ -1,0 +1,149 @@
+"""How cronchain runs a job's invocations, whatever their kind: lease, timeout, retries,
+overlap policy and the jobs triggered on success.
+
+In a job file these are top-level keys of a job. Only values that differ from the
+defaults are kept in the normalized spec, so that adding a control to cronchain does
+not change the revision of every existing job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from scheduler.errors import SpecError
+from scheduler.schedules import parse_duration
+from statemachine import Overlap, OverlapPolicy, RetryPolicy
+
+KEYS = ("lease", "timeout", "retries", "overlap", "max_buffered", "max_concurrent", "triggers")
+DEFAULT_LEASE = 60.0
+MIN_LEASE = 1.0
+_RETRY_DEFAULTS: dict[str, Any] = {
+    "max_attempts": 1,
+    "backoff": 10.0,
+    "max_backoff": 600.0,
+    "jitter": 0.1,
+}
+
+
+@dataclass(frozen=True)
+class Controls:
+    lease: timedelta = timedelta(seconds=DEFAULT_LEASE)
+    timeout: timedelta | None = None
+    retry: RetryPolicy = RetryPolicy()
+    overlap: OverlapPolicy = OverlapPolicy()
+    triggers: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, spec: Mapping[str, Any]) -> Controls:
+        """The controls of a normalized spec (as stored in ``jobs.spec``)."""
+        retries = {**_RETRY_DEFAULTS, **spec.get("retries", {})}
+        timeout = spec.get("timeout")
+        return cls(
+            lease=timedelta(seconds=spec.get("lease", DEFAULT_LEASE)),
+            timeout=None if timeout is None else timedelta(seconds=timeout),
+            retry=RetryPolicy(
+                max_attempts=retries["max_attempts"],
+                backoff=timedelta(seconds=retries["backoff"]),
+                max_backoff=timedelta(seconds=retries["max_backoff"]),
+                jitter=retries["jitter"],
+            ),
+            overlap=OverlapPolicy(
+                Overlap(spec.get("overlap", Overlap.SKIP.value)),
+                max_buffered=spec.get("max_buffered", OverlapPolicy.max_buffered),
+                max_concurrent=spec.get("max_concurrent", OverlapPolicy.max_concurrent),
+            ),
+            triggers=tuple(spec.get("triggers", ())),
+        )
+
+
+def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the control keys of a job entry; keep those that are not defaults."""
+    out: dict[str, Any] = {}
+    if "lease" in data:
+        lease = _seconds("lease", data["lease"])
+        if lease < MIN_LEASE:
+            raise SpecError("lease", f"must be at least {MIN_LEASE:g}s")
+        if lease != DEFAULT_LEASE:
+            out["lease"] = lease
+    if data.get("timeout") is not None:
+        timeout = _seconds("timeout", data["timeout"])
+        if timeout <= 0:
+            raise SpecError("timeout", "must be longer than 0s")
+        out["timeout"] = timeout
+    if data.get("retries") is not None:
+        retries = _retries(data["retries"])
+        if retries:
+            out["retries"] = retries
+    out |= _overlap(data)
+    if data.get("triggers"):
+        out["triggers"] = _triggers(data["triggers"])
+    return out
+
+
+def _seconds(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise SpecError(key, "must be a duration like 10s")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise SpecError(key, "must not be negative")
+        return float(value)
+    return parse_duration(str(value), key).total_seconds()
+
+
+def _count(key: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise SpecError(key, f"must be a whole number of at least {least}")
+    return value
+
+
+def _retries(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(
+            "retries", "must be a mapping: {max_attempts, backoff, max_backoff, jitter}"
+        )
+    unknown = set(value) - set(_RETRY_DEFAULTS)
+    if unknown:
+        raise SpecError(f"retries.{sorted(unknown)[0]}", "unknown field")
+    retries = dict(_RETRY_DEFAULTS)
+    if "max_attempts" in value:
+        retries["max_attempts"] = _count("retries.max_attempts", value["max_attempts"], 1)
+    for key in ("backoff", "max_backoff"):
+        if key in value:
+            retries[key] = _seconds(f"retries.{key}", value[key])
+    if "jitter" in value:
+        jitter = value["jitter"]
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
+            raise SpecError("retries.jitter", "must be a fraction between 0 and 1")
+        retries["jitter"] = float(jitter)
+    if retries["max_backoff"] < retries["backoff"]:
+        raise SpecError("retries.max_backoff", "must not be shorter than backoff")
+    return {k: v for k, v in retries.items() if v != _RETRY_DEFAULTS[k]}
+
+
+def _overlap(data: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    mode = data.get("overlap", Overlap.SKIP.value)
+    try:
+        mode = Overlap(mode)
+    except ValueError:
+        choices = ", ".join(o.value for o in Overlap)
+        raise SpecError("overlap", f"{mode!r} is not one of {choices}") from None
+    if mode is not Overlap.SKIP:
+        out["overlap"] = mode.value
+    for key, needs in (("max_buffered", Overlap.BUFFER_ALL), ("max_concurrent", Overlap.ALLOW)):
+        if key in data:
+            if mode is not needs:
+                raise SpecError(key, f"only applies with overlap: {needs.value}")
+            value = _count(key, data[key], 1)
+            if value != getattr(OverlapPolicy, key):
+                out[key] = value
+    return out
+
+
+def _triggers(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SpecError("triggers", "must be a list of job names (name or project/name)")
+    return sorted(set(value))
