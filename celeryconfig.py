@@ -5,6 +5,7 @@ message. Nothing here is specific to one process.
 """
 
 from scheduler.settings import VISIBILITY_TIMEOUT, Settings
+from scheduler.worker import ANNOTATIONS
 
 _settings = Settings.from_env()
 
@@ -42,6 +43,8 @@ worker_timer_precision = 0.05
 # Task events cost a Redis publish each, several per task: they stay off until a monitor
 # asks for them (Flower broadcasts enable_events when it starts).
 worker_send_task_events = False
+# Every task claims its attempt before it runs if cronchain sent it (scheduler.worker).
+task_annotations = [ANNOTATIONS]
 timezone = "UTC"
 enable_utc = True
 imports = _settings.imports

@@ -3,5 +3,15 @@
 from scheduler.api import Scheduler
 from scheduler.errors import CronchainError, NotFound, SpecError, TransientError
 from scheduler.spec import JobSpec
+from scheduler.worker import heartbeat, install
 
-__all__ = ["CronchainError", "JobSpec", "NotFound", "Scheduler", "SpecError", "TransientError"]
+__all__ = [
+    "CronchainError",
+    "JobSpec",
+    "NotFound",
+    "Scheduler",
+    "SpecError",
+    "TransientError",
+    "heartbeat",
+    "install",
+]

@@ -17,6 +17,7 @@ from typing import Any
 from scheduler import store
 from scheduler.declarative import ApplyReport, apply
 from scheduler.engine import Engine
+from scheduler.errors import NotFound
 from scheduler.spec import JobSpec, load_job_file
 from statemachine import Pause, Resume, Trigger
 
@@ -83,22 +84,29 @@ class Scheduler:
         with self.engine.db.connect() as conn:
             job_id = None if job is None else store.resolve_job(conn, job)
             rows = store.history(conn, job_id=job_id, since=since, limit=limit)
-        return [
-            {
-                "id": r["id"],
-                "job": r["job"],
-                "slot": iso(r["slot"]),
-                "status": r["status"],
-                "attempt": r["attempt"],
-                "started_at": iso(r["started_at"]),
-                "finished_at": iso(r["finished_at"]),
-                "error": r["error"],
-                "reason": r["reason"],
-                "trigger_id": r["trigger_id"],
-                "revision": r["revision"],
-            }
-            for r in rows
-        ]
+        return [_summary(r) for r in rows]
+
+    def invocation(self, invocation_id: int) -> dict[str, Any]:
+        """One invocation whole: its earlier attempts and its debug log too."""
+        with self.engine.db.connect() as conn:
+            row = store.invocation(conn, invocation_id)
+        if row is None:
+            raise NotFound(f"no invocation {invocation_id}")
+        return _summary(row) | {
+            "attempts": row["attempts"] or [],
+            "worker": row["worker"],
+            "created_at": iso(row["created_at"]),
+            "start_at": iso(row["start_at"]),
+            "deadline": iso(row["deadline"]),
+            "timeout_at": iso(row["timeout_at"]),
+            "log": row["log"] or "",
+        }
+
+    def abort(self, job: str | None = None, *, invocation: int | None = None) -> list[int]:
+        """Abort the job's active invocations, or one invocation; returns the ids."""
+        if (job is None) == (invocation is None):
+            raise ValueError("abort needs a job or an invocation id")
+        return self.engine.abort(job=job, invocation_id=invocation)
 
     def trigger(self, job: str) -> dict[str, Any]:
         """Start a run now; if one is active it is recorded as SKIPPED ("overlap")."""
@@ -113,3 +121,19 @@ class Scheduler:
 
     def resume(self, job: str) -> None:
         self.engine.command(job, Resume(), paused=False, pause_reason=None)
+
+
+def _summary(r: Any) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "job": r["job"],
+        "slot": iso(r["slot"]),
+        "status": r["status"],
+        "attempt": r["attempt"],
+        "started_at": iso(r["started_at"]),
+        "finished_at": iso(r["finished_at"]),
+        "error": r["error"],
+        "reason": r["reason"],
+        "trigger_id": r["trigger_id"],
+        "revision": r["revision"],
+    }

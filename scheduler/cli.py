@@ -89,9 +89,51 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    if args.invocation is not None:
+        detail = _scheduler().invocation(args.invocation)
+        if args.job and args.job not in (detail["job"], detail["job"].rpartition("/")[2]):
+            raise NotFound(f"invocation {args.invocation} is not one of {args.job}'s")
+        _print(detail, args.json, _invocation_text)
+        return 0
     rows = _scheduler().history(args.job, since=args.since, limit=args.limit)
     columns = ["id", "job", "slot", "status", "attempt", "started_at", "finished_at", "error"]
     _print(rows, args.json, lambda rows: _table(rows, columns))
+    return 0
+
+
+def _invocation_text(d: dict[str, Any]) -> str:
+    keys = [
+        "id",
+        "job",
+        "slot",
+        "trigger_id",
+        "status",
+        "reason",
+        "attempt",
+        "worker",
+        "started_at",
+        "finished_at",
+        "start_at",
+        "deadline",
+        "timeout_at",
+        "error",
+        "revision",
+    ]
+    lines = [f"{k}: {d[k]}" for k in keys if d[k] is not None]
+    for a in d["attempts"]:
+        lines.append(
+            f"attempt {a['attempt']}: {a['status']} {a['started_at']} -> "
+            f"{a['finished_at']}: {a['error']}"
+        )
+    return "\n".join([*lines, "log:", d["log"].rstrip() or "(empty)"])
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    if (args.job is None) == (args.invocation is None):
+        raise SpecError("abort", "name a JOB or give --invocation ID (one of them)")
+    ids = _scheduler().abort(args.job, invocation=args.invocation)
+    what = args.job or f"invocation {args.invocation}"
+    print(f"{what}: aborted {', '.join(map(str, ids))}" if ids else f"{what}: nothing active")
     return 0
 
 
@@ -193,7 +235,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("job", nargs="?", help="project/name (all jobs if left out)")
     c.add_argument("--since", type=_time, help="ISO 8601 time with a zone")
     c.add_argument("--limit", type=int, default=50)
+    c.add_argument("--invocation", type=int, metavar="ID", help="one invocation, with its log")
     c.add_argument("--json", action="store_true")
+
+    c = command("abort", cmd_abort, "abort a job's active invocations, or one invocation")
+    c.add_argument("job", nargs="?", help="project/name")
+    c.add_argument("--invocation", type=int, metavar="ID")
 
     c = command("trigger", cmd_trigger, "run a job now")
     c.add_argument("job")

@@ -1,17 +1,15 @@
 """Invokers: how an invocation's work is launched, one per job kind.
 
 Single-stage invokers (noop, http) return the outcome from ``invoke``; the engine records
-it in one more commit. Multi-stage ones (celery) return None and the outcome arrives
-later as a message. An invoker is called only after the RUNNING state that describes the
-call is committed.
+it in one more commit. Multi-stage ones (celery) return None; the worker that runs the
+task claims the attempt, heartbeats and reports the outcome (``scheduler.worker``). An
+invoker is called only after the RUNNING state that describes the call is committed.
 """
 
 from __future__ import annotations
 
-import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -21,36 +19,51 @@ from statemachine import InvocationStatus
 @dataclass(frozen=True)
 class Call:
     invocation_id: int
+    attempt: int  # the epoch: reports from any other attempt are refused
     job: str
     slot: datetime | None
     options: dict[str, Any]
+    lease: timedelta = timedelta(seconds=60)
+    timeout: timedelta | None = None
+    lost: threading.Event = field(default_factory=threading.Event)  # set: stop, it is over
+
+    @property
+    def task_id(self) -> str:
+        """The Celery task id of this attempt, known before it is sent (to revoke it)."""
+        return celery_task_id(self.invocation_id, self.attempt)
+
+
+def celery_task_id(invocation_id: int, attempt: int) -> str:
+    return f"cronchain-{invocation_id}-{attempt}"
 
 
 @dataclass(frozen=True)
 class Outcome:
     status: InvocationStatus
     error: str | None = None
+    reason: str | None = None  # a short cause: "timeout", "launch", ...
+    log: tuple[str, ...] = ()  # lines for the invocation's debug log
 
     @classmethod
-    def failed(cls, error: str) -> Outcome:
-        return cls(InvocationStatus.FAILED, error)
+    def failed(cls, error: str, reason: str | None = None, log: tuple[str, ...] = ()) -> Outcome:
+        return cls(InvocationStatus.FAILED, error, reason, log)
 
 
 SUCCEEDED = Outcome(InvocationStatus.SUCCEEDED)
 
 
 class Dispatcher(Protocol):
-    """Sends a named Celery task whose outcome is reported back for an invocation."""
+    """Sends a named Celery task that reports back for an invocation's attempt."""
 
-    def send_task(
-        self, name: str, args: list[Any], kwargs: dict[str, Any], queue: str, invocation_id: int
-    ) -> None: ...
+    def send_task(self, call: Call) -> None: ...
+
+    def revoke(self, task_id: str) -> None: ...
 
 
 class Invoker(Protocol):
-    def lease(self, options: dict[str, Any]) -> timedelta | None:
-        """How long a RUNNING invocation may go unreported before it counts as lost
-        (None: no lease; it is reported by another process)."""
+    single_stage: bool
+    """True: ``invoke`` returns the outcome, and this process holds the lease meanwhile.
+    False: the outcome and the heartbeats come from another process."""
 
     def invoke(self, call: Call) -> Outcome | None: ...
 
@@ -59,61 +72,37 @@ class NoopInvoker:
     """Does nothing (after ``sleep`` seconds), or fails if ``fail`` is set: for tests,
     demos and measuring cronchain itself."""
 
-    def lease(self, options: dict[str, Any]) -> timedelta | None:
-        return timedelta(seconds=options["sleep"])
+    single_stage = True
 
     def invoke(self, call: Call) -> Outcome | None:
-        if call.options["sleep"]:
-            time.sleep(call.options["sleep"])
+        if call.options["sleep"] and call.lost.wait(call.options["sleep"]):
+            return Outcome.failed("noop: stopped, the attempt is no longer current")
         return Outcome.failed("noop: fail is set") if call.options["fail"] else SUCCEEDED
-
-
-class HttpInvoker:
-    """One HTTP request; a 2xx response succeeds, anything else fails with its status."""
-
-    def lease(self, options: dict[str, Any]) -> timedelta | None:
-        return timedelta(seconds=options["timeout"])
-
-    def invoke(self, call: Call) -> Outcome | None:
-        o = call.options
-        body = o["body"].encode() if o["body"] is not None else None
-        request = urllib.request.Request(o["url"], data=body, method=o["method"])
-        for name, value in o["headers"].items():
-            request.add_header(name, value)
-        request.add_header("X-Cronchain-Invocation", str(call.invocation_id))
-        try:
-            with urllib.request.urlopen(request, timeout=o["timeout"]) as response:
-                status = response.status
-        except urllib.error.HTTPError as err:
-            status = err.code
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
-            reason = getattr(err, "reason", err)
-            return Outcome.failed(f"http: {o['method']} {o['url']}: {reason}")
-        if 200 <= status < 300:
-            return SUCCEEDED
-        return Outcome.failed(f"http: {o['method']} {o['url']} answered {status}")
 
 
 class CeleryInvoker:
     """``send_task`` of a named task on a named queue; the worker's outcome finishes the
     invocation through the link callbacks the dispatcher attaches."""
 
+    single_stage = False
+
     def __init__(self, dispatcher: Dispatcher):
         self.dispatcher = dispatcher
 
-    def lease(self, options: dict[str, Any]) -> timedelta | None:
-        return None
-
     def invoke(self, call: Call) -> Outcome | None:
-        o = call.options
         try:
-            self.dispatcher.send_task(
-                o["task"], o["args"], o["kwargs"], o["queue"], call.invocation_id
-            )
+            self.dispatcher.send_task(call)
         except Exception as err:  # the broker refused: a launch failure, recorded as such
-            return Outcome.failed(f"celery: could not send {o['task']}: {err}")
+            return Outcome.failed(f"celery: could not send {call.options['task']}: {err}", "launch")
         return None
 
 
-def default_invokers(dispatcher: Dispatcher) -> dict[str, Invoker]:
-    return {"noop": NoopInvoker(), "http": HttpInvoker(), "celery": CeleryInvoker(dispatcher)}
+def default_invokers(dispatcher: Dispatcher, http_allow: str = "") -> dict[str, Invoker]:
+    from scheduler.http import HttpInvoker
+    from scheduler.netguard import parse_allow
+
+    return {
+        "noop": NoopInvoker(),
+        "http": HttpInvoker(parse_allow(http_allow)),
+        "celery": CeleryInvoker(dispatcher),
+    }

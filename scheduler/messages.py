@@ -7,9 +7,10 @@ By name, so that ``scheduler`` never imports the task modules (``tasks`` imports
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from celery import Celery
+
+from scheduler.invokers import Call
 
 
 class CeleryPort:
@@ -22,22 +23,29 @@ class CeleryPort:
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self.app.send_task("cronchain.tick_later", args=(job_id, nonce), eta=eta, queue=self.queue)
 
-    def start_invocation(self, invocation_id: int, eta: datetime | None = None) -> None:
+    def start_invocation(
+        self, invocation_id: int, attempt: int | None = None, eta: datetime | None = None
+    ) -> None:
         self.app.send_task(
-            "cronchain.start_invocation", args=(invocation_id,), eta=eta, queue=self.queue
+            "cronchain.start_invocation", args=(invocation_id, attempt), eta=eta, queue=self.queue
         )
 
-    def send_task(
-        self, name: str, args: list[Any], kwargs: dict[str, Any], queue: str, invocation_id: int
-    ) -> None:
-        ids = {"invocation_id": invocation_id}
+    def send_task(self, call: Call) -> None:
+        """The job's own task, with the attempt in a header for the worker side to claim."""
+        o = call.options
+        header = {
+            "invocation": call.invocation_id,
+            "attempt": call.attempt,
+            "lease": call.lease.total_seconds(),
+        }
         self.app.send_task(
-            name,
-            args=args,
-            kwargs=kwargs,
-            queue=queue,
-            link=self.app.signature("cronchain.invocation_succeeded", kwargs=ids, queue=self.queue),
-            link_error=self.app.signature(
-                "cronchain.invocation_failed", kwargs=ids, queue=self.queue
-            ),
+            o["task"],
+            args=o["args"],
+            kwargs=o["kwargs"],
+            queue=o["queue"],
+            task_id=call.task_id,
+            headers={"cronchain": header},
         )
+
+    def revoke(self, task_id: str) -> None:
+        self.app.control.revoke(task_id, terminate=True)

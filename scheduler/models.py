@@ -60,7 +60,15 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 JOB_STATES = ("DISABLED", "SCHEDULED", "SUSPENDED", "QUEUED", "RUNNING", "OVERRUN")
-INVOCATION_STATUSES = ("STARTING", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "SKIPPED")
+INVOCATION_STATUSES = (
+    "STARTING",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "ABORTED",
+    "SKIPPED",
+    "WAITING",
+)
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:
@@ -89,6 +97,8 @@ jobs = Table(
     Column("invocation_id", BigInteger),
     Column("invocation_running", Boolean, nullable=False),
     Column("overruns", Integer, nullable=False),
+    Column("active", Integer, nullable=False),  # invocations STARTING or RUNNING
+    Column("buffered", Integer, nullable=False),  # invocations WAITING
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     UniqueConstraint("project", "name"),
@@ -100,6 +110,7 @@ jobs = Table(
     CheckConstraint("tick_nonce IS NOT NULL OR watchdog_at IS NULL", name="watchdog_tick"),
     CheckConstraint("state <> 'DISABLED' OR NOT enabled", name="disabled"),
     CheckConstraint("state <> 'SUSPENDED' OR paused", name="suspended"),
+    CheckConstraint("active >= 0 AND buffered >= 0", name="counts"),
 )
 Index("ix_jobs_watchdog_at", jobs.c.watchdog_at)
 
@@ -119,13 +130,20 @@ invocations = Table(
     Column("finished_at", UTCDateTime),
     Column("deadline", UTCDateTime),
     Column("error", Text),
+    Column("start_at", UTCDateTime),  # STARTING: when the next attempt is due (backoff)
+    Column("timeout_at", UTCDateTime),  # RUNNING: when the attempt times out
+    Column("worker", String(200)),  # who claimed the current attempt
+    Column("attempts", JSON),  # the earlier attempts of a retried invocation
+    Column("log", Text),  # the debug log, bounded
     UniqueConstraint("job_id", "slot"),
     UniqueConstraint("job_id", "trigger_id"),
     CheckConstraint(_one_of("status", INVOCATION_STATUSES), name="status"),
     CheckConstraint("slot IS NOT NULL OR trigger_id IS NOT NULL", name="key"),
-    CheckConstraint("(status IN ('STARTING', 'RUNNING')) = (finished_at IS NULL)", name="finished"),
     CheckConstraint(
-        "status = 'STARTING' OR status = 'SKIPPED' OR started_at IS NOT NULL", name="started"
+        "(status IN ('WAITING', 'STARTING', 'RUNNING')) = (finished_at IS NULL)", name="finished"
+    ),
+    CheckConstraint(
+        "status NOT IN ('RUNNING', 'SUCCEEDED') OR started_at IS NOT NULL", name="started"
     ),
     CheckConstraint("status <> 'SKIPPED' OR reason IS NOT NULL", name="skipped_reason"),
 )

@@ -3,6 +3,7 @@ turns the environment into live objects, for workers and for the CLI alike."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from celery import Celery
@@ -20,6 +21,15 @@ class Runtime:
     engine: Engine
 
     @classmethod
+    def current(cls, app: Celery) -> Runtime:
+        """One runtime per worker process, made after the fork (connections do not
+        survive it)."""
+        global _current
+        if _current is None or _current[0] != os.getpid():
+            _current = (os.getpid(), cls.from_env(app))
+        return _current[1]
+
+    @classmethod
     def from_env(cls, app: Celery | None = None) -> Runtime:
         settings = Settings.from_env()
         if app is None:
@@ -29,7 +39,10 @@ class Runtime:
         engine = Engine(
             make_engine(settings.database_url),
             port,
-            default_invokers(port),
+            default_invokers(port, settings.http_allow),
             grace=settings.watchdog_grace,
         )
         return cls(settings, engine)
+
+
+_current: tuple[int, Runtime] | None = None

@@ -27,6 +27,7 @@ class Settings:
     watchdog_interval: float
     queue: str = "cronchain"
     imports: tuple[str, ...] = ()
+    http_allow: str = ""  # addresses/networks the http kind may call besides public ones
 
     @property
     def embedded_broker(self) -> bool:
@@ -59,4 +60,5 @@ class Settings:
             watchdog_interval=interval,
             queue=env.get("CRONCHAIN_QUEUE") or "cronchain",
             imports=tuple(m.strip() for m in imports),
+            http_allow=env.get("CRONCHAIN_HTTP_ALLOW") or "",
         )

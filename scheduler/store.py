@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, select, update
+from sqlalchemy import Connection, Row, case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from scheduler import debuglog
 from scheduler.errors import NotFound, TransientError
 from scheduler.models import invocations, jobs
 from scheduler.spec import JobSpec
@@ -54,6 +55,8 @@ class JobRow:
             invocation_id=m["invocation_id"],
             invocation_running=m["invocation_running"],
             overruns=m["overruns"],
+            active=m["active"],
+            buffered=m["buffered"],
         )
         fields = {k: m[k] for k in cls.__dataclass_fields__ if k != "snapshot"}
         return cls(**fields, snapshot=snapshot)
@@ -69,6 +72,12 @@ class InvocationRow:
     status: str
     attempt: int
     deadline: datetime | None
+    started_at: datetime | None
+    start_at: datetime | None
+    timeout_at: datetime | None
+    worker: str | None
+    attempts: list[dict[str, Any]] | None
+    log: str | None
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> InvocationRow:
@@ -114,6 +123,8 @@ def insert_job(conn: Connection, spec: JobSpec, now: datetime) -> int:
         generation=0,
         invocation_running=False,
         overruns=0,
+        active=0,
+        buffered=0,
         created_at=now,
         updated_at=now,
     )
@@ -149,6 +160,8 @@ def save_job(
         invocation_id=snapshot.invocation_id,
         invocation_running=snapshot.invocation_running,
         overruns=snapshot.overruns,
+        active=snapshot.active,
+        buffered=snapshot.buffered,
         watchdog_at=watchdog_at,
         generation=job.generation + 1,
         updated_at=now,
@@ -195,8 +208,8 @@ def insert_invocation(
     deadline: datetime | None = None,
     reason: str | None = None,
 ) -> int | None:
-    """Insert a STARTING or SKIPPED invocation for a slot or trigger id; None if that
-    slot or trigger id has one already."""
+    """Insert a STARTING, WAITING or SKIPPED invocation for a slot or trigger id; None if
+    that slot or trigger id has one already."""
     values = dict(
         job_id=job_id,
         slot=slot,
@@ -204,7 +217,7 @@ def insert_invocation(
         revision=revision,
         status=status,
         reason=reason,
-        attempt=0,  # STARTING or SKIPPED: no attempt has been made yet
+        attempt=0,  # no attempt has been made yet
         created_at=now,
         finished_at=now if status == "SKIPPED" else None,
         deadline=deadline,
@@ -223,8 +236,67 @@ def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | Non
     return None if row is None else InvocationRow.from_row(row)
 
 
+def invocation_job(conn: Connection, invocation_id: int) -> int | None:
+    """The job of an invocation, read without a lock: callers lock the job first, then
+    the invocation, the one order every writer keeps."""
+    query = select(invocations.c.job_id).where(invocations.c.id == invocation_id)
+    return conn.execute(query).scalar_one_or_none()
+
+
 def update_invocation(conn: Connection, invocation_id: int, **values: Any) -> None:
     conn.execute(update(invocations).where(invocations.c.id == invocation_id).values(values))
+
+
+def lock_invocations_of(
+    conn: Connection, job_id: int, statuses: tuple[str, ...]
+) -> list[InvocationRow]:
+    """A job's invocations in the given statuses, oldest first, locked."""
+    query = (
+        select(invocations)
+        .where(invocations.c.job_id == job_id, invocations.c.status.in_(statuses))
+        .order_by(invocations.c.id)
+        .with_for_update()
+    )
+    return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
+def oldest_waiting(conn: Connection, job_id: int) -> InvocationRow | None:
+    query = (
+        select(invocations)
+        .where(invocations.c.job_id == job_id, invocations.c.status == "WAITING")
+        .order_by(invocations.c.id)
+        .limit(1)
+        .with_for_update()
+    )
+    row = conn.execute(query).first()
+    return None if row is None else InvocationRow.from_row(row)
+
+
+def renew_lease(
+    conn: Connection,
+    invocation_id: int,
+    attempt: int,
+    deadline: datetime,
+    *,
+    claim: str | None = None,
+) -> bool:
+    """Move a RUNNING attempt's lease deadline (never past its timeout); with ``claim``,
+    also take the attempt
+    for a worker, which only one delivery of its message can do. False: the attempt is
+    not (or no longer) the current one: it was retried, aborted, timed out or claimed."""
+    query = update(invocations).where(
+        invocations.c.id == invocation_id,
+        invocations.c.attempt == attempt,
+        invocations.c.status == "RUNNING",
+    )
+    timeout_at = invocations.c.timeout_at
+    values: dict[str, Any] = {
+        "deadline": case((timeout_at < deadline, timeout_at), else_=deadline),
+    }
+    if claim is not None:
+        query = query.where(invocations.c.worker.is_(None))
+        values["worker"] = claim
+    return conn.execute(query.values(values)).rowcount == 1
 
 
 def extend_deadlines(conn: Connection, invocation_ids: list[int], deadline: datetime) -> None:
@@ -236,16 +308,45 @@ def extend_deadlines(conn: Connection, invocation_ids: list[int], deadline: date
         )
 
 
-def claim_lapsed_invocations(conn: Connection, now: datetime, limit: int) -> list[InvocationRow]:
-    """Active invocations past their deadline (start never came, or the lease lapsed)."""
+def append_log(conn: Connection, invocation_id: int, now: datetime, line: str) -> None:
+    inv = lock_invocation(conn, invocation_id)
+    if inv is not None:
+        update_invocation(conn, invocation_id, log=debuglog.append(inv.log, now, line))
+
+
+def claim_lapsed_starts(conn: Connection, now: datetime, limit: int) -> list[InvocationRow]:
+    """STARTING invocations past their deadline: their start message was lost."""
     query = (
         select(invocations)
-        .where(invocations.c.deadline < now)
+        .where(invocations.c.deadline < now, invocations.c.status == "STARTING")
         .order_by(invocations.c.deadline)
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
+def lapsed_runs(conn: Connection, now: datetime, limit: int) -> list[int]:
+    """RUNNING invocations whose lease or timeout lapsed (read only: each is then ended
+    in a transaction that locks its job first)."""
+    query = (
+        select(invocations.c.id)
+        .where(invocations.c.deadline < now, invocations.c.status == "RUNNING")
+        .order_by(invocations.c.deadline)
+        .limit(limit)
+    )
+    return list(conn.execute(query).scalars())
+
+
+def invocation(conn: Connection, invocation_id: int) -> dict[str, Any] | None:
+    ref = (jobs.c.project + "/" + jobs.c.name).label("job")
+    query = (
+        select(invocations, ref)
+        .join(jobs, jobs.c.id == invocations.c.job_id)
+        .where(invocations.c.id == invocation_id)
+    )
+    row = conn.execute(query).first()
+    return None if row is None else dict(row._mapping)
 
 
 def history(

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler import store
-from scheduler.engine import RUNNING, STARTING, Engine, Message, SendStart
-from statemachine import InvocationStatus, Repair
+from scheduler.engine import Engine, Message, SendStart
+from statemachine import Repair
 
 BATCH = 500
 
@@ -40,15 +40,12 @@ def run_once(engine: Engine, limit: int = BATCH) -> WatchdogReport:
             messages += engine.feed(conn, job, Repair(), now).messages
     with engine.transaction() as conn:
         now = engine.clock()
-        lapsed = store.claim_lapsed_invocations(conn, now, limit)
         # A start that never came is sent again; one UPDATE moves all their deadlines.
-        starts = [inv.id for inv in lapsed if inv.status == STARTING]
-        store.extend_deadlines(conn, starts, now + engine.grace)
-        messages += [SendStart(inv_id) for inv_id in starts]
-        # A lease that lapsed ends its run; each one steps its own job.
-        expired = [inv for inv in lapsed if inv.status == RUNNING]
-        for inv in expired:
-            failed = InvocationStatus.FAILED.value
-            messages += engine.record_outcome(conn, inv, failed, "lease expired", now).messages
+        starts = store.claim_lapsed_starts(conn, now, limit)
+        store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.grace)
+        messages += [SendStart(inv.id, inv.attempt + 1) for inv in starts]
+        lapsed = store.lapsed_runs(conn, now, limit)
     engine.send(messages)
-    return WatchdogReport(ticks=len(jobs), starts=len(starts), expired=len(expired))
+    # A lease (or timeout) that lapsed ends its attempt; each locks its own job first.
+    expired = sum(engine.expire(inv_id) for inv_id in lapsed)
+    return WatchdogReport(ticks=len(jobs), starts=len(starts), expired=expired)

@@ -16,14 +16,21 @@ class InvocationStatus(StrEnum):
     FAILED = "FAILED"
     ABORTED = "ABORTED"
     SKIPPED = "SKIPPED"
+    WAITING = "WAITING"  # buffered by the overlap policy until the job has room
 
 
 _MOVES: dict[InvocationStatus, frozenset[InvocationStatus]] = {
+    InvocationStatus.WAITING: frozenset({InvocationStatus.STARTING, InvocationStatus.ABORTED}),
     InvocationStatus.STARTING: frozenset(
         {InvocationStatus.RUNNING, InvocationStatus.FAILED, InvocationStatus.ABORTED}
     ),
     InvocationStatus.RUNNING: frozenset(
-        {InvocationStatus.SUCCEEDED, InvocationStatus.FAILED, InvocationStatus.ABORTED}
+        {
+            InvocationStatus.SUCCEEDED,
+            InvocationStatus.FAILED,
+            InvocationStatus.ABORTED,
+            InvocationStatus.STARTING,  # a failed attempt that will be retried
+        }
     ),
 }
 

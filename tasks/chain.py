@@ -8,26 +8,21 @@ retries with backoff; if retries run out, the watchdog repairs the step anyway.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from scheduler.errors import TransientError
+from scheduler.invokers import Outcome
 from scheduler.runtime import Runtime
 from scheduler.watchdog import run_once
 from statemachine import InvocationStatus
 from tasks import app
 
 log = logging.getLogger("cronchain.tasks")
-_runtime: tuple[int, Runtime] | None = None
 RETRY = dict(autoretry_for=(TransientError,), retry_backoff=1, retry_backoff_max=30, max_retries=8)
 
 
 def runtime() -> Runtime:
-    """One engine per worker process, made after the fork (connections do not survive it)."""
-    global _runtime
-    if _runtime is None or _runtime[0] != os.getpid():
-        _runtime = (os.getpid(), Runtime.from_env(app))
-    return _runtime[1]
+    return Runtime.current(app)
 
 
 def _ints(*values: Any) -> bool:
@@ -43,26 +38,26 @@ def tick_later(job_id: int, nonce: int) -> None:
 
 
 @app.task(name="cronchain.start_invocation", **RETRY)
-def start_invocation(invocation_id: int) -> None:
-    if not _ints(invocation_id):
-        log.error("malformed start_invocation message dropped: %r", invocation_id)
+def start_invocation(invocation_id: int, attempt: int | None = None) -> None:
+    if not _ints(invocation_id) or not (attempt is None or _ints(attempt)):
+        log.error("malformed start_invocation message dropped: %r %r", invocation_id, attempt)
         return
-    runtime().engine.start_invocation(invocation_id)
+    runtime().engine.start_invocation(invocation_id, attempt)
 
 
+# Link callbacks of celery runs sent by cronchain before leases (0.1): kept so that
+# messages already in flight during an upgrade still finish their invocations.
 @app.task(name="cronchain.invocation_succeeded", **RETRY)
 def invocation_succeeded(result: Any = None, *, invocation_id: int) -> None:
-    """Linked to a ``celery`` job's task: called with its return value on success."""
     if _ints(invocation_id):
-        runtime().engine.finish_invocation(invocation_id, InvocationStatus.SUCCEEDED)
+        runtime().engine.finish_invocation(invocation_id, Outcome(InvocationStatus.SUCCEEDED))
 
 
 @app.task(name="cronchain.invocation_failed", **RETRY)
 def invocation_failed(task_id: str | None = None, *, invocation_id: int) -> None:
-    """Linked as the error callback of a ``celery`` job's task."""
     if _ints(invocation_id):
-        error = f"celery task {task_id} failed"
-        runtime().engine.finish_invocation(invocation_id, InvocationStatus.FAILED, error)
+        outcome = Outcome.failed(f"celery task {task_id} failed")
+        runtime().engine.finish_invocation(invocation_id, outcome)
 
 
 @app.task(name="cronchain.watchdog", **RETRY)

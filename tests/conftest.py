@@ -11,7 +11,7 @@ import sqlalchemy
 from migrations import upgrade
 from scheduler.db import make_engine
 from scheduler.engine import Engine
-from scheduler.invokers import default_invokers
+from scheduler.invokers import Call, default_invokers
 from tests import services
 
 
@@ -35,21 +35,31 @@ class RecordingPort:
 
     ticks: list[tuple[int, int, datetime]] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
-    tasks: list[tuple[str, int]] = field(default_factory=list)
+    start_messages: list[tuple[int, int | None, datetime | None]] = field(default_factory=list)
+    tasks: list[tuple[str, int, int]] = field(default_factory=list)
+    revoked: list[str] = field(default_factory=list)
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self.ticks.append((job_id, nonce, eta))
 
-    def start_invocation(self, invocation_id: int, eta: datetime | None = None) -> None:
+    def start_invocation(
+        self, invocation_id: int, attempt: int | None = None, eta: datetime | None = None
+    ) -> None:
         self.starts.append(invocation_id)
+        self.start_messages.append((invocation_id, attempt, eta))
 
-    def send_task(self, name, args, kwargs, queue, invocation_id) -> None:  # type: ignore[no-untyped-def]
-        self.tasks.append((name, invocation_id))
+    def send_task(self, call: Call) -> None:
+        self.tasks.append((call.options["task"], call.invocation_id, call.attempt))
+
+    def revoke(self, task_id: str) -> None:
+        self.revoked.append(task_id)
 
     def clear(self) -> None:
         self.ticks.clear()
         self.starts.clear()
+        self.start_messages.clear()
         self.tasks.clear()
+        self.revoked.clear()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 import sqlalchemy
@@ -17,6 +16,7 @@ from scheduler.db import make_engine
 from scheduler.engine import Engine
 from scheduler.invokers import Call, Outcome
 from scheduler.spec import JobSpec
+from statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort
 from tests.services import PostgresServer, postgres_server
 
@@ -45,13 +45,12 @@ class RestartingInvoker:
         self.server = server
         self.mode = mode
 
-    def lease(self, options: dict[str, Any]) -> timedelta:
-        return timedelta(seconds=60)
+    single_stage = True
 
     def invoke(self, call: Call) -> Outcome | None:
         self.server.stop(self.mode)
         threading.Timer(1.5, self.server.start).start()
-        return Outcome(status="SUCCEEDED")  # type: ignore[arg-type]
+        return Outcome(InvocationStatus.SUCCEEDED)
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])

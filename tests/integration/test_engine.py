@@ -16,7 +16,7 @@ from scheduler.engine import Engine
 from scheduler.invokers import Call, Outcome, default_invokers
 from scheduler.models import invocations, jobs
 from scheduler.spec import JobSpec
-from statemachine import InvalidTransition
+from statemachine import InvalidTransition, InvocationStatus
 from tests.conftest import Clock, RecordingPort
 
 pytestmark = pytest.mark.postgres
@@ -151,8 +151,7 @@ def test_a_lost_start_is_sent_again(engine: Engine, port: RecordingPort, clock: 
 class HangingInvoker:
     """Launches and never reports, like a worker that died mid-run."""
 
-    def lease(self, options: dict[str, Any]) -> timedelta:
-        return timedelta(seconds=5)
+    single_stage = True
 
     def invoke(self, call: Call) -> Outcome | None:
         return None
@@ -165,7 +164,7 @@ def test_a_lapsed_lease_fails_the_run_and_frees_the_job(db: sqlalchemy.Engine, c
     Scheduler(engine).trigger("p/a")
     deliver_starts(engine, port)
     assert job(engine).snapshot.state == "RUNNING"
-    clock.advance(19)
+    clock.advance(59)  # the default lease is 60 s; nothing renews it
     assert watchdog.run_once(engine).expired == 0
     clock.advance(2)
     assert watchdog.run_once(engine).expired == 1
@@ -173,7 +172,7 @@ def test_a_lapsed_lease_fails_the_run_and_frees_the_job(db: sqlalchemy.Engine, c
     assert (inv["status"], inv["error"]) == ("FAILED", "lease expired")
     assert job(engine).snapshot.state == "SCHEDULED"
     # The run's own report arrives late: it changes nothing.
-    assert engine.finish_invocation(inv["id"], "SUCCEEDED") is False
+    assert engine.finish_invocation(inv["id"], Outcome(InvocationStatus.SUCCEEDED)) is False
     assert rows(engine)[0]["status"] == "FAILED"
 
 
@@ -256,10 +255,11 @@ def test_celery_jobs_finish_when_the_worker_reports(engine: Engine, port: Record
     apply(engine, make("triggered", kind="celery", task="etl.run", queue="etl"))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver_starts(engine, port)
-    assert port.tasks == [("etl.run", inv)]
+    assert port.tasks == [("etl.run", inv, 1)]
     assert job(engine).snapshot.state == "RUNNING"
-    assert engine.finish_invocation(inv, "SUCCEEDED") is True
-    assert engine.finish_invocation(inv, "FAILED") is False  # a repeated report
+    assert engine.finish_invocation(inv, Outcome(InvocationStatus.SUCCEEDED)) is True
+    repeated = engine.finish_invocation(inv, Outcome(InvocationStatus.FAILED))
+    assert repeated is False
     assert rows(engine)[0]["status"] == "SUCCEEDED"
     assert job(engine).snapshot.state == "SCHEDULED"
 
@@ -278,13 +278,13 @@ class CommittedCheckingPort(RecordingPort):
             assert pending.scalar_one() == nonce, "tick sent before its nonce was committed"
         super().tick_later(job_id, nonce, eta)
 
-    def start_invocation(self, invocation_id: int, eta: Any = None) -> None:
+    def start_invocation(self, invocation_id: int, attempt: Any = None, eta: Any = None) -> None:
         with self.db.connect() as conn:
             status = conn.execute(
                 select(invocations.c.status).where(invocations.c.id == invocation_id)
             ).scalar_one()
             assert status == "STARTING", "start sent before its invocation was committed"
-        super().start_invocation(invocation_id, eta)
+        super().start_invocation(invocation_id, attempt, eta)
 
 
 def test_every_message_is_sent_after_its_state_is_committed(db: sqlalchemy.Engine, clock: Clock):

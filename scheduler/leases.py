@@ -1,0 +1,94 @@
+"""Leases of running attempts, renewed from the process that runs them.
+
+A RUNNING attempt holds a lease (``lease: 60s`` per job); whoever runs it renews it at a
+third of its length. If the process dies, renewals stop, the deadline lapses and the
+watchdog ends the attempt as "lease expired". One daemon thread per process renews every
+lease that process holds; a renewal that finds its attempt no longer current (retried,
+aborted, timed out) sets ``lost`` so the work can stop early.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine as Database
+
+from scheduler import store
+from scheduler.db import write_transaction
+
+log = logging.getLogger("cronchain.leases")
+
+
+@dataclass(eq=False)
+class Lease:
+    invocation_id: int
+    attempt: int
+    length: timedelta
+    lost: threading.Event = field(default_factory=threading.Event)
+    due: datetime | None = None
+
+
+class Leases:
+    """Holds leases for this process and renews them in one background thread."""
+
+    def __init__(self, db: Database, clock: Callable[[], datetime]):
+        self.db = db
+        self.clock = clock
+        self._held: set[Lease] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def hold(self, lease: Lease) -> Lease:
+        with self._lock:
+            lease.due = self.clock() + lease.length / 3
+            self._held.add(lease)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="cronchain-leases")
+                self._thread.daemon = True
+                self._thread.start()
+            self._wake.notify()
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        with self._lock:
+            self._held.discard(lease)
+
+    def renew(self, lease: Lease, note: str | None = None) -> bool:
+        """Renew now, adding ``note`` to the debug log; False (and ``lost`` set) if the
+        attempt is no longer current."""
+        now = self.clock()
+        try:
+            with write_transaction(self.db) as conn:
+                current = store.renew_lease(
+                    conn, lease.invocation_id, lease.attempt, now + lease.length
+                )
+                if current and note:
+                    store.append_log(conn, lease.invocation_id, now, note)
+        except Exception as err:  # the database is away: try again at the next beat
+            log.warning("renewing the lease of invocation %s: %s", lease.invocation_id, err)
+            return not lease.lost.is_set()
+        if not current:
+            lease.lost.set()
+            self.release(lease)
+        lease.due = now + lease.length / 3
+        return current
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                now = self.clock()
+                due = [lease for lease in self._held if lease.due and lease.due <= now]
+                if not due:
+                    wait = min(
+                        ((lease.due - now).total_seconds() for lease in self._held if lease.due),
+                        default=1.0,
+                    )
+                    self._wake.wait(timeout=max(0.05, min(wait, 1.0)))
+                    continue
+            for lease in due:
+                self.renew(lease)

@@ -1,0 +1,87 @@
+"""The SSRF guard of the ``http`` kind: a job may not make cronchain's workers call
+private, loopback or link-local addresses (a cloud's metadata service, the database,
+an admin port) unless ``CRONCHAIN_HTTP_ALLOW`` lists them.
+
+The check is made on the address actually connected to, after name resolution and on
+every redirect, so DNS tricks (a public name resolving to 127.0.0.1, rebinding between
+check and use) and IPv4 spelled as an integer or as IPv4-mapped IPv6 do not get through.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
+from scheduler.errors import SpecError
+
+Address = IPv4Address | IPv6Address
+Network = IPv4Network | IPv6Network
+
+
+class Refused(OSError):
+    """The destination is not a public address and is not allowed."""
+
+
+def parse_allow(text: str) -> tuple[Network, ...]:
+    """``CRONCHAIN_HTTP_ALLOW``: comma-separated addresses or networks (CIDR)."""
+    networks = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            raise SpecError(
+                "CRONCHAIN_HTTP_ALLOW", f"{part!r} is not an address or network"
+            ) from None
+    return tuple(networks)
+
+
+def _unwrap(address: Address) -> Address:
+    """The IPv4 address hidden in an IPv6 one (mapped, 6to4, NAT64 well-known prefix)."""
+    if isinstance(address, IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address.sixtofour is not None:
+            return address.sixtofour
+        if address in ipaddress.ip_network("64:ff9b::/96"):
+            return IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
+
+
+def refused(address: Address, allow: tuple[Network, ...]) -> bool:
+    inner = _unwrap(address)
+    if any(inner in net or address in net for net in allow):
+        return False
+    return not inner.is_global or inner.is_multicast
+
+
+def connect(
+    host: str,
+    port: int,
+    timeout: float | None,
+    allow: tuple[Network, ...],
+    source_address: tuple[str, int] | None = None,
+) -> socket.socket:
+    """Like ``socket.create_connection``, but only to permitted addresses."""
+    last: OSError | None = None
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        if refused(address, allow):
+            last = Refused(
+                f"{host} is {address}, not a public address (allow it with CRONCHAIN_HTTP_ALLOW)"
+            )
+            continue
+        sock = socket.socket(family, kind, proto)
+        try:
+            if timeout is not None:
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as err:
+            sock.close()
+            last = err
+    raise last or OSError(f"{host} has no address")

@@ -1,0 +1,119 @@
+"""The worker side of the ``celery`` kind: claim, heartbeat, report, without any change
+to the user's task.
+
+cronchain sends a job's task with a ``cronchain`` header naming the invocation and the
+attempt (its epoch). On the worker that runs it:
+
+- before the task body runs, the attempt is claimed in the database. Only the current
+  attempt, and only one delivery of it, can be claimed: a redelivered message (an
+  ``acks_late`` redelivery, a replay) or one from an older attempt is ignored, so it can
+  never start a second concurrent run;
+- while it runs, a thread renews the lease at a third of its length; a task may also
+  call :func:`heartbeat` to report progress (and learn that it should stop);
+- when it ends, its success or failure (with the exception text) finishes the attempt.
+
+cronchain's own Celery app installs this through ``celeryconfig``. A worker built on
+another Celery app calls :func:`install` on it, before its tasks are registered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import timedelta
+from typing import Any
+
+import celery
+from celery.exceptions import Ignore
+from celery.signals import task_postrun
+
+from scheduler import store
+from scheduler.invokers import Outcome
+from scheduler.leases import Lease
+from scheduler.runtime import Runtime
+from statemachine import InvocationStatus
+
+log = logging.getLogger("cronchain.worker")
+HEADER = "cronchain"
+_held: dict[str, Lease] = {}  # this process's claimed attempts, by Celery task id
+
+
+def _fence(before_start: Any) -> Any:
+    """Wraps ``Task.before_start`` of every task (a Celery task annotation)."""
+
+    def before_start_fenced(self: celery.Task, task_id: str, args: Any, kwargs: Any) -> Any:
+        header = getattr(self.request, HEADER, None)
+        if header is not None and not _claim(self, task_id, header):
+            raise Ignore()
+        return before_start(self, task_id, args, kwargs)
+
+    return before_start_fenced
+
+
+ANNOTATIONS = {"*": {"@before_start": _fence}}
+
+
+def install(app: celery.Celery) -> None:
+    """Make ``app``'s workers claim, heartbeat and report cronchain's runs."""
+    existing = app.conf.task_annotations
+    rest = [] if existing is None else existing if isinstance(existing, list) else [existing]
+    app.conf.task_annotations = [ANNOTATIONS, *rest]
+
+
+def _ints(*values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
+    fields = header if isinstance(header, dict) else {}
+    invocation_id, attempt, length = (fields.get(k) for k in ("invocation", "attempt", "lease"))
+    if not _ints(invocation_id, attempt) or not isinstance(length, int | float) or length <= 0:
+        log.error("task %s has a malformed cronchain header %r: not run", task_id, header)
+        return False
+    engine = Runtime.current(task.app).engine
+    lease = Lease(invocation_id, attempt, timedelta(seconds=length))
+    worker = f"{task.request.hostname or 'worker'}:{os.getpid()}"
+    with engine.transaction() as conn:
+        now = engine.clock()
+        claimed = store.renew_lease(conn, invocation_id, attempt, now + lease.length, claim=worker)
+        if claimed:
+            store.append_log(conn, invocation_id, now, f"attempt {attempt} claimed by {worker}")
+    if not claimed:
+        log.warning(
+            "invocation %s attempt %s is not current or was claimed already: task %s not run",
+            invocation_id,
+            attempt,
+            task_id,
+        )
+        return False
+    _held[task_id] = engine.leases.hold(lease)
+    return True
+
+
+@task_postrun.connect
+def _report(
+    task_id: str, task: celery.Task, retval: Any = None, state: str | None = None, **_: Any
+) -> None:
+    lease = _held.pop(task_id, None)
+    if lease is None:
+        return
+    engine = Runtime.current(task.app).engine
+    engine.leases.release(lease)
+    if state == "SUCCESS":
+        outcome = Outcome(InvocationStatus.SUCCEEDED)
+    elif state == "FAILURE":
+        outcome = Outcome.failed(f"{type(retval).__name__}: {retval}", "error")
+    else:  # RETRY: Celery's own retries would run outside the attempt; the job's apply
+        outcome = Outcome.failed(f"the task ended as {state}; use the job's retries", "error")
+    engine.record_patiently(lease.invocation_id, lease.attempt, outcome)
+
+
+def heartbeat(note: str | None = None) -> bool:
+    """Renew the current task's lease now and add ``note`` to its debug log. Returns
+    False when the attempt is no longer current (aborted, timed out, retried): the task
+    should stop, its result will not be recorded. Outside a cronchain run: True."""
+    task = celery.current_task
+    lease = _held.get(task.request.id) if task else None
+    if task is None or lease is None:
+        return True
+    return Runtime.current(task.app).engine.leases.renew(lease, note)
