@@ -57,15 +57,22 @@ def _guarded(base: type[http.client.HTTPConnection], allow: tuple[netguard.Netwo
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follows at most ``limit`` redirects in all (urllib's own limit counts distinct
+    URLs, so a loop on one URL goes round several times)."""
+
     def __init__(self, limit: int, secret_headers: set[str]):
-        self.max_redirections = limit
+        self.limit = limit
         self.secret_headers = {h.capitalize() for h in secret_headers}
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
-        if self.max_redirections == 0:
+        followed = getattr(req, "cronchain_redirects", 0)
+        if followed >= self.limit:
             return None  # the 3xx itself is the answer, judged by ``accept``
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+        if new is None:
+            return None
+        new.cronchain_redirects = followed + 1
+        if _origin(new.full_url) != _origin(req.full_url):
             for name in self.secret_headers:
                 new.headers.pop(name, None)
                 new.unredirected_hdrs.pop(name, None)
