@@ -116,14 +116,16 @@ class Cluster:
         """``celery -A tasks ARGS``, as the README runs it."""
         self.start(name, sys.executable, "-m", "celery", "-A", "tasks", *args)
 
-    def start_worker(self, name: str = "worker", queues: str = "cronchain") -> None:
+    def start_worker(
+        self, name: str = "worker", queues: str = "cronchain", concurrency: int = 2
+    ) -> None:
         self.start_celery(
             name,
             "worker",
             "--queues",
             queues,
             "--concurrency",
-            "2",
+            str(concurrency),
             "--loglevel",
             "INFO",
             "--hostname",
