@@ -69,9 +69,8 @@ def connect(
     for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
         address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
         if refused(address, allow):
-            last = Refused(
-                f"{host} is {address}, not a public address (allow it with CRONCHAIN_HTTP_ALLOW)"
-            )
+            named = address if host.strip("[]") == str(address) else f"{host} ({address})"
+            last = Refused(f"{named} is not a public address; CRONCHAIN_HTTP_ALLOW can allow it")
             continue
         sock = socket.socket(family, kind, proto)
         try:

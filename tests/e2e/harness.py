@@ -81,8 +81,9 @@ class Cluster:
             os.environ,
             CRONCHAIN_HOME=str(folder / "home"),
             CRONCHAIN_WATCHDOG_INTERVAL=str(WATCHDOG_INTERVAL),
-            **settings,
+            CRONCHAIN_HTTP_ALLOW="127.0.0.1",  # the tests' endpoints listen on loopback
         )
+        env.update(settings)
         for name in ("CRONCHAIN_DATABASE_URL", "CRONCHAIN_BROKER_URL"):
             if name not in settings:
                 env.pop(name, None)
