@@ -108,3 +108,70 @@ def test_malformed_files(tmp_path: Path, text: str):
 def test_bad_names():
     with pytest.raises(SpecError, match="name:"):
         JobSpec("demo", "a/b", "every 1s")
+
+
+def test_controls_are_validated_and_only_non_defaults_kept():
+    spec = JobSpec(
+        "p",
+        "j",
+        "every 5s",
+        controls={"lease": "60s", "timeout": "2h", "retries": {"max_attempts": 3}},
+    )
+    assert spec.controls == {"timeout": 7200.0, "retries": {"max_attempts": 3}}
+    assert (
+        JobSpec("p", "j", "every 5s", controls={"lease": 60}).revision
+        == JobSpec("p", "j", "every 5s").revision
+    )  # a default spelled out does not change the revision
+
+
+BAD_CONTROLS = [
+    ({"lease": "0.5s"}, "lease: must be at least 1s"),
+    ({"overlap": "queue"}, "overlap: 'queue' is not one of"),
+    ({"max_buffered": 5}, "max_buffered: only applies with overlap: buffer_all"),
+    ({"overlap": "allow", "max_concurrent": 0}, "max_concurrent: must be a whole number"),
+    ({"retries": {"max_attempts": 3, "tries": 1}}, "retries.tries: unknown field"),
+    ({"retries": {"jitter": 2}}, "retries.jitter: must be a fraction"),
+    ({"retries": {"backoff": "1m", "max_backoff": "10s"}}, "retries.max_backoff"),
+    ({"triggers": "b"}, "triggers: must be a list"),
+    ({"triggers": ["j"]}, "triggers: a job cannot trigger itself"),
+]
+
+
+@pytest.mark.parametrize(("controls", "message"), BAD_CONTROLS)
+def test_bad_controls_name_the_field(controls: dict, message: str):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        JobSpec("p", "j", "every 5s", controls=controls)
+
+
+def test_a_trigger_must_name_a_job_of_the_file(tmp_path: Path):
+    text = "project: p\njobs:\n  - {name: a, schedule: every 1s, noop: {}, triggers: [b]}\n"
+    with pytest.raises(SpecError, match="job 'a': triggers: no job named 'b'"):
+        load_job_file(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"accept": [200, "2x"]}, "http.accept: '2x'"),
+        ({"max_redirects": 50}, "http.max_redirects"),
+        ({"headers": {"Auth": {"secret": ""}}}, "http.headers.Auth"),
+        ({"headers": {"Auth": {"vault": "x"}}}, "http.headers.Auth"),
+        ({"headers": {"X": "a\r\nInjected: 1"}}, "http.headers.X: must not contain line breaks"),
+        ({"headers": {"Bad Name": "x"}}, "http.headers: 'Bad Name'"),
+    ],
+)
+def test_bad_http_options_name_the_field(options: dict, message: str):
+    with pytest.raises(SpecError, match=message):
+        JobSpec("p", "h", "every 5s", kind="http", options={"url": "https://e.org", **options})
+
+
+def test_the_debug_log_keeps_its_start_and_end():
+    from datetime import UTC, datetime
+
+    from scheduler import debuglog
+
+    text = None
+    for n in range(2000):
+        text = debuglog.append(text, datetime(2026, 1, 1, tzinfo=UTC), f"line {n}")
+    assert text is not None and len(text) <= debuglog.LIMIT
+    assert "line 0\n" in text and "line 1999\n" in text and "characters trimmed" in text
