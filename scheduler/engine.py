@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Protocol
 
 import sqlalchemy.exc
@@ -496,17 +496,11 @@ class Engine:
         self, conn: Connection, job: JobRow, action: Any, fed: Fed, now: datetime, revision: str
     ) -> None:
         """Carry out one of a step's actions in the step's transaction."""
+        insert = partial(store.insert_invocation, conn, job.id, revision=revision, now=now)
         match action:
             case StartInvocation(slot=slot, trigger_id=trigger_id):
-                inv = store.insert_invocation(
-                    conn,
-                    job.id,
-                    slot=slot,
-                    trigger_id=trigger_id,
-                    revision=revision,
-                    status=STARTING,
-                    now=now,
-                    deadline=now + self.grace,
+                inv = insert(
+                    slot=slot, trigger_id=trigger_id, status=STARTING, deadline=now + self.grace
                 )
                 if inv is None:  # that slot has its invocation already
                     log.warning("job %s: slot %s already fired", job.ref, slot or trigger_id)
@@ -515,15 +509,7 @@ class Engine:
                 fed.snapshot.invocation_id = fed.started = inv
                 fed.messages.append(SendStart(inv))
             case BufferInvocation(slot=slot, trigger_id=trigger_id):
-                inv = store.insert_invocation(
-                    conn,
-                    job.id,
-                    slot=slot,
-                    trigger_id=trigger_id,
-                    revision=revision,
-                    status=WAITING,
-                    now=now,
-                )
+                inv = insert(slot=slot, trigger_id=trigger_id, status=WAITING)
                 if inv is None:
                     self._correct(job, fed, Unbuffer(), now)
             case StartBuffered():
@@ -540,16 +526,7 @@ class Engine:
             case AbortActive(reason=reason):
                 fed.messages += self._abort_active(conn, job, reason, now)
             case RecordSkipped(slot=slot, reason=reason, trigger_id=trigger_id):
-                store.insert_invocation(
-                    conn,
-                    job.id,
-                    slot=slot,
-                    trigger_id=trigger_id,
-                    revision=revision,
-                    status=S.SKIPPED.value,
-                    reason=reason,
-                    now=now,
-                )
+                insert(slot=slot, trigger_id=trigger_id, status=S.SKIPPED.value, reason=reason)
             case _:
                 raise AssertionError(f"unknown action {action!r}")
 

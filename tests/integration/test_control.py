@@ -82,6 +82,14 @@ def deliver(engine: Engine, port: RecordingPort, clock: Clock | None = None) -> 
     return len(due)
 
 
+def fire(engine: Engine, port: RecordingPort, clock: Clock, slots: int) -> None:
+    """Let ``slots`` slots of an ``every 10s`` job come, delivering every message."""
+    for _ in range(slots):
+        clock.advance(10)
+        deliver_ticks(engine, port)
+        deliver(engine, port)
+
+
 def test_a_failure_is_retried_with_growing_delays_and_every_attempt_is_kept(
     db: sqlalchemy.Engine, clock: Clock
 ):
@@ -166,10 +174,7 @@ def test_abort_ends_the_running_invocation_and_revokes_its_task(
 def test_buffer_one_runs_one_waiting_slot_after_the_active_one(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None))  # the first run hangs
     add(engine, spec(schedule="every 10s", overlap="buffer_one"))
-    for _ in range(3):
-        clock.advance(10)
-        deliver_ticks(engine, port)
-        deliver(engine, port)
+    fire(engine, port, clock, 3)
     assert [(r["status"], r["reason"]) for r in rows(engine)] == [
         ("RUNNING", None),
         ("WAITING", None),
@@ -201,10 +206,7 @@ def test_cancel_other_aborts_the_active_run_and_starts_the_new_slot(
 ):
     engine, port = engine_with(db, clock, Scripted(None))
     add(engine, spec(schedule="every 10s", overlap="cancel_other"))
-    for _ in range(2):
-        clock.advance(10)
-        deliver_ticks(engine, port)
-        deliver(engine, port)
+    fire(engine, port, clock, 2)
     assert [(r["status"], r["reason"]) for r in rows(engine)] == [
         ("ABORTED", "cancel_other"),
         ("SUCCEEDED", None),
@@ -215,10 +217,7 @@ def test_cancel_other_aborts_the_active_run_and_starts_the_new_slot(
 def test_allow_runs_side_by_side_up_to_max_concurrent(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None, None))
     add(engine, spec(schedule="every 10s", overlap="allow", max_concurrent=2))
-    for _ in range(3):
-        clock.advance(10)
-        deliver_ticks(engine, port)
-        deliver(engine, port)
+    fire(engine, port, clock, 3)
     assert [(r["status"], r["reason"]) for r in rows(engine)] == [
         ("RUNNING", None),
         ("RUNNING", None),
