@@ -147,3 +147,22 @@ def test_db_upgrade_on_an_empty_database(pg_admin, tmp_path: Path):  # type: ign
         engine.dispose()
     finally:
         services.drop_database(pg_admin, name)
+
+
+def test_abort_and_one_invocation_with_its_log(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
+    path = tmp_path / "jobs.yaml"
+    path.write_text("project: demo\njobs:\n  - {name: slow, schedule: triggered, noop: {}}\n")
+    cli("apply", str(path))
+    cli("trigger", "demo/slow")  # no worker runs here: the invocation stays STARTING
+    [row] = json.loads(cli("history", "demo/slow", "--json").stdout)
+    assert cli("abort", "demo/slow").stdout.strip() == f"demo/slow: aborted {row['id']}"
+    detail = json.loads(
+        cli("history", "demo/slow", "--invocation", str(row["id"]), "--json").stdout
+    )
+    assert (detail["status"], detail["reason"], detail["attempts"]) == ("ABORTED", "aborted", [])
+    assert "aborted by a user" in detail["log"]
+    text = cli("history", "--invocation", str(row["id"])).stdout
+    assert "status: ABORTED" in text and "log:" in text
+    assert cli("abort", "--invocation", str(row["id"])).stdout.strip().endswith("nothing active")
+    assert "one of them" in cli("abort", code=2).stderr
+    assert "no invocation 999" in cli("history", "--invocation", "999", code=2).stderr
