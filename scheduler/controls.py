@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from scheduler.errors import SpecError
-from scheduler.schedules import parse_duration
+from scheduler.schedules import parse_seconds
 from statemachine import Overlap, OverlapPolicy, RetryPolicy
 
 KEYS = ("lease", "timeout", "retries", "overlap", "max_buffered", "max_concurrent", "triggers")
@@ -63,13 +63,13 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
     """Validate the control keys of a job entry; keep those that are not defaults."""
     out: dict[str, Any] = {}
     if "lease" in data:
-        lease = _seconds("lease", data["lease"])
+        lease = parse_seconds(data["lease"], "lease")
         if lease < MIN_LEASE:
             raise SpecError("lease", f"must be at least {MIN_LEASE:g}s")
         if lease != DEFAULT_LEASE:
             out["lease"] = lease
     if data.get("timeout") is not None:
-        timeout = _seconds("timeout", data["timeout"])
+        timeout = parse_seconds(data["timeout"], "timeout")
         if timeout <= 0:
             raise SpecError("timeout", "must be longer than 0s")
         out["timeout"] = timeout
@@ -81,16 +81,6 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
     if data.get("triggers"):
         out["triggers"] = _triggers(data["triggers"])
     return out
-
-
-def _seconds(key: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise SpecError(key, "must be a duration like 10s")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise SpecError(key, "must not be negative")
-        return float(value)
-    return parse_duration(str(value), key).total_seconds()
 
 
 def _count(key: str, value: Any, least: int) -> int:
@@ -112,7 +102,7 @@ def _retries(value: Any) -> dict[str, Any]:
         retries["max_attempts"] = _count("retries.max_attempts", value["max_attempts"], 1)
     for key in ("backoff", "max_backoff"):
         if key in value:
-            retries[key] = _seconds(f"retries.{key}", value[key])
+            retries[key] = parse_seconds(value[key], f"retries.{key}")
     if "jitter" in value:
         jitter = value["jitter"]
         if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:

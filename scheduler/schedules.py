@@ -39,6 +39,17 @@ _ALIASES = {
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def parse_seconds(value: object, field: str) -> float:
+    """A duration from a job file: a number of seconds or text like ``1h30m``."""
+    if isinstance(value, bool):
+        raise SpecError(field, "must be a duration like 10s")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise SpecError(field, "must not be negative")
+        return float(value)
+    return parse_duration(str(value), field).total_seconds()
+
+
 def parse_duration(text: str, field: str = "duration") -> timedelta:
     """``"1h30m"`` -> 90 minutes. Units: d, h, m, s, ms; at least one, no sign."""
     compact = text.replace(" ", "")

@@ -19,7 +19,7 @@ import yaml
 
 from scheduler import controls as job_controls
 from scheduler.errors import SpecError
-from scheduler.schedules import Schedule, parse_duration, parse_schedule
+from scheduler.schedules import Schedule, parse_schedule, parse_seconds
 
 KINDS = ("noop", "http", "celery")
 MAX_SPEC_BYTES = 64 * 1024
@@ -189,22 +189,12 @@ def _reject_unknown(kind: str, options: Mapping[str, Any], allowed: set[str]) ->
         raise SpecError(f"{kind}.{sorted(unknown)[0]}", "unknown field")
 
 
-def _seconds(kind: str, key: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise SpecError(f"{kind}.{key}", "must be a duration like 10s")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise SpecError(f"{kind}.{key}", "must not be negative")
-        return float(value)
-    return parse_duration(str(value), f"{kind}.{key}").total_seconds()
-
-
 def _noop_options(options: dict[str, Any]) -> dict[str, Any]:
     _reject_unknown("noop", options, {"sleep", "fail"})
     fail = options.get("fail", False)
     if not isinstance(fail, bool):
         raise SpecError("noop.fail", "must be true or false")
-    return {"sleep": _seconds("noop", "sleep", options.get("sleep", 0)), "fail": fail}
+    return {"sleep": parse_seconds(options.get("sleep", 0), "noop.sleep"), "fail": fail}
 
 
 def _http_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +213,7 @@ def _http_options(options: dict[str, Any]) -> dict[str, Any]:
     out = {
         "url": url,
         "method": method,
-        "timeout": _seconds("http", "timeout", options.get("timeout", "10s")),
+        "timeout": parse_seconds(options.get("timeout", "10s"), "http.timeout"),
         "headers": _http_headers(options.get("headers") or {}),
         "body": body,
     }
