@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.errors import SpecError
 from scheduler.schedules import parse_seconds
 from statemachine import Overlap, OverlapPolicy, RetryPolicy
+
+if TYPE_CHECKING:
+    from scheduler.store import JobRow
 
 KEYS = ("lease", "timeout", "retries", "overlap", "max_buffered", "max_concurrent", "triggers")
 DEFAULT_LEASE = 60.0
@@ -57,6 +60,19 @@ class Controls:
             ),
             triggers=tuple(spec.get("triggers", ())),
         )
+
+
+_CONTROLS: dict[str, Controls] = {}
+
+
+def controls_of(job: JobRow) -> Controls:
+    """A job's controls, parsed once per revision (a hash of the spec that holds them)."""
+    controls = _CONTROLS.get(job.revision)
+    if controls is None:
+        if len(_CONTROLS) > 8192:
+            _CONTROLS.clear()
+        controls = _CONTROLS[job.revision] = Controls.of(job.spec)
+    return controls
 
 
 def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
