@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from scheduler.errors import SpecError
+from scheduler.localtime import MAX_SHIFT, Kind, is_ambiguous, resolve, wall
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
@@ -82,6 +83,17 @@ def _default_grace(period: timedelta) -> timedelta:
 
 @dataclass(frozen=True)
 class Cron:
+    """A cron expression in a time zone, with Vixie cron's rule for DST transitions.
+
+    A job at a fixed local time fires once on a transition day: a time the clocks skip
+    fires at the first instant after the gap, a time they show twice fires at its first
+    occurrence. A job whose hour field is ``*`` or a step (``*/2``) fires at every real
+    instant that matches: never in a gap, twice in a fold, so it keeps its hourly beat.
+
+    croniter walks the wall-clock readings; each is resolved to instants here, not by
+    croniter, whose own handling fires a fixed time twice in a fold.
+    """
+
     expression: str
     zone: ZoneInfo
 
@@ -95,15 +107,52 @@ class Cron:
         assert second is not None
         return _default_grace(second - first)
 
+    @cached_property
+    def follows_real_hours(self) -> bool:
+        """Vixie's "wildcard" job: the hour field is ``*`` or a step."""
+        hour = self.expression.split()[1]
+        return hour.startswith("*") or "/" in hour
+
+    def instants(self, local: datetime) -> list[datetime]:
+        """The instants at which the wall-clock reading ``local`` fires."""
+        r = resolve(local, self.zone)
+        if r.kind is Kind.PLAIN:
+            return [r.first]
+        if not self.follows_real_hours:
+            return [r.first]  # the first instant after a gap; a fold's first occurrence
+        return [] if r.second is None else [r.first, r.second]
+
     def next_after(self, t: datetime) -> datetime | None:
         _require_aware(t)
-        it = croniter(self.expression, t.astimezone(self.zone))
-        return it.get_next(datetime).astimezone(UTC)
+        start = wall(t, self.zone)
+        if is_ambiguous(t, self.zone):  # the fold's second readings may still be ahead
+            start -= MAX_SHIFT
+        it = croniter(self.expression, start)
+        best: datetime | None = None
+        while True:
+            local = it.get_next(datetime)
+            for instant in self.instants(local):
+                if instant > t and (best is None or instant < best):
+                    best = instant
+            # Instants grow with the readings except inside a fold, so the first plain
+            # reading past t ends the search.
+            if best is not None and resolve(local, self.zone).kind is Kind.PLAIN:
+                return best
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         _require_aware(t)
-        it = croniter(self.expression, (t + timedelta(microseconds=1)).astimezone(self.zone))
-        return it.get_prev(datetime).astimezone(UTC)
+        start = wall(t, self.zone) + timedelta(microseconds=1)
+        if is_ambiguous(t, self.zone):
+            start += MAX_SHIFT
+        it = croniter(self.expression, start)
+        best: datetime | None = None
+        while True:
+            local = it.get_prev(datetime)
+            for instant in self.instants(local):
+                if instant <= t and (best is None or instant > best):
+                    best = instant
+            if best is not None and resolve(local, self.zone).kind is Kind.PLAIN:
+                return best
 
 
 @dataclass(frozen=True)
