@@ -1,5 +1,5 @@
 """How cronchain runs a job's invocations, whatever their kind: lease, timeout, retries,
-overlap policy and the jobs triggered on success.
+overlap and misfire policies, and the jobs triggered on success.
 
 In a job file these are top-level keys of a job. Only values that differ from the
 defaults are kept in the normalized spec, so that adding a control to cronchain does
@@ -15,12 +15,23 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.errors import SpecError
 from scheduler.schedules import parse_seconds
-from statemachine import Overlap, OverlapPolicy, RetryPolicy
+from statemachine import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
 
 if TYPE_CHECKING:
     from scheduler.store import JobRow
 
-KEYS = ("lease", "timeout", "retries", "overlap", "max_buffered", "max_concurrent", "triggers")
+KEYS = (
+    "lease",
+    "timeout",
+    "retries",
+    "overlap",
+    "max_buffered",
+    "max_concurrent",
+    "triggers",
+    "misfire",
+    "misfire_grace",
+    "catchup_limit",
+)
 DEFAULT_LEASE = 60.0
 MIN_LEASE = 1.0
 _RETRY_DEFAULTS: dict[str, Any] = {
@@ -38,12 +49,14 @@ class Controls:
     retry: RetryPolicy = RetryPolicy()
     overlap: OverlapPolicy = OverlapPolicy()
     triggers: tuple[str, ...] = ()
+    misfire: MisfirePolicy = MisfirePolicy()
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Controls:
         """The controls of a normalized spec (as stored in ``jobs.spec``)."""
         retries = {**_RETRY_DEFAULTS, **spec.get("retries", {})}
         timeout = spec.get("timeout")
+        grace = spec.get("misfire_grace")
         return cls(
             lease=timedelta(seconds=spec.get("lease", DEFAULT_LEASE)),
             timeout=None if timeout is None else timedelta(seconds=timeout),
@@ -59,6 +72,11 @@ class Controls:
                 max_concurrent=spec.get("max_concurrent", OverlapPolicy.max_concurrent),
             ),
             triggers=tuple(spec.get("triggers", ())),
+            misfire=MisfirePolicy(
+                Misfire(spec.get("misfire", Misfire.LATEST.value)),
+                grace=None if grace is None else timedelta(seconds=grace),
+                catchup_limit=spec.get("catchup_limit", MisfirePolicy.catchup_limit),
+            ),
         )
 
 
@@ -94,6 +112,7 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         if retries:
             out["retries"] = retries
     out |= _overlap(data)
+    out |= _misfire(data)
     if data.get("triggers"):
         out["triggers"] = _triggers(data["triggers"])
     return out
@@ -146,6 +165,27 @@ def _overlap(data: Mapping[str, Any]) -> dict[str, Any]:
             value = _count(key, data[key], 1)
             if value != getattr(OverlapPolicy, key):
                 out[key] = value
+    return out
+
+
+def _misfire(data: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    mode = data.get("misfire", Misfire.LATEST.value)
+    try:
+        mode = Misfire(mode)
+    except ValueError:
+        choices = ", ".join(m.value for m in Misfire)
+        raise SpecError("misfire", f"{mode!r} is not one of {choices}") from None
+    if mode is not Misfire.LATEST:
+        out["misfire"] = mode.value
+    if data.get("misfire_grace") is not None:
+        out["misfire_grace"] = parse_seconds(data["misfire_grace"], "misfire_grace")
+    if "catchup_limit" in data:
+        if mode is not Misfire.ALL:
+            raise SpecError("catchup_limit", "only applies with misfire: all")
+        limit = _count("catchup_limit", data["catchup_limit"], 1)
+        if limit != MisfirePolicy.catchup_limit:
+            out["catchup_limit"] = limit
     return out
 
 

@@ -159,9 +159,15 @@ class Engine(Runs):
             if spec
             else schedule_of(job.schedule, job.timezone)
         )
-        policy = controls_of(job).overlap
+        controls = controls_of(job)
         result = step(
-            job.snapshot, event, now=now, schedule=schedule, nonce=self.nonces(), policy=policy
+            job.snapshot,
+            event,
+            now=now,
+            schedule=schedule,
+            nonce=self.nonces(),
+            policy=controls.overlap,
+            misfire=controls.misfire,
         )
         fed = Fed(result.snapshot)
         if not result.changed and spec is None and not flags:
@@ -224,9 +230,15 @@ class Engine(Runs):
     def _correct(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> None:
         """Undo a count the machine made for a row that could not be written."""
         schedule = schedule_of(job.schedule, job.timezone)
-        policy = controls_of(job).overlap
+        controls = controls_of(job)
         fed.snapshot = step(
-            fed.snapshot, event, now=now, schedule=schedule, nonce=self.nonces(), policy=policy
+            fed.snapshot,
+            event,
+            now=now,
+            schedule=schedule,
+            nonce=self.nonces(),
+            policy=controls.overlap,
+            misfire=controls.misfire,
         ).snapshot
 
     def _abort_active(

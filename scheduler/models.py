@@ -99,6 +99,7 @@ jobs = Table(
     Column("overruns", Integer, nullable=False),
     Column("active", Integer, nullable=False),  # invocations STARTING or RUNNING
     Column("buffered", Integer, nullable=False),  # invocations WAITING
+    Column("missed_from", UTCDateTime),  # paused: the first slot not fired
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     UniqueConstraint("project", "name"),
@@ -154,3 +155,22 @@ Index(
     postgresql_where=invocations.c.deadline.isnot(None),
     sqlite_where=invocations.c.deadline.isnot(None),
 )
+
+JOB_CHANGES = ("created", "updated", "enabled", "disabled", "paused", "resumed")
+
+# Each change of a job's spec or flags, with the schedule in force after it: what
+# ``explain`` reads to tell whether a past time was a slot, and whether the job was on.
+job_changes = Table(
+    "job_changes",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("change", String(16), nullable=False),
+    Column("revision", String(32), nullable=False),
+    Column("schedule", String(200), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("reason", Text),
+    CheckConstraint(_one_of("change", JOB_CHANGES), name="change"),
+)
+Index("ix_job_changes_job_id_at", job_changes.c.job_id, job_changes.c.at)

@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from scheduler import debuglog
 from scheduler.errors import NotFound, TransientError
-from scheduler.models import invocations, jobs
+from scheduler.models import invocations, job_changes, jobs
 from scheduler.spec import JobSpec
 from statemachine import JobSnapshot, JobState
 
@@ -57,6 +57,7 @@ class JobRow:
             overruns=m["overruns"],
             active=m["active"],
             buffered=m["buffered"],
+            missed_from=m["missed_from"],
         )
         fields = {k: m[k] for k in cls.__dataclass_fields__ if k != "snapshot"}
         return cls(**fields, snapshot=snapshot)
@@ -128,7 +129,44 @@ def insert_job(conn: Connection, spec: JobSpec, now: datetime) -> int:
         created_at=now,
         updated_at=now,
     )
-    return conn.execute(jobs.insert().values(values).returning(jobs.c.id)).scalar_one()
+    job_id = conn.execute(jobs.insert().values(values).returning(jobs.c.id)).scalar_one()
+    _record_change(conn, job_id, now, "created", spec.revision, spec.schedule, spec.timezone)
+    return job_id
+
+
+def _record_change(
+    conn: Connection,
+    job_id: int,
+    at: datetime,
+    change: str,
+    revision: str,
+    schedule: str,
+    timezone: str,
+    reason: str | None = None,
+) -> None:
+    conn.execute(
+        job_changes.insert().values(
+            job_id=job_id,
+            at=at,
+            change=change,
+            revision=revision,
+            schedule=schedule,
+            timezone=timezone,
+            reason=reason,
+        )
+    )
+
+
+def _changes(job: JobRow, spec: JobSpec | None, flags: dict[str, Any]) -> list[str]:
+    """What a save changes that ``explain`` must know about later."""
+    changes = []
+    if spec is not None and spec.revision != job.revision:
+        changes.append("updated")
+    if "enabled" in flags and flags["enabled"] != job.enabled:
+        changes.append("enabled" if flags["enabled"] else "disabled")
+    if "paused" in flags and flags["paused"] != job.paused:
+        changes.append("paused" if flags["paused"] else "resumed")
+    return changes
 
 
 def _spec_values(spec: JobSpec) -> dict[str, Any]:
@@ -162,6 +200,7 @@ def save_job(
         overruns=snapshot.overruns,
         active=snapshot.active,
         buffered=snapshot.buffered,
+        missed_from=snapshot.missed_from,
         watchdog_at=watchdog_at,
         generation=job.generation + 1,
         updated_at=now,
@@ -174,6 +213,24 @@ def save_job(
     )
     if result.rowcount != 1:
         raise ConcurrentUpdate(f"job {job.ref} changed while it was being updated")
+    revision, schedule, timezone = (
+        (spec.revision, spec.schedule, spec.timezone)
+        if spec is not None
+        else (job.revision, job.schedule, job.timezone)
+    )
+    for change in _changes(job, spec, flags):
+        reason = flags.get("pause_reason") if change == "paused" else None
+        _record_change(conn, job.id, now, change, revision, schedule, timezone, reason)
+
+
+def changes_of(conn: Connection, job_id: int) -> list[dict[str, Any]]:
+    """A job's changes, oldest first."""
+    rows = conn.execute(
+        select(job_changes)
+        .where(job_changes.c.job_id == job_id)
+        .order_by(job_changes.c.at, job_changes.c.id)
+    )
+    return [dict(r._mapping) for r in rows]
 
 
 def claim_lapsed_jobs(conn: Connection, now: datetime, limit: int) -> list[JobRow]:

@@ -31,12 +31,14 @@ from statemachine.events import (
 )
 from statemachine.invocation import InvocationStatus, check_move
 from statemachine.job import InvalidTransition, JobSnapshot, JobState, Schedule, Step, step
-from statemachine.policy import Overlap, OverlapPolicy, RetryPolicy
+from statemachine.policy import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
 
 __all__ = [
     "Abandon",
     "AbortActive",
     "BufferInvocation",
+    "Misfire",
+    "MisfirePolicy",
     "Overlap",
     "OverlapPolicy",
     "RetryPolicy",

@@ -23,7 +23,10 @@ class Pause:
 
 @dataclass(frozen=True)
 class Resume:
-    """Continue from the first slot after now; slots missed while paused are not run."""
+    """Continue from the first slot after now, recording the slots missed while paused
+    as SKIPPED ("paused"); with ``catch_up``, the misfire policy decides about them."""
+
+    catch_up: bool = False
 
 
 @dataclass(frozen=True)

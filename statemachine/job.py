@@ -29,14 +29,22 @@ from statemachine.actions import (
     StartInvocation,
     TickLater,
 )
-from statemachine.events import Abandon, Event, InvocationFinished, Repair, Tick, Trigger
-from statemachine.policy import Overlap, OverlapPolicy
+from statemachine.events import (
+    Abandon,
+    Event,
+    InvocationFinished,
+    Repair,
+    Resume,
+    Tick,
+    Trigger,
+)
+from statemachine.policy import Misfire, MisfirePolicy, Overlap, OverlapPolicy
 
-# A tick handled long after its slot records every skipped slot, up to this many rows.
+# A misfire or a resume records the slots it does not run, the newest this many.
 MAX_SKIPPED_RECORDS = 1000
 
-
 DEFAULT_POLICY = OverlapPolicy()
+DEFAULT_MISFIRE = MisfirePolicy()
 
 
 class JobState(StrEnum):
@@ -78,6 +86,7 @@ class JobSnapshot:
     overruns: int = 0
     active: int = 0  # invocations STARTING or RUNNING
     buffered: int = 0  # invocations WAITING for a free place
+    missed_from: datetime | None = None  # paused: the first slot not fired
 
 
 @dataclass
@@ -107,6 +116,18 @@ class _Context:
     event: Event
     actions: list[Action]
     policy: OverlapPolicy
+    misfire: MisfirePolicy
+    plan: _Plan | None = None
+
+
+@dataclass
+class _Plan:
+    """What a due tick does: the slots to run, those to record as SKIPPED ("misfire"),
+    and whether the runs are a catch-up (they wait their turn, whatever the overlap)."""
+
+    run: list[datetime]
+    skip: list[datetime]
+    catch_up: bool
 
 
 def step(
@@ -117,6 +138,7 @@ def step(
     schedule: Schedule,
     nonce: int,
     policy: OverlapPolicy = DEFAULT_POLICY,
+    misfire: MisfirePolicy = DEFAULT_MISFIRE,
 ) -> Step:
     """Feed one event to the machine; the input snapshot is left untouched.
 
@@ -129,7 +151,7 @@ def step(
     model = dataclasses.replace(snapshot)
     actions: list[Action] = []
     if not _ignored(snapshot, event):
-        ctx = _Context(now, schedule, nonce, event, actions, policy)
+        ctx = _Context(now, schedule, nonce, event, actions, policy, misfire)
         try:
             done = _MACHINE.events[_event_name(event)].trigger(model, ctx=ctx)
         except MachineError as err:
@@ -174,6 +196,32 @@ def _arm(ev: EventData) -> None:
 def _disarm(ev: EventData) -> None:
     job: JobSnapshot = ev.model
     job.tick_at = job.tick_nonce = None
+    job.missed_from = None
+
+
+def _suspend(ev: EventData) -> None:
+    """Pause: remember the first slot not fired, for resume to account for."""
+    job: JobSnapshot = ev.model
+    missed_from = job.tick_at
+    _disarm(ev)
+    job.missed_from = missed_from
+
+
+def _resume(ev: EventData) -> None:
+    """Record the slots missed while paused as SKIPPED ("paused") and tick from now; with
+    catch-up, tick at the first missed slot instead and let the misfire policy decide."""
+    job: JobSnapshot = ev.model
+    ctx = _ctx(ev)
+    assert isinstance(ctx.event, Resume)
+    first, job.missed_from = job.missed_from, None
+    if first is None or ctx.schedule.relative or first > ctx.now:
+        _arm(ev)
+    elif ctx.event.catch_up:
+        _set_tick(job, ctx, first)
+    else:
+        for slot in _slots_between(ctx.schedule, first, ctx.now, MAX_SKIPPED_RECORDS):
+            ctx.actions.append(RecordSkipped(slot, "paused"))
+        _arm(ev)
 
 
 def _rearm(ev: EventData) -> None:
@@ -195,21 +243,43 @@ def _is_due(ev: EventData) -> bool:
     return job.tick_at <= _ctx(ev).now
 
 
-def _due_slot(job: JobSnapshot, ctx: _Context) -> datetime:
-    """The slot this tick fires: its own, or after a misfire the newest one missed,
-    recording the others as skipped."""
+def _plan(job: JobSnapshot, ctx: _Context) -> _Plan:
+    """A slot late by no more than the grace fires normally. Later than that, the tick
+    is a misfire and the policy covers every slot from it up to now."""
+    if ctx.plan is not None:
+        return ctx.plan
     slot = job.tick_at
     assert slot is not None
-    if ctx.schedule.relative or ctx.now - slot <= ctx.schedule.misfire_grace:
-        return slot
-    latest = ctx.schedule.latest_at_or_before(ctx.now) or slot
-    missed = slot
-    for _ in range(MAX_SKIPPED_RECORDS):
-        if missed is None or missed >= latest:
-            break
-        ctx.actions.append(RecordSkipped(missed, "misfire"))
-        missed = ctx.schedule.next_after(missed)
-    return max(latest, slot)
+    grace = ctx.misfire.grace
+    if grace is None:
+        grace = ctx.schedule.misfire_grace
+    if ctx.schedule.relative or ctx.now - slot <= grace:
+        ctx.plan = _Plan([slot], [], catch_up=False)
+        return ctx.plan
+    missed = _slots_between(ctx.schedule, slot, ctx.now, MAX_SKIPPED_RECORDS + 100_000)
+    match ctx.misfire.mode:
+        case Misfire.SKIP:
+            ctx.plan = _Plan([], missed, catch_up=False)
+        case Misfire.LATEST:
+            ctx.plan = _Plan(missed[-1:], missed[:-1], catch_up=False)
+        case Misfire.ALL:
+            limit = ctx.misfire.catchup_limit
+            ctx.plan = _Plan(missed[-limit:], missed[:-limit], catch_up=True)
+    return ctx.plan
+
+
+def _slots_between(schedule: Schedule, first: datetime, now: datetime, most: int):
+    """The slots from ``first`` up to ``now``, oldest first: the newest ``most`` of them
+    (an outage of a frequent job must not turn into millions of rows)."""
+    newest: list[datetime] = []
+    t = schedule.latest_at_or_before(now)
+    while t is not None and t >= first and len(newest) < most:
+        newest.append(t)
+        t = schedule.latest_at_or_before(t - _INSTANT)
+    return newest[::-1] or [first]
+
+
+_INSTANT = timedelta(microseconds=1)
 
 
 def _start(job: JobSnapshot, ctx: _Context, slot: datetime | None, trigger_id: str | None):
@@ -235,12 +305,36 @@ def _run(job: JobSnapshot, ctx: _Context, slot: datetime | None, trigger_id: str
         ctx.actions.append(RecordSkipped(slot, "overlap", trigger_id))
 
 
+def _queue(job: JobSnapshot, ctx: _Context, slot: datetime) -> None:
+    """A catch-up run: start if there is room, else wait for a place."""
+    if job.active < ctx.policy.capacity and not job.buffered:
+        _start(job, ctx, slot, None)
+    else:
+        ctx.actions.append(BufferInvocation(slot, None))
+        job.buffered += 1
+
+
 def _fire(ev: EventData) -> None:
     job: JobSnapshot = ev.model
     ctx = _ctx(ev)
-    slot = _due_slot(job, ctx)
-    _run(job, ctx, slot, None)
-    _set_tick(job, ctx, None if ctx.schedule.relative else ctx.schedule.next_after(slot))
+    plan = _plan(job, ctx)
+    for slot in plan.skip:
+        ctx.actions.append(RecordSkipped(slot, "misfire"))
+    for slot in plan.run:
+        if plan.catch_up:
+            _queue(job, ctx, slot)
+        else:
+            _run(job, ctx, slot, None)
+    last = max(plan.run + plan.skip)
+    _set_tick(job, ctx, None if ctx.schedule.relative else ctx.schedule.next_after(last))
+
+
+def _runs_nothing(ev: EventData) -> bool:
+    return not _plan(ev.model, _ctx(ev)).run
+
+
+def _catches_up(ev: EventData) -> bool:
+    return _plan(ev.model, _ctx(ev)).catch_up
 
 
 def _trigger(ev: EventData) -> None:
@@ -267,7 +361,10 @@ def _has_room(ev: EventData) -> bool:
 
 
 def _cancels(ev: EventData) -> bool:
-    return _ctx(ev).policy.mode is Overlap.CANCEL_OTHER
+    ctx = _ctx(ev)
+    if ctx.policy.mode is not Overlap.CANCEL_OTHER:
+        return False
+    return not (isinstance(ctx.event, Tick) and _catches_up(ev))
 
 
 def _mark_running(ev: EventData) -> None:
@@ -344,7 +441,9 @@ BUSY = [S.QUEUED, S.RUNNING, S.OVERRUN]
 IDLE = [S.DISABLED, S.SUSPENDED]
 
 
-def _restore(trigger: str, source: JobState) -> list[dict[str, Any]]:
+def _restore(
+    trigger: str, source: JobState, arm: Callable[..., None] = _arm
+) -> list[dict[str, Any]]:
     """Leaving DISABLED or SUSPENDED lands in the state the invocations are in; a run
     that waited while the job was idle starts now."""
     return [
@@ -353,13 +452,13 @@ def _restore(trigger: str, source: JobState) -> list[dict[str, Any]]:
             source=source,
             dest=S.QUEUED,
             conditions=[_may_start_buffered],
-            after=[_arm, _start_buffered],
+            after=[arm, _start_buffered],
         ),
         dict(
-            trigger=trigger, source=source, dest=S.RUNNING, conditions=[_has_running], after=[_arm]
+            trigger=trigger, source=source, dest=S.RUNNING, conditions=[_has_running], after=[arm]
         ),
-        dict(trigger=trigger, source=source, dest=S.QUEUED, conditions=[_has_active], after=[_arm]),
-        dict(trigger=trigger, source=source, dest=S.SCHEDULED, after=[_arm]),
+        dict(trigger=trigger, source=source, dest=S.QUEUED, conditions=[_has_active], after=[arm]),
+        dict(trigger=trigger, source=source, dest=S.SCHEDULED, after=[arm]),
     ]
 
 
@@ -402,12 +501,13 @@ _TRANSITIONS: list[dict[str, Any]] = [
     _internal("enable", [*ACTIVE, S.SUSPENDED]),
     dict(trigger="disable", source=[*ACTIVE, S.SUSPENDED], dest=S.DISABLED, after=[_disarm]),
     _internal("disable", [S.DISABLED]),
-    dict(trigger="pause", source=ACTIVE, dest=S.SUSPENDED, after=[_disarm]),
+    dict(trigger="pause", source=ACTIVE, dest=S.SUSPENDED, after=[_suspend]),
     _internal("pause", [S.SUSPENDED]),
-    *_restore("resume", S.SUSPENDED),
+    *_restore("resume", S.SUSPENDED, _resume),
     _internal("resume", ACTIVE),
     _internal("schedulechanged", ACTIVE, _arm),
     _internal("schedulechanged", IDLE),
+    _internal("tick", ACTIVE, _fire) | dict(conditions=[_is_due, _runs_nothing]),
     dict(trigger="tick", source=S.SCHEDULED, dest=S.QUEUED, conditions=[_is_due], after=[_fire]),
     *_overlap("tick", _fire, _is_due),
     _internal("tick", ACTIVE, _rearm),  # early: the ETA horizon made it hop

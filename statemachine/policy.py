@@ -43,6 +43,22 @@ class OverlapPolicy:
         return 0
 
 
+class Misfire(StrEnum):
+    """What a tick does when its slot is later than the grace allows (downtime, a late
+    tick, a resume with catch-up): the policy covers every slot from it up to now."""
+
+    SKIP = "skip"  # run none; record each SKIPPED ("misfire")
+    LATEST = "latest"  # run the newest; record the others SKIPPED
+    ALL = "all"  # run each, oldest first, one after another (up to catchup_limit)
+
+
+@dataclass(frozen=True)
+class MisfirePolicy:
+    mode: Misfire = Misfire.LATEST
+    grace: timedelta | None = None  # None: the schedule's own, scaled to its period
+    catchup_limit: int = 100  # ``all`` runs at most this many; older ones are SKIPPED
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff with jitter; ``max_attempts`` counts the first attempt."""

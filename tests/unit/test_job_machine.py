@@ -31,7 +31,7 @@ from statemachine import (
     step,
 )
 from statemachine.actions import AbortActive, BufferInvocation, StartBuffered
-from statemachine.policy import Overlap, OverlapPolicy, RetryPolicy
+from statemachine.policy import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
 
 S = JobState
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -158,7 +158,7 @@ def test_pause_stops_the_ticks_and_keeps_the_run(state: JobState):
 def test_a_run_that_ends_while_paused_stays_paused():
     paused = run(busy(S.RUNNING), Pause()).snapshot
     r = run(paused, InvocationFinished(5, sec(1)))
-    assert r.snapshot == JobSnapshot(S.SUSPENDED)
+    assert r.snapshot == JobSnapshot(S.SUSPENDED, missed_from=sec(10))
 
 
 def test_resume_starts_from_now_not_from_the_missed_slots():
@@ -367,3 +367,125 @@ def test_retry_delay_is_capped_and_jittered_within_bounds():
     )
     assert policy.delay(10, 0.0) == timedelta(seconds=24)
     assert policy.delay(10, 0.999999) < timedelta(seconds=36)
+
+
+# --- misfire policies, resume with and without catch-up ------------------------------
+
+
+def misfire(mode: Misfire, snap: JobSnapshot | None = None, now: float = 45, **kw: object):  # type: ignore[no-untyped-def]
+    policy = MisfirePolicy(mode, **kw)  # type: ignore[arg-type]
+    snap = snap or scheduled()
+    tick = Tick(snap.tick_nonce or 0)
+    return step(snap, tick, now=sec(now), schedule=EVERY10, nonce=NEW, misfire=policy)
+
+
+def test_a_slot_late_within_the_grace_fires_under_every_policy():
+    for mode in Misfire:
+        r = misfire(mode, now=19)  # slot 10 is 9 s late; the grace of every 10s is 10 s
+        assert r.actions == [StartInvocation(sec(10)), TickLater(sec(20), NEW)]
+
+
+def test_misfire_skip_runs_nothing_and_records_every_missed_slot():
+    r = misfire(Misfire.SKIP)
+    assert r.snapshot.state == S.SCHEDULED and r.snapshot.active == 0
+    assert r.actions == [
+        RecordSkipped(sec(10), "misfire"),
+        RecordSkipped(sec(20), "misfire"),
+        RecordSkipped(sec(30), "misfire"),
+        RecordSkipped(sec(40), "misfire"),
+        TickLater(sec(50), NEW),
+    ]
+
+
+def test_misfire_all_runs_every_slot_one_after_another():
+    r = misfire(Misfire.ALL)
+    assert r.snapshot.state == S.QUEUED
+    assert (r.snapshot.active, r.snapshot.buffered) == (1, 3)
+    assert r.actions == [
+        StartInvocation(sec(10)),
+        BufferInvocation(sec(20), None),
+        BufferInvocation(sec(30), None),
+        BufferInvocation(sec(40), None),
+        TickLater(sec(50), NEW),
+    ]
+
+
+def test_misfire_all_keeps_the_newest_catchup_limit_slots():
+    r = misfire(Misfire.ALL, catchup_limit=2)
+    assert r.actions == [
+        RecordSkipped(sec(10), "misfire"),
+        RecordSkipped(sec(20), "misfire"),
+        StartInvocation(sec(30)),
+        BufferInvocation(sec(40), None),
+        TickLater(sec(50), NEW),
+    ]
+
+
+def test_misfire_all_waits_behind_an_active_run_even_with_cancel_other():
+    snap = busy(S.RUNNING)
+    r = step(
+        snap,
+        Tick(1),
+        now=sec(25),
+        schedule=EVERY10,
+        nonce=NEW,
+        policy=OverlapPolicy(Overlap.CANCEL_OTHER),
+        misfire=MisfirePolicy(Misfire.ALL),
+    )
+    assert r.snapshot.state == S.OVERRUN
+    assert r.actions == [
+        BufferInvocation(sec(10), None),
+        BufferInvocation(sec(20), None),
+        TickLater(sec(30), NEW),
+    ]
+
+
+def test_misfire_skip_while_busy_is_not_an_overrun():
+    r = misfire(Misfire.SKIP, busy(S.RUNNING))
+    assert r.snapshot.state == S.RUNNING and r.snapshot.overruns == 0
+
+
+def test_a_custom_grace_decides_what_is_late():
+    r = misfire(Misfire.SKIP, now=40, grace=timedelta(seconds=30))
+    assert r.actions == [StartInvocation(sec(10)), TickLater(sec(20), NEW)]
+    r = misfire(Misfire.SKIP, now=12, grace=timedelta(seconds=1))
+    assert r.actions == [RecordSkipped(sec(10), "misfire"), TickLater(sec(20), NEW)]
+
+
+def test_resume_records_the_slots_missed_while_paused():
+    paused = run(scheduled(at=10), Pause(), now=sec(5)).snapshot
+    assert paused.missed_from == sec(10)
+    r = run(paused, Resume(), now=sec(35))
+    assert r.snapshot == JobSnapshot(S.SCHEDULED, tick_at=sec(40), tick_nonce=NEW)
+    assert r.actions == [
+        RecordSkipped(sec(10), "paused"),
+        RecordSkipped(sec(20), "paused"),
+        RecordSkipped(sec(30), "paused"),
+        TickLater(sec(40), NEW),
+    ]
+
+
+def test_resume_with_catch_up_ticks_at_the_first_missed_slot():
+    paused = run(scheduled(at=10), Pause(), now=sec(5)).snapshot
+    r = run(paused, Resume(catch_up=True), now=sec(35))
+    assert r.actions == [TickLater(sec(10), NEW)]
+    after = misfire(Misfire.LATEST, r.snapshot, now=35)  # the tick: a misfire
+    assert after.actions == [
+        RecordSkipped(sec(10), "misfire"),
+        RecordSkipped(sec(20), "misfire"),
+        StartInvocation(sec(30)),
+        TickLater(sec(40), NEW),
+    ]
+
+
+def test_a_short_pause_misses_nothing():
+    paused = run(scheduled(at=10), Pause(), now=sec(5)).snapshot
+    r = run(paused, Resume(), now=sec(8))
+    assert r.actions == [TickLater(sec(10), NEW)]
+
+
+def test_enable_after_disable_does_not_record_or_run_missed_slots():
+    off = run(scheduled(at=10), Disable(), now=sec(5)).snapshot
+    assert off.missed_from is None
+    r = run(off, Enable(), now=sec(95))
+    assert r.actions == [TickLater(sec(100), NEW)]
