@@ -18,12 +18,9 @@ from scheduler import store
 from scheduler.declarative import ApplyReport, apply
 from scheduler.engine import Engine
 from scheduler.errors import NotFound
+from scheduler.explain import explain, iso
 from scheduler.spec import JobSpec, load_job_file
 from statemachine import Pause, Resume, Trigger
-
-
-def iso(t: datetime | None) -> str | None:
-    return None if t is None else t.isoformat().replace("+00:00", "Z")
 
 
 class Scheduler:
@@ -119,8 +116,38 @@ class Scheduler:
     def pause(self, job: str, reason: str | None = None) -> None:
         self.engine.command(job, Pause(reason), paused=True, pause_reason=reason)
 
-    def resume(self, job: str) -> None:
-        self.engine.command(job, Resume(), paused=False, pause_reason=None)
+    def resume(self, job: str, *, catch_up: bool = False) -> None:
+        """Tick again from now; the slots missed while paused are recorded SKIPPED
+        ("paused"), or with ``catch_up`` the job's misfire policy decides about them."""
+        self.engine.command(job, Resume(catch_up), paused=False, pause_reason=None)
+
+    def explain(self, job: str, at: datetime) -> dict[str, Any]:
+        """Why ``job`` did or did not run at ``at``: an ``answer`` code (ran, skipped,
+        paused, disabled, not_a_slot, not_created, future, pending, missing) and a text."""
+        with self.engine.db.connect() as conn:
+            return explain(conn, job, at, self.engine.clock())
+
+    def backfill(
+        self,
+        job: str,
+        start: datetime,
+        end: datetime,
+        *,
+        max_concurrent: int = 1,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Run ``job`` once for each slot in ``[start, end]`` that has no invocation yet,
+        ``max_concurrent`` at a time, beside its schedule."""
+        report = self.engine.backfill(
+            job, start, end, max_concurrent=max_concurrent, dry_run=dry_run
+        )
+        return {
+            "job": report.job,
+            "dry_run": dry_run,
+            "slots": [iso(s) for s in report.slots],
+            "existing": [iso(s) for s in report.existing],
+            "started": report.started,
+        }
 
 
 def _summary(r: Any) -> dict[str, Any]:

@@ -153,8 +153,35 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    _scheduler().resume(args.job)
-    print(f"{args.job}: resumed")
+    _scheduler().resume(args.job, catch_up=args.catch_up)
+    print(f"{args.job}: resumed" + (", catching up" if args.catch_up else ""))
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    result = _scheduler().explain(args.job, args.at)
+    _print(result, args.json, lambda r: f"{r['job']} at {r['at']}: {r['text']}")
+    return 0
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    result = _scheduler().backfill(
+        args.job,
+        args.start,
+        args.end,
+        max_concurrent=args.max_concurrent,
+        dry_run=args.dry_run,
+    )
+
+    def text(r: dict[str, Any]) -> str:
+        verb = "would create" if r["dry_run"] else "created"
+        lines = [f"{r['job']}: {verb} {len(r['slots'])} invocations"]
+        lines += [f"  {slot}" for slot in r["slots"]]
+        if r["existing"]:
+            lines.append(f"{len(r['existing'])} slots have an invocation already (left alone)")
+        return "\n".join(lines)
+
+    _print(result, args.json, text)
     return 0
 
 
@@ -251,6 +278,24 @@ def _parser() -> argparse.ArgumentParser:
 
     c = command("resume", cmd_resume, "tick again from the next slot after now")
     c.add_argument("job")
+    c.add_argument(
+        "--catch-up",
+        action="store_true",
+        help="let the job's misfire policy run the slots missed while paused",
+    )
+
+    c = command("explain", cmd_explain, "say why a job did or did not run at a time")
+    c.add_argument("job")
+    c.add_argument("--at", type=_time, required=True, help="ISO 8601 time with a zone")
+    c.add_argument("--json", action="store_true")
+
+    c = command("backfill", cmd_backfill, "run a job once for each slot in a range")
+    c.add_argument("job")
+    c.add_argument("--from", dest="start", type=_time, required=True, help="ISO 8601, inclusive")
+    c.add_argument("--to", dest="end", type=_time, required=True, help="ISO 8601, inclusive")
+    c.add_argument("--max-concurrent", type=int, default=1, metavar="N")
+    c.add_argument("--dry-run", action="store_true", help="list the slots; create nothing")
+    c.add_argument("--json", action="store_true")
 
     c = command("next", cmd_next, "show the next fire times of a schedule")
     c.add_argument("schedule")

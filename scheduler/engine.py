@@ -27,6 +27,7 @@ import sqlalchemy.exc
 from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
+from scheduler import backfill as backfills
 from scheduler import debuglog, store
 from scheduler.controls import controls_of
 from scheduler.db import write_transaction
@@ -141,6 +142,33 @@ class Engine(Runs):
         self.send(fed.messages)
         return fed
 
+    def backfill(
+        self,
+        ref: str,
+        first: datetime,
+        last: datetime,
+        *,
+        max_concurrent: int = 1,
+        dry_run: bool = False,
+    ) -> backfills.BackfillReport:
+        """One invocation per slot of ``[first, last]`` that has none yet."""
+        messages: list[Message] = []
+        with self.transaction() as conn:
+            job = backfills.resolve(conn, ref)
+            schedule = schedule_of(job.schedule, job.timezone)
+            report = backfills.plan(conn, job, schedule, first, last)
+            if not dry_run:
+                messages = backfills.create(
+                    conn,
+                    job,
+                    report,
+                    max_concurrent=max_concurrent,
+                    now=self.clock(),
+                    grace=self.grace,
+                )
+        self.send(messages)
+        return report
+
     # --- hosting the machine -----------------------------------------------------------
 
     def feed(
@@ -210,7 +238,7 @@ class Engine(Runs):
                 if inv is None:
                     self._correct(job, fed, Unbuffer(), now)
             case StartBuffered():
-                waiting = store.oldest_waiting(conn, job.id)
+                waiting = next(iter(store.oldest_waiting(conn, job.id)), None)
                 if waiting is None:
                     log.error("job %s counted a waiting run it does not have", job.ref)
                     self._correct(job, fed, Abandon(), now)

@@ -136,6 +136,7 @@ invocations = Table(
     Column("worker", String(200)),  # who claimed the current attempt
     Column("attempts", JSON),  # the earlier attempts of a retried invocation
     Column("log", Text),  # the debug log, bounded
+    Column("backfill", Boolean, nullable=False),  # run by `backfill`, outside the machine
     UniqueConstraint("job_id", "slot"),
     UniqueConstraint("job_id", "trigger_id"),
     CheckConstraint(_one_of("status", INVOCATION_STATUSES), name="status"),

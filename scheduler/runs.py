@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from scheduler import debuglog, store
+from scheduler import backfill, debuglog, store
 from scheduler.controls import controls_of
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Invoker, Outcome, celery_task_id
@@ -99,7 +99,11 @@ class Runs:
                 reason=None,
                 log=debuglog.append(inv.log, now, f"attempt {number} started"),
             )
-            fed = self.feed(conn, job, InvocationStarted(inv.id), now)
+            fed = (
+                Fed(job.snapshot)  # the machine does not count backfill runs
+                if inv.backfill
+                else self.feed(conn, job, InvocationStarted(inv.id), now)
+            )
         self.send(fed.messages)
         call = Call(
             inv.id,
@@ -224,6 +228,8 @@ class Runs:
         slot = inv.slot.isoformat() if inv.slot else f"trigger {inv.trigger_id}"
         error = f" ({outcome.error})" if outcome.error else ""
         log.info("%s %s: %s%s", job.ref, slot, status, error)
+        if inv.backfill:  # the next waiting slot of the backfill takes its place
+            return Fed(job.snapshot, [*revoke, *backfill.promote(conn, job, now, self.grace)])
         fed = self.feed(conn, job, InvocationFinished(inv.id, now), now)
         fed.messages[:0] = revoke
         if status == S.SUCCEEDED:
@@ -261,7 +267,10 @@ class Runs:
             else:
                 job_id = store.resolve_job(conn, job or "")
                 store.lock_job(conn, job_id)
-                targets = store.lock_invocations_of(conn, job_id, ACTIVE)
+                # A backfill's waiting runs first, so that ending its active ones
+                # starts none of them.
+                targets = store.lock_invocations_of(conn, job_id, (WAITING,), backfill=True)
+                targets += store.lock_invocations_of(conn, job_id, ACTIVE, backfill=None)
             for inv in targets:
                 row = store.lock_job(conn, job_id)
                 assert row is not None
@@ -287,6 +296,10 @@ class Runs:
             deadline=None,
             log=debuglog.append(inv.log, now, f"{outcome.status.value}: {outcome.error}"),
         )
+        if inv.backfill:
+            if inv.status == WAITING:
+                return Fed(job.snapshot)
+            return Fed(job.snapshot, backfill.promote(conn, job, now, self.grace))
         event: Event = Unbuffer() if inv.status == WAITING else InvocationFinished(inv.id, now)
         return self.feed(conn, job, event, now)
 

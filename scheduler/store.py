@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, case, select, update
+from sqlalchemy import Connection, Row, case, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scheduler import debuglog
@@ -79,6 +79,7 @@ class InvocationRow:
     worker: str | None
     attempts: list[dict[str, Any]] | None
     log: str | None
+    backfill: bool
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> InvocationRow:
@@ -92,6 +93,14 @@ class InvocationRow:
 def lock_job(conn: Connection, job_id: int) -> JobRow | None:
     row = conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update()).first()
     return None if row is None else JobRow.from_row(row)
+
+
+def read_job(conn: Connection, job_id: int) -> JobRow:
+    """A job row without a lock, for readers."""
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    if row is None:
+        raise NotFound(f"no job {job_id}")
+    return JobRow.from_row(row)
 
 
 def resolve_job(conn: Connection, ref: str) -> int:
@@ -264,6 +273,7 @@ def insert_invocation(
     now: datetime,
     deadline: datetime | None = None,
     reason: str | None = None,
+    backfill: bool = False,
 ) -> int | None:
     """Insert a STARTING, WAITING or SKIPPED invocation for a slot or trigger id; None if
     that slot or trigger id has one already."""
@@ -278,6 +288,7 @@ def insert_invocation(
         created_at=now,
         finished_at=now if status == "SKIPPED" else None,
         deadline=deadline,
+        backfill=backfill,
     )
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     statement = (
@@ -305,28 +316,53 @@ def update_invocation(conn: Connection, invocation_id: int, **values: Any) -> No
 
 
 def lock_invocations_of(
-    conn: Connection, job_id: int, statuses: tuple[str, ...]
+    conn: Connection, job_id: int, statuses: tuple[str, ...], *, backfill: bool | None = False
 ) -> list[InvocationRow]:
-    """A job's invocations in the given statuses, oldest first, locked."""
+    """A job's invocations in the given statuses, oldest first, locked: those the machine
+    counts (the default), the backfill's (True) or both (None)."""
+    query = select(invocations).where(
+        invocations.c.job_id == job_id, invocations.c.status.in_(statuses)
+    )
+    if backfill is not None:
+        query = query.where(invocations.c.backfill == backfill)
+    query = query.order_by(invocations.c.id).with_for_update()
+    return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
+def oldest_waiting(
+    conn: Connection, job_id: int, *, backfill: bool = False, limit: int = 1
+) -> list[InvocationRow]:
+    """The runs that wait longest (a backfill's: the earliest slots), locked."""
+    order = invocations.c.slot if backfill else invocations.c.id
     query = (
         select(invocations)
-        .where(invocations.c.job_id == job_id, invocations.c.status.in_(statuses))
-        .order_by(invocations.c.id)
+        .where(
+            invocations.c.job_id == job_id,
+            invocations.c.status == "WAITING",
+            invocations.c.backfill == backfill,
+        )
+        .order_by(order)
+        .limit(limit)
         .with_for_update()
     )
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
 
 
-def oldest_waiting(conn: Connection, job_id: int) -> InvocationRow | None:
-    query = (
-        select(invocations)
-        .where(invocations.c.job_id == job_id, invocations.c.status == "WAITING")
-        .order_by(invocations.c.id)
-        .limit(1)
-        .with_for_update()
+def slots_taken(conn: Connection, job_id: int, first: datetime, last: datetime) -> set[datetime]:
+    """The slots in ``[first, last]`` that have an invocation, of any status."""
+    query = select(invocations.c.slot).where(
+        invocations.c.job_id == job_id, invocations.c.slot.between(first, last)
     )
-    row = conn.execute(query).first()
-    return None if row is None else InvocationRow.from_row(row)
+    return set(conn.execute(query).scalars())
+
+
+def count_backfill(conn: Connection, job_id: int, statuses: tuple[str, ...]) -> int:
+    query = select(func.count()).where(
+        invocations.c.job_id == job_id,
+        invocations.c.backfill.is_(True),
+        invocations.c.status.in_(statuses),
+    )
+    return conn.execute(query).scalar_one()
 
 
 def renew_lease(

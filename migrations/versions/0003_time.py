@@ -1,4 +1,4 @@
-"""time: the first slot missed while paused, and a record of each job's changes
+"""time: the first slot missed while paused, backfill runs, a record of each job's changes
 
 Revision ID: 0003
 Revises: 0002
@@ -21,6 +21,12 @@ CHANGES = "'created', 'updated', 'enabled', 'disabled', 'paused', 'resumed'"
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("missed_from", UTCDateTime))
+    with op.batch_alter_table("invocations") as batch:
+        batch.add_column(
+            sa.Column("backfill", sa.Boolean, nullable=False, server_default=sa.false())
+        )
+    with op.batch_alter_table("invocations") as batch:
+        batch.alter_column("backfill", server_default=None)
     op.create_table(
         "job_changes",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
@@ -50,5 +56,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index(op.f("ix_job_changes_job_id_at"), "job_changes")
     op.drop_table("job_changes")
+    with op.batch_alter_table("invocations") as batch:
+        batch.drop_column("backfill")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("missed_from")

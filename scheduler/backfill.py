@@ -1,0 +1,115 @@
+"""Backfill: run a job for every slot of a past (or future) range, beside its schedule.
+
+Each slot becomes a WAITING invocation marked ``backfill``. The slot's unique key makes
+a second backfill of the same range a no-op, and a slot that already ran (or was
+skipped) keeps its row. The job machine does not count backfill runs, so the schedule
+keeps firing meanwhile; instead each backfill run that ends starts the next waiting one,
+in the same transaction, which keeps ``max_concurrent`` of them in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection
+
+from scheduler import debuglog, store
+from scheduler.errors import NotFound, SpecError
+from scheduler.outbox import Message, SendStart
+from scheduler.schedules import Schedule
+from scheduler.store import JobRow
+
+MAX_SLOTS = 10_000  # one backfill; split a longer range in several
+_INSTANT = timedelta(microseconds=1)
+
+
+@dataclass
+class BackfillReport:
+    job: str
+    slots: list[datetime] = field(default_factory=list)  # created, or would be
+    existing: list[datetime] = field(default_factory=list)  # had an invocation already
+    started: list[int] = field(default_factory=list)
+
+
+def slots_in(schedule: Schedule, first: datetime, last: datetime) -> list[datetime]:
+    """The schedule's slots in ``[first, last]``."""
+    if schedule.relative or schedule.next_after(first) is None:
+        raise SpecError("backfill", "the job's schedule has no fixed slots to backfill")
+    found: list[datetime] = []
+    t = first - _INSTANT
+    while (t := schedule.next_after(t)) is not None and t <= last:  # type: ignore[assignment]
+        if len(found) == MAX_SLOTS:
+            raise SpecError("backfill", f"the range holds more than {MAX_SLOTS} slots")
+        found.append(t)
+    return found
+
+
+def plan(
+    conn: Connection, job: JobRow, schedule: Schedule, first: datetime, last: datetime
+) -> BackfillReport:
+    if last < first:
+        raise SpecError("--to", "must not be before --from")
+    slots = slots_in(schedule, first, last)
+    taken = store.slots_taken(conn, job.id, first, last) if slots else set()
+    return BackfillReport(
+        job.ref,
+        slots=[s for s in slots if s not in taken],
+        existing=[s for s in slots if s in taken],
+    )
+
+
+def create(
+    conn: Connection,
+    job: JobRow,
+    report: BackfillReport,
+    *,
+    max_concurrent: int,
+    now: datetime,
+    grace: timedelta,
+) -> list[Message]:
+    """Insert the report's slots as WAITING backfill runs and start up to
+    ``max_concurrent`` of the job's waiting backfill runs."""
+    if max_concurrent < 1:
+        raise SpecError("--max-concurrent", "must be at least 1")
+    for slot in report.slots:
+        store.insert_invocation(
+            conn,
+            job.id,
+            slot=slot,
+            trigger_id=None,
+            revision=job.revision,
+            status="WAITING",
+            now=now,
+            backfill=True,
+        )
+    in_flight = store.count_backfill(conn, job.id, ("STARTING", "RUNNING"))
+    messages = promote(conn, job, now, grace, max_concurrent - in_flight)
+    report.started = [m.invocation_id for m in messages if isinstance(m, SendStart)]
+    return messages
+
+
+def promote(
+    conn: Connection, job: JobRow, now: datetime, grace: timedelta, count: int = 1
+) -> list[Message]:
+    """Start the ``count`` earliest waiting backfill runs of ``job``."""
+    if count < 1:
+        return []
+    messages: list[Message] = []
+    for inv in store.oldest_waiting(conn, job.id, backfill=True, limit=count):
+        store.update_invocation(
+            conn,
+            inv.id,
+            status="STARTING",
+            deadline=now + grace,
+            log=debuglog.append(inv.log, now, "backfill: starting"),
+        )
+        messages.append(SendStart(inv.id))
+    return messages
+
+
+def resolve(conn: Connection, ref: str) -> JobRow:
+    job = store.lock_job(conn, store.resolve_job(conn, ref))
+    if job is None:
+        raise NotFound(f"no job named {ref!r}")
+    return job

@@ -1,0 +1,151 @@
+"""``explain``: why a job did, or did not, run at a given time.
+
+The answer comes from the records alone: the invocation row of the slot, the job's
+changes (``job_changes``: the schedule in force and whether the job was enabled or
+paused), and the job's pending tick. Each answer has a stable code for scripts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from scheduler import store
+from scheduler.models import invocations
+from scheduler.schedules import Schedule, parse_schedule
+
+
+def iso(t: datetime | None) -> str | None:
+    """Times as the CLI and the JSON answers show them: ISO 8601 with a Z."""
+    return None if t is None else t.isoformat().replace("+00:00", "Z")
+
+
+def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str, Any]:
+    job_id = store.resolve_job(conn, ref)
+    job = store.read_job(conn, job_id)
+    changes = store.changes_of(conn, job_id)
+    base = {"job": job.ref, "at": iso(at)}
+    if not changes or at < changes[0]["at"]:
+        created = changes[0]["at"] if changes else None
+        return base | _answer("not_created", f"the job did not exist yet (created {iso(created)})")
+
+    inv = _invocation_at(conn, job_id, at)
+    if inv is not None:
+        return base | _ran(inv)
+
+    in_force = [c for c in changes if c["at"] <= at][-1]
+    schedule = parse_schedule(in_force["schedule"], in_force["timezone"])
+    what = f"{in_force['schedule']!r} ({in_force['timezone']})"
+    base["schedule"] = in_force["schedule"]
+    base["timezone"] = in_force["timezone"]
+    if schedule.relative or schedule.next_after(at) is None:
+        return base | _answer("not_a_slot", f"{what} has no fixed slots: runs are not planned")
+    if schedule.latest_at_or_before(at) != at:
+        return base | _not_a_slot(conn, job_id, schedule, at, what)
+
+    off = _off_at(changes, at)
+    if off is not None:
+        return base | off
+    if at > now:
+        pending = job.snapshot.tick_at
+        text = f"{iso(at)} is a slot in the future; the next tick is at {iso(pending)}"
+        return base | _answer("future", text, next_tick=iso(pending))
+    if job.snapshot.tick_at is not None and job.snapshot.tick_at <= at:
+        return base | _answer(
+            "pending", f"the slot is due and its tick is pending ({iso(job.snapshot.tick_at)})"
+        )
+    return base | _answer(
+        "missing",
+        "no record of this slot: it was not run and not recorded (older than the job's "
+        "records, or one of more than 1000 slots missed at once)",
+    )
+
+
+def _answer(code: str, text: str, **more: Any) -> dict[str, Any]:
+    return {"answer": code, "text": text, **more}
+
+
+def _invocation_at(conn: Connection, job_id: int, at: datetime) -> dict[str, Any] | None:
+    query = select(invocations).where(invocations.c.job_id == job_id, invocations.c.slot == at)
+    row = conn.execute(query).first()
+    return None if row is None else dict(row._mapping)
+
+
+def _ran(inv: dict[str, Any]) -> dict[str, Any]:
+    fields = {
+        "invocation": inv["id"],
+        "status": inv["status"],
+        "reason": inv["reason"],
+        "error": inv["error"],
+        "revision": inv["revision"],
+        "backfill": inv["backfill"],
+    }
+    if inv["status"] == "SKIPPED":
+        why = {
+            "misfire": "it was missed by more than the misfire grace and the misfire policy "
+            "did not run it",
+            "overlap": "another run was active and the overlap policy skipped it",
+            "paused": "the job was paused and resumed without catch-up",
+        }.get(inv["reason"], inv["reason"])
+        return _answer("skipped", f"the slot was SKIPPED ({inv['reason']}): {why}", **fields)
+    how = " by a backfill" if inv["backfill"] else ""
+    tail = f": {inv['error']}" if inv["error"] else ""
+    text = f"the slot ran{how} as invocation {inv['id']}, {inv['status']}{tail}"
+    return _answer("ran", text, **fields)
+
+
+def _not_a_slot(
+    conn: Connection, job_id: int, schedule: Schedule, at: datetime, what: str
+) -> dict[str, Any]:
+    before, after = schedule.latest_at_or_before(at), schedule.next_after(at)
+    nearest = []
+    for slot in (before, after):
+        if slot is None:
+            continue
+        inv = _invocation_at(conn, job_id, slot)
+        nearest.append(
+            {"slot": iso(slot), "invocation": inv and inv["id"], "status": inv and inv["status"]}
+        )
+    text = f"{iso(at)} is not a slot of {what}; the nearest are " + " and ".join(
+        f"{n['slot']} ({n['status'] or 'no invocation'})" for n in nearest
+    )
+    return _answer("not_a_slot", text, nearest=nearest)
+
+
+def _off_at(changes: list[dict[str, Any]], at: datetime) -> dict[str, Any] | None:
+    """Disabled or paused at ``at``, with since when and until when."""
+    enabled = paused = False
+    for change in changes:
+        if change["at"] > at:
+            break
+        match change["change"]:
+            case "enabled":
+                enabled = True
+            case "disabled":
+                enabled = paused = False
+            case "paused":
+                paused = True
+            case "resumed":
+                paused = False
+    if enabled and not paused:
+        return None
+    code = "disabled" if not enabled else "paused"
+    before = [c for c in changes if c["at"] <= at and c["change"] in _START[code]]
+    start = before[-1]
+    end = next((c for c in changes if c["at"] > at and c["change"] in _END[code]), None)
+    reason = f", reason: {start['reason']}" if start["reason"] else ""
+    until = f" until {iso(end['at'])}" if end else " and still is"
+    text = f"the job was {code} from {iso(start['at'])}{until}{reason}"
+    return _answer(
+        code,
+        text,
+        since=iso(start["at"]),
+        until=iso(end["at"]) if end else None,
+        reason=start["reason"],
+    )
+
+
+_START = {"disabled": ("created", "disabled"), "paused": ("paused",)}
+_END = {"disabled": ("enabled",), "paused": ("resumed", "disabled")}

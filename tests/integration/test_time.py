@@ -1,0 +1,239 @@
+"""Time on real databases with a fixed clock: misfire policies after downtime, pause and
+resume with and without catch-up, backfill run twice, an edited schedule, explain."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from scheduler import watchdog
+from scheduler.api import Scheduler
+from scheduler.engine import Engine
+from scheduler.spec import JobSpec
+from tests.conftest import Clock, RecordingPort
+from tests.integration.test_engine import deliver_starts, deliver_ticks, job, rows
+
+pytestmark = pytest.mark.postgres
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def apply(engine: Engine, schedule: str = "every 10s", **controls: Any) -> Scheduler:
+    sched = Scheduler(engine)
+    sched.apply([JobSpec("p", "a", schedule, controls=controls)], project="p")
+    return sched
+
+
+def settle(engine: Engine, port: RecordingPort) -> None:
+    """Deliver every start (and the starts they cause) now; ticks stay queued."""
+    while port.starts:
+        deliver_starts(engine, port)
+
+
+def history(engine: Engine) -> list[tuple[int, str, str | None]]:
+    """(seconds after T0, status, reason) per slot, oldest slot first."""
+    found = [r for r in rows(engine) if r["slot"] is not None]
+    found.sort(key=lambda r: r["slot"])
+    return [(int((r["slot"] - T0).total_seconds()), r["status"], r["reason"]) for r in found]
+
+
+def run_until(engine: Engine, port: RecordingPort, clock: Clock, seconds: float) -> None:
+    """Fire every slot on time up to ``seconds`` after T0."""
+    while clock.now < at(seconds):
+        clock.advance(10)
+        deliver_ticks(engine, port)
+        settle(engine, port)
+
+
+def outage(engine: Engine, port: RecordingPort, clock: Clock, seconds: float) -> None:
+    """Lose every message, then let the watchdog repair the chain ``seconds`` later."""
+    port.clear()
+    clock.advance(seconds)
+    watchdog.run_once(engine)
+    deliver_ticks(engine, port)
+    settle(engine, port)
+
+
+OK = "SUCCEEDED"
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("skip", [(s, "SKIPPED", "misfire") for s in range(30, 80, 10)]),
+        ("latest", [*((s, "SKIPPED", "misfire") for s in range(30, 70, 10)), (70, OK, None)]),
+        ("all", [(s, OK, None) for s in range(30, 80, 10)]),
+    ],
+)
+def test_downtime_under_each_misfire_policy(
+    engine: Engine, port: RecordingPort, clock: Clock, policy: str, expected: list[Any]
+):
+    apply(engine, misfire=policy)
+    run_until(engine, port, clock, 20)
+    outage(engine, port, clock, 55)  # slots 30..70 are missed; now is 75
+    assert history(engine) == [(10, OK, None), (20, OK, None), *expected]
+    assert job(engine).snapshot.tick_at == at(80)
+    assert job(engine).snapshot.active == 0
+
+
+def test_catchup_limit_keeps_the_newest_slots(engine: Engine, port: RecordingPort, clock: Clock):
+    apply(engine, misfire="all", catchup_limit=2)
+    outage(engine, port, clock, 55)  # slots 10..50 missed
+    assert history(engine) == [
+        (10, "SKIPPED", "misfire"),
+        (20, "SKIPPED", "misfire"),
+        (30, "SKIPPED", "misfire"),
+        (40, OK, None),
+        (50, OK, None),
+    ]
+
+
+def test_a_late_tick_within_the_grace_fires_normally(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    apply(engine, misfire="skip", misfire_grace="30s")
+    clock.advance(35)  # slot 10 is 25 s late
+    deliver_ticks(engine, port)
+    settle(engine, port)
+    assert history(engine) == [(10, OK, None)]
+
+
+def test_pause_and_resume_records_the_missed_slots(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    sched = apply(engine)
+    run_until(engine, port, clock, 10)
+    clock.advance(5)
+    sched.pause("p/a", "maintenance")
+    clock.advance(40)  # now 55: slots 20..50 are missed
+    sched.resume("p/a")
+    assert history(engine) == [
+        (10, OK, None),
+        *((s, "SKIPPED", "paused") for s in (20, 30, 40, 50)),
+    ]
+    assert job(engine).snapshot.tick_at == at(60)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("latest", [(20, "SKIPPED", "misfire"), (30, "SKIPPED", "misfire"), (40, OK, None)]),
+        ("all", [(20, OK, None), (30, OK, None), (40, OK, None)]),
+    ],
+)
+def test_resume_with_catch_up_applies_the_misfire_policy(
+    engine: Engine, port: RecordingPort, clock: Clock, policy: str, expected: list[Any]
+):
+    sched = apply(engine, misfire=policy)
+    run_until(engine, port, clock, 10)
+    sched.pause("p/a")
+    clock.advance(35)  # now 45: slots 20..40 are missed
+    port.clear()
+    sched.resume("p/a", catch_up=True)
+    deliver_ticks(engine, port)
+    settle(engine, port)
+    assert history(engine) == [(10, OK, None), *expected]
+    assert job(engine).snapshot.tick_at == at(50)
+
+
+def test_re_enabling_does_not_fire_the_slots_missed_while_disabled(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    sched = Scheduler(engine)
+    apply(engine)
+    sched.apply([], project="p")  # disables p/a
+    clock.advance(60)
+    apply(engine)
+    assert history(engine) == []
+    assert job(engine).snapshot.tick_at == at(70)
+
+
+def test_backfill_twice_runs_each_slot_once(engine: Engine, port: RecordingPort, clock: Clock):
+    clock.advance(1000)
+    sched = apply(engine, "every 1m")
+    dry = sched.backfill("p/a", at(0), at(300), dry_run=True)
+    assert len(dry["slots"]) == 6 and rows(engine) == []
+    first = sched.backfill("p/a", at(0), at(300), max_concurrent=2)
+    assert len(first["started"]) == 2 and len(first["slots"]) == 6
+    settle(engine, port)
+    again = sched.backfill("p/a", at(0), at(300), max_concurrent=2)
+    assert (again["slots"], len(again["existing"]), again["started"]) == ([], 6, [])
+    assert history(engine) == [(s, OK, None) for s in range(0, 360, 60)]
+    assert all(r["backfill"] for r in rows(engine))
+    assert job(engine).snapshot.active == 0  # the schedule's machine never counted them
+
+
+def test_backfill_keeps_max_concurrent_in_flight(engine: Engine, port: RecordingPort):
+    sched = apply(engine, "every 1m")
+    sched.backfill("p/a", at(-600), at(-60), max_concurrent=3)
+    in_flight = []
+    while port.starts:
+        in_flight.append(sum(r["status"] in ("STARTING", "RUNNING") for r in rows(engine)))
+        engine.start_invocation(port.starts.pop(0))
+    assert max(in_flight) == 3 and len(in_flight) == 10
+
+
+def test_aborting_the_job_stops_its_backfill(engine: Engine, port: RecordingPort):
+    sched = apply(engine, "every 1m")
+    sched.backfill("p/a", at(-600), at(-60), max_concurrent=2)
+    aborted = sched.abort("p/a")
+    assert len(aborted) == 10
+    assert {r["status"] for r in rows(engine)} == {"ABORTED"}
+    port.clear()
+    deliver_starts(engine, port)
+    assert port.starts == []
+
+
+def test_an_edited_schedule_moves_the_tick_and_runs_with_the_new_revision(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    sched = apply(engine, "every 10s")
+    before = job(engine)
+    unchanged = sched.apply([JobSpec("p", "a", "every 10s")], project="p")
+    assert unchanged.unchanged == ["p/a"] and job(engine).generation == before.generation
+    [(_, old_nonce, _)] = port.ticks
+    port.clear()
+    sched.apply([JobSpec("p", "a", "every 30s")], project="p")
+    after = job(engine)
+    assert after.snapshot.tick_nonce != old_nonce and after.snapshot.tick_at == at(30)
+    clock.advance(10)
+    engine.tick(after.id, old_nonce)  # the old schedule's tick is ignored
+    assert rows(engine) == []
+    clock.advance(20)
+    deliver_ticks(engine, port)
+    [inv] = rows(engine)
+    assert inv["slot"] == at(30) and inv["revision"] == after.revision != before.revision
+
+
+def test_explain_answers(engine: Engine, port: RecordingPort, clock: Clock):
+    sched = apply(engine, misfire="skip")
+    answer = lambda s: sched.explain("p/a", at(s))["answer"]  # noqa: E731
+    assert answer(-10) == "not_created"
+    run_until(engine, port, clock, 20)
+    ran = sched.explain("p/a", at(10))
+    assert (ran["answer"], ran["status"]) == ("ran", OK)
+    assert answer(15) == "not_a_slot"
+    assert [n["slot"] for n in sched.explain("p/a", at(15))["nearest"]] == [
+        "2026-03-01T12:00:10Z",
+        "2026-03-01T12:00:20Z",
+    ]
+    outage(engine, port, clock, 30)  # slots 30, 40 missed (skip); now 50
+    skipped = sched.explain("p/a", at(30))
+    assert (skipped["answer"], skipped["reason"]) == ("skipped", "misfire")
+    assert answer(60) == "future"
+    sched.pause("p/a", "deploy")
+    assert answer(60) == "paused"
+    assert sched.explain("p/a", at(60))["reason"] == "deploy"
+    clock.advance(30)  # now 80
+    sched.resume("p/a")
+    assert sched.explain("p/a", at(60))["reason"] == "paused"  # the recorded SKIPPED row
+    assert answer(100) == "future"
+    sched.apply([], project="p")  # disabled at 80
+    clock.advance(100)
+    disabled = sched.explain("p/a", at(100))
+    assert disabled["answer"] == "disabled" and disabled["until"] is None
