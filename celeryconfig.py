@@ -58,3 +58,10 @@ beat_schedule = {
         "options": {"expires": _settings.watchdog_interval},
     },
 }
+if _settings.jobs_dir is not None:
+    # The folder is the source of truth: each interval, its job files are applied.
+    beat_schedule["cronchain-reconcile"] = {
+        "task": "cronchain.reconcile",
+        "schedule": _settings.reconcile_interval,
+        "options": {"expires": _settings.reconcile_interval},
+    }

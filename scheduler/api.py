@@ -45,14 +45,16 @@ class Scheduler:
         *,
         project: str | None = None,
         dry_run: bool = False,
+        prune: bool = False,
     ) -> ApplyReport:
-        """Make ``project``'s jobs match ``jobs`` (a list of specs or a job file)."""
+        """Make ``project``'s jobs match ``jobs`` (a list of specs or a job file); jobs
+        of the project not in it are disabled, or deleted with ``prune``."""
         if isinstance(jobs, str | Path):
             job_file = load_job_file(jobs)
             project, jobs = job_file.project, job_file.jobs
         if project is None:
             raise ValueError("apply needs the project the jobs belong to")
-        return apply(self.engine, project, jobs, dry_run=dry_run)
+        return apply(self.engine, project, jobs, dry_run=dry_run, prune=prune)
 
     def jobs(self) -> list[dict[str, Any]]:
         with self.engine.db.connect() as conn:

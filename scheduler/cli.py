@@ -7,11 +7,12 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from scheduler.api import iso
 from scheduler.errors import NotFound, SpecError, TransientError
+from scheduler.localtime import transitions
 from scheduler.schedules import parse_schedule, parse_zone
 from statemachine import InvalidTransition
 
@@ -74,9 +75,11 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    report = _scheduler().apply(args.file, dry_run=args.dry_run)
+    report = _scheduler().apply(args.file, dry_run=args.dry_run, prune=args.prune)
     prefix = "would be " if args.dry_run else ""
-    for what in ("created", "updated", "disabled", "unchanged"):
+    for what in ("created", "updated", "disabled", "deleted", "unchanged"):
+        if what == "deleted" and not args.prune:
+            continue
         names = getattr(report, what)
         print(f"{prefix}{what}: {len(names)}" + (f" ({', '.join(names)})" if names else ""))
     return 0
@@ -186,6 +189,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_next(args: argparse.Namespace) -> int:
+    """Each fire time in UTC and local time; a DST transition crossed on the way is shown
+    before the first fire time after it (``transitions`` in the JSON rows)."""
     schedule = parse_schedule(args.schedule, args.tz)
     zone = parse_zone(args.tz)
     t = args.after or datetime.now(UTC)
@@ -194,10 +199,31 @@ def cmd_next(args: argparse.Namespace) -> int:
         nxt = schedule.next_after(t)
         if nxt is None:
             raise SpecError("schedule", f"{args.schedule!r} has no fire times of its own")
-        rows.append({"utc": iso(nxt), "local": nxt.astimezone(zone).isoformat()})
+        crossed = [
+            {"at": iso(c.at), "from": _offset(c.before), "to": _offset(c.after)}
+            for c in transitions(t, nxt, zone)
+        ]
+        rows.append(
+            {"utc": iso(nxt), "local": nxt.astimezone(zone).isoformat(), "transitions": crossed}
+        )
         t = nxt
-    _print(rows, args.json, lambda rows: "\n".join(f"{r['utc']}  {r['local']}" for r in rows))
+
+    def text(rows: list[dict[str, Any]]) -> str:
+        lines = []
+        for r in rows:
+            for c in r["transitions"]:
+                lines.append(f"-- DST: clocks move from {c['from']} to {c['to']} at {c['at']}")
+            lines.append(f"{r['utc']}  {r['local']}")
+        return "\n".join(lines)
+
+    _print(rows, args.json, text)
     return 0
+
+
+def _offset(delta: timedelta) -> str:
+    sign = "-" if delta < timedelta(0) else "+"
+    minutes = abs(int(delta.total_seconds())) // 60
+    return f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -254,6 +280,11 @@ def _parser() -> argparse.ArgumentParser:
     c = command("apply", cmd_apply, "create, update and disable a project's jobs from a file")
     c.add_argument("file")
     c.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+    c.add_argument(
+        "--prune",
+        action="store_true",
+        help="delete the project's jobs missing from the file (with their history)",
+    )
 
     c = command("jobs", cmd_jobs, "list jobs")
     c.add_argument("--json", action="store_true")

@@ -1,16 +1,25 @@
 """``apply``: make a project's jobs in the database match a declared list.
 
 Jobs in the list are created or updated; jobs of the project missing from it are
-disabled (their history kept). An unchanged spec writes nothing at all.
+disabled (their history kept), or with ``prune`` deleted with their history. An
+unchanged spec writes nothing at all.
+
+``reconcile_folder`` applies every job file of a folder: beat runs it on an interval
+when ``CRONCHAIN_JOBS_DIR`` is set, so the folder is the source of truth.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import Connection
 
 from scheduler import store
 from scheduler.engine import Engine, Message
-from scheduler.spec import JobSpec
+from scheduler.errors import SpecError
+from scheduler.spec import JobSpec, load_job_file
 from scheduler.store import JobRow
 from statemachine import Disable, Enable, Event, ScheduleChanged
 
@@ -21,10 +30,16 @@ class ApplyReport:
     updated: list[str] = field(default_factory=list)
     disabled: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
 
 
 def apply(
-    engine: Engine, project: str, specs: list[JobSpec], *, dry_run: bool = False
+    engine: Engine,
+    project: str,
+    specs: list[JobSpec],
+    *,
+    dry_run: bool = False,
+    prune: bool = False,
 ) -> ApplyReport:
     if any(spec.project != project for spec in specs):
         raise ValueError(f"every job must belong to project {project!r}")
@@ -48,15 +63,34 @@ def apply(
                 conn, job, _event_for(job, spec), now, spec=spec, enabled=True
             ).messages
         for job in existing.values():
-            if not job.enabled:
-                continue
-            report.disabled.append(job.ref)
-            if not dry_run:
-                messages += engine.feed(
-                    conn, job, Disable(), now, enabled=False, paused=False, pause_reason=None
-                ).messages
+            messages += _retire(engine, conn, job, report, now, dry_run=dry_run, prune=prune)
     engine.send(messages)
     return report
+
+
+def _retire(
+    engine: Engine,
+    conn: Connection,
+    job: JobRow,
+    report: ApplyReport,
+    now: datetime,
+    *,
+    dry_run: bool,
+    prune: bool,
+) -> list[Message]:
+    """A job missing from the list: delete it (``prune``) or disable it."""
+    if prune:
+        report.deleted.append(job.ref)
+        if not dry_run:
+            store.delete_job(conn, job.id)
+        return []
+    if not job.enabled:
+        return []
+    report.disabled.append(job.ref)
+    if dry_run:
+        return []
+    fed = engine.feed(conn, job, Disable(), now, enabled=False, paused=False, pause_reason=None)
+    return fed.messages
 
 
 def _event_for(job: JobRow, spec: JobSpec) -> Event:
@@ -65,3 +99,23 @@ def _event_for(job: JobRow, spec: JobSpec) -> Event:
     if job.enabled and (job.schedule, job.timezone) != (spec.schedule, spec.timezone):
         return ScheduleChanged()
     return Enable()
+
+
+@dataclass
+class FolderReport:
+    applied: dict[str, ApplyReport] = field(default_factory=dict)  # file name -> report
+    failed: dict[str, str] = field(default_factory=dict)  # file name -> error
+
+
+def reconcile_folder(engine: Engine, folder: Path) -> FolderReport:
+    """Apply each ``*.yaml``/``*.yml`` file of ``folder``. A file that does not load is
+    reported and left out; the other files are still applied. A project whose file is
+    removed keeps its jobs: empty the file (``jobs: []``) to disable them."""
+    report = FolderReport()
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        try:
+            job_file = load_job_file(path)
+            report.applied[path.name] = apply(engine, job_file.project, job_file.jobs)
+        except (SpecError, OSError) as err:
+            report.failed[path.name] = str(err)
+    return report

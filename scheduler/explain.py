@@ -27,13 +27,12 @@ def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str
     job = store.read_job(conn, job_id)
     changes = store.changes_of(conn, job_id)
     base = {"job": job.ref, "at": iso(at)}
+    inv = _invocation_at(conn, job_id, at)
+    if inv is not None:  # also a backfill's, from before the job existed
+        return base | _ran(inv)
     if not changes or at < changes[0]["at"]:
         created = changes[0]["at"] if changes else None
         return base | _answer("not_created", f"the job did not exist yet (created {iso(created)})")
-
-    inv = _invocation_at(conn, job_id, at)
-    if inv is not None:
-        return base | _ran(inv)
 
     in_force = [c for c in changes if c["at"] <= at][-1]
     schedule = parse_schedule(in_force["schedule"], in_force["timezone"])

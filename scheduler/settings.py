@@ -28,6 +28,8 @@ class Settings:
     queue: str = "cronchain"
     imports: tuple[str, ...] = ()
     http_allow: str = ""  # addresses/networks the http kind may call besides public ones
+    jobs_dir: Path | None = None  # job files that beat reconciles on an interval
+    reconcile_interval: float = 60.0
 
     @property
     def embedded_broker(self) -> bool:
@@ -53,6 +55,10 @@ class Settings:
         if interval <= 0:
             raise ValueError("CRONCHAIN_WATCHDOG_INTERVAL must be a positive number of seconds")
         imports = tuple(m for m in (env.get("CRONCHAIN_IMPORTS") or "").split(",") if m.strip())
+        reconcile = float(env.get("CRONCHAIN_RECONCILE_INTERVAL") or 60)
+        if reconcile <= 0:
+            raise ValueError("CRONCHAIN_RECONCILE_INTERVAL must be a positive number of seconds")
+        jobs_dir = env.get("CRONCHAIN_JOBS_DIR")
         return cls(
             database_url=env.get("CRONCHAIN_DATABASE_URL") or f"sqlite:///{home}/cronchain.db",
             broker_url=env.get("CRONCHAIN_BROKER_URL") or "filesystem://",
@@ -61,4 +67,6 @@ class Settings:
             queue=env.get("CRONCHAIN_QUEUE") or "cronchain",
             imports=tuple(m.strip() for m in imports),
             http_allow=env.get("CRONCHAIN_HTTP_ALLOW") or "",
+            jobs_dir=Path(jobs_dir).resolve() if jobs_dir else None,
+            reconcile_interval=reconcile,
         )

@@ -242,6 +242,14 @@ def changes_of(conn: Connection, job_id: int) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
+def delete_job(conn: Connection, job_id: int) -> None:
+    """Delete a job with its invocations and changes. Messages still in flight for it
+    find no row and are dropped."""
+    for table in (invocations, job_changes):
+        conn.execute(table.delete().where(table.c.job_id == job_id))
+    conn.execute(jobs.delete().where(jobs.c.id == job_id))
+
+
 def claim_lapsed_jobs(conn: Connection, now: datetime, limit: int) -> list[JobRow]:
     """Jobs whose promised tick is overdue, locked; rows other sweeps hold are skipped."""
     query = (

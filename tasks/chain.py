@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from scheduler.declarative import reconcile_folder
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
 from scheduler.runtime import Runtime
@@ -58,6 +59,25 @@ def invocation_failed(task_id: str | None = None, *, invocation_id: int) -> None
     if _ints(invocation_id):
         outcome = Outcome.failed(f"celery task {task_id} failed")
         runtime().engine.finish_invocation(invocation_id, outcome)
+
+
+@app.task(name="cronchain.reconcile", **RETRY)
+def reconcile() -> dict[str, Any]:
+    """Apply the job files of ``CRONCHAIN_JOBS_DIR`` (sent by beat on an interval)."""
+    rt = runtime()
+    if rt.settings.jobs_dir is None:
+        return {"applied": 0, "failed": {}}
+    report = reconcile_folder(rt.engine, rt.settings.jobs_dir)
+    for name, error in report.failed.items():
+        log.error("job file %s not applied: %s", name, error)
+    changed = {
+        name: {"created": r.created, "updated": r.updated, "disabled": r.disabled}
+        for name, r in report.applied.items()
+        if r.created or r.updated or r.disabled
+    }
+    if changed:
+        log.warning("reconciled %s: %s", rt.settings.jobs_dir, changed)
+    return {"applied": len(report.applied), "changed": changed, "failed": report.failed}
 
 
 @app.task(name="cronchain.watchdog", **RETRY)

@@ -116,13 +116,16 @@ def test_next_in_a_time_zone(cli):  # type: ignore[no-untyped-def]
         "3",
         "--json",
     ).stdout
-    assert json.loads(out) == [
+    rows = [{k: v for k, v in r.items() if k != "transitions"} for r in json.loads(out)]
+    assert rows == [
         {"utc": "2026-03-28T01:00:00Z", "local": "2026-03-28T02:00:00+01:00"},
         # 02:00 does not exist on the spring-forward day: the first instant after the gap.
         {"utc": "2026-03-29T01:00:00Z", "local": "2026-03-29T03:00:00+02:00"},
         {"utc": "2026-03-30T00:00:00Z", "local": "2026-03-30T02:00:00+02:00"},
     ]
     assert "has no time zone" in cli("next", "@daily", "--after", "2026-01-01", code=2).stderr
+    crossed = [r["transitions"] for r in json.loads(out)]
+    assert crossed == [[], [{"at": "2026-03-29T01:00:00Z", "from": "+01:00", "to": "+02:00"}], []]
 
 
 def test_db_upgrade_on_an_empty_database(pg_admin, tmp_path: Path):  # type: ignore[no-untyped-def]
@@ -166,3 +169,38 @@ def test_abort_and_one_invocation_with_its_log(cli, tmp_path: Path):  # type: ig
     assert cli("abort", "--invocation", str(row["id"])).stdout.strip().endswith("nothing active")
     assert "one of them" in cli("abort", code=2).stderr
     assert "no invocation 999" in cli("history", "--invocation", "999", code=2).stderr
+
+
+def test_time_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """next shows the DST transition it crosses; pause/resume --catch-up, backfill
+    --dry-run and twice, explain, apply --prune, each as an operator types them."""
+    out = cli("next", "30 2 * * *", "--tz", "Europe/Berlin", "--after", "2026-03-28T12:00Z")
+    lines = out.stdout.splitlines()
+    assert lines[0] == "-- DST: clocks move from +01:00 to +02:00 at 2026-03-29T01:00:00Z"
+    assert lines[1] == "2026-03-29T01:00:00Z  2026-03-29T03:00:00+02:00"
+
+    path = tmp_path / "jobs.yaml"
+    path.write_text(FILE)
+    cli("apply", str(path))
+    cli("pause", "demo/ping", "--reason", "deploy")
+    assert "resumed, catching up" in cli("resume", "demo/ping", "--catch-up").stdout
+
+    window = ("--from", "2026-01-01T00:00Z", "--to", "2026-01-03T00:00Z")
+    dry = json.loads(cli("backfill", "demo/nightly", *window, "--dry-run", "--json").stdout)
+    assert dry["slots"] == ["2026-01-01T01:00:00Z", "2026-01-02T01:00:00Z"]
+    assert "created 2 invocations" in cli("backfill", "demo/nightly", *window).stdout
+    again = cli("backfill", "demo/nightly", *window, "--max-concurrent", "2").stdout
+    assert "created 0 invocations" in again and "2 slots have an invocation already" in again
+
+    explained = cli("explain", "demo/nightly", "--at", "2026-01-02T01:00Z").stdout
+    assert "the slot ran by a backfill as invocation" in explained
+    off = json.loads(cli("explain", "nightly", "--at", "2030-01-01T00:30Z", "--json").stdout)
+    assert off["answer"] == "not_a_slot"
+    assert cli(
+        "backfill", "ping", "--from", "2026-01-01T00:00Z", "--to", "2025-01-01T00:00Z", code=2
+    )
+
+    path.write_text(FILE.split("  - name: nightly")[0])
+    out = cli("apply", str(path), "--prune").stdout
+    assert "deleted: 1 (demo/nightly)" in out
+    assert [j["id"] for j in json.loads(cli("jobs", "--json").stdout)] == ["demo/ping"]

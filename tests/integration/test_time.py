@@ -237,3 +237,21 @@ def test_explain_answers(engine: Engine, port: RecordingPort, clock: Clock):
     clock.advance(100)
     disabled = sched.explain("p/a", at(100))
     assert disabled["answer"] == "disabled" and disabled["until"] is None
+
+
+def test_a_jobs_folder_is_reconciled_file_by_file(engine: Engine, tmp_path):  # type: ignore[no-untyped-def]
+    from scheduler.declarative import reconcile_folder
+
+    (tmp_path / "a.yaml").write_text(
+        "project: p\njobs:\n  - {name: a, schedule: every 10s, noop: {}}\n"
+    )
+    (tmp_path / "broken.yml").write_text(
+        "project: q\njobs:\n  - {name: b, schedule: every 0s, noop: {}}\n"
+    )
+    report = reconcile_folder(engine, tmp_path)
+    assert report.applied["a.yaml"].created == ["p/a"]
+    assert "schedule" in report.failed["broken.yml"]
+    again = reconcile_folder(engine, tmp_path)
+    assert again.applied["a.yaml"].unchanged == ["p/a"]
+    (tmp_path / "a.yaml").write_text("project: p\njobs: []\n")
+    assert reconcile_folder(engine, tmp_path).applied["a.yaml"].disabled == ["p/a"]
