@@ -256,7 +256,8 @@ def _plan(job: JobSnapshot, ctx: _Context) -> _Plan:
     if ctx.schedule.relative or ctx.now - slot <= grace:
         ctx.plan = _Plan([slot], [], catch_up=False)
         return ctx.plan
-    missed = _slots_between(ctx.schedule, slot, ctx.now, MAX_SKIPPED_RECORDS + 100_000)
+    runs = ctx.misfire.catchup_limit if ctx.misfire.mode is Misfire.ALL else 1
+    missed = _slots_between(ctx.schedule, slot, ctx.now, MAX_SKIPPED_RECORDS + runs)
     match ctx.misfire.mode:
         case Misfire.SKIP:
             ctx.plan = _Plan([], missed, catch_up=False)

@@ -46,11 +46,18 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job_changes")),
     )
     op.create_index(op.f("ix_job_changes_job_id_at"), "job_changes", ["job_id", "at"])
-    # Jobs that exist already get a first record, so that explain knows their schedule.
-    op.execute(
-        "INSERT INTO job_changes (job_id, at, change, revision, schedule, timezone)"
-        " SELECT id, created_at, 'created', revision, schedule, timezone FROM jobs"
-    )
+    # Jobs that exist already get records that say what is known: their schedule since
+    # they were created, enabled since then if they are, paused since their last update.
+    columns = "job_id, at, change, revision, schedule, timezone, reason"
+    for change, at, where, reason in (
+        ("created", "created_at", "", "NULL"),
+        ("enabled", "created_at", " WHERE enabled", "NULL"),
+        ("paused", "updated_at", " WHERE paused", "pause_reason"),
+    ):
+        op.execute(
+            f"INSERT INTO job_changes ({columns}) SELECT id, {at}, '{change}', revision,"
+            f" schedule, timezone, {reason} FROM jobs{where}"
+        )
 
 
 def downgrade() -> None:

@@ -489,3 +489,13 @@ def test_enable_after_disable_does_not_record_or_run_missed_slots():
     assert off.missed_from is None
     r = run(off, Enable(), now=sec(95))
     assert r.actions == [TickLater(sec(100), NEW)]
+
+
+def test_a_long_outage_records_only_the_newest_skipped_slots():
+    from statemachine.job import MAX_SKIPPED_RECORDS
+
+    r = misfire(Misfire.LATEST, now=10 * 50_000 + 5)  # 50,000 slots missed
+    skipped = [a for a in r.actions if isinstance(a, RecordSkipped)]
+    assert len(skipped) == MAX_SKIPPED_RECORDS
+    assert skipped[-1].slot == sec(10 * 49_999)
+    assert r.actions[-2] == StartInvocation(sec(10 * 50_000))
