@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.errors import SpecError
 from scheduler.schedules import parse_seconds
@@ -20,6 +21,7 @@ from statemachine import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPo
 if TYPE_CHECKING:
     from scheduler.store import JobRow
 
+E = TypeVar("E", bound=StrEnum)
 KEYS = (
     "lease",
     "timeout",
@@ -148,14 +150,19 @@ def _retries(value: Any) -> dict[str, Any]:
     return {k: v for k, v in retries.items() if v != _RETRY_DEFAULTS[k]}
 
 
+def _choice(key: str, data: Mapping[str, Any], default: E) -> E:
+    """One of an enum's values, named in the error if it is not."""
+    value = data.get(key, default.value)
+    try:
+        return type(default)(value)
+    except ValueError:
+        choices = ", ".join(e.value for e in type(default))
+        raise SpecError(key, f"{value!r} is not one of {choices}") from None
+
+
 def _overlap(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    mode = data.get("overlap", Overlap.SKIP.value)
-    try:
-        mode = Overlap(mode)
-    except ValueError:
-        choices = ", ".join(o.value for o in Overlap)
-        raise SpecError("overlap", f"{mode!r} is not one of {choices}") from None
+    mode = _choice("overlap", data, Overlap.SKIP)
     if mode is not Overlap.SKIP:
         out["overlap"] = mode.value
     for key, needs in (("max_buffered", Overlap.BUFFER_ALL), ("max_concurrent", Overlap.ALLOW)):
@@ -170,12 +177,7 @@ def _overlap(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def _misfire(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    mode = data.get("misfire", Misfire.LATEST.value)
-    try:
-        mode = Misfire(mode)
-    except ValueError:
-        choices = ", ".join(m.value for m in Misfire)
-        raise SpecError("misfire", f"{mode!r} is not one of {choices}") from None
+    mode = _choice("misfire", data, Misfire.LATEST)
     if mode is not Misfire.LATEST:
         out["misfire"] = mode.value
     if data.get("misfire_grace") is not None:

@@ -46,9 +46,11 @@ from statemachine import (
     BufferInvocation,
     Event,
     InvocationStatus,
+    JobSnapshot,
     RecordSkipped,
     StartBuffered,
     StartInvocation,
+    Step,
     Tick,
     TickLater,
     Unbuffer,
@@ -187,16 +189,7 @@ class Engine(Runs):
             if spec
             else schedule_of(job.schedule, job.timezone)
         )
-        controls = controls_of(job)
-        result = step(
-            job.snapshot,
-            event,
-            now=now,
-            schedule=schedule,
-            nonce=self.nonces(),
-            policy=controls.overlap,
-            misfire=controls.misfire,
-        )
+        result = self._step(job, job.snapshot, event, now, schedule)
         fed = Fed(result.snapshot)
         if not result.changed and spec is None and not flags:
             return fed
@@ -258,16 +251,22 @@ class Engine(Runs):
     def _correct(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> None:
         """Undo a count the machine made for a row that could not be written."""
         schedule = schedule_of(job.schedule, job.timezone)
+        fed.snapshot = self._step(job, fed.snapshot, event, now, schedule).snapshot
+
+    def _step(
+        self, job: JobRow, snapshot: JobSnapshot, event: Event, now: datetime, schedule: Schedule
+    ) -> Step:
+        """One step of the machine under the job's policies."""
         controls = controls_of(job)
-        fed.snapshot = step(
-            fed.snapshot,
+        return step(
+            snapshot,
             event,
             now=now,
             schedule=schedule,
             nonce=self.nonces(),
             policy=controls.overlap,
             misfire=controls.misfire,
-        ).snapshot
+        )
 
     def _abort_active(
         self, conn: Connection, job: JobRow, reason: str, now: datetime

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,24 @@ def test_controls_are_validated_and_only_non_defaults_kept():
     )  # a default spelled out does not change the revision
 
 
+def test_misfire_controls_reach_the_policy():
+    from scheduler.controls import Controls
+    from statemachine import Misfire
+
+    spec = JobSpec(
+        "p", "j", "every 5s", controls={"misfire": "all", "misfire_grace": "1m", "catchup_limit": 7}
+    )
+    assert spec.controls == {"misfire": "all", "misfire_grace": 60.0, "catchup_limit": 7}
+    policy = Controls.of(spec.controls).misfire
+    assert (policy.mode, policy.grace, policy.catchup_limit) == (
+        Misfire.ALL,
+        timedelta(minutes=1),
+        7,
+    )
+    default = Controls.of(JobSpec("p", "j", "every 5s", controls={"misfire": "latest"}).controls)
+    assert (default.misfire.mode, default.misfire.grace) == (Misfire.LATEST, None)
+
+
 BAD_CONTROLS = [
     ({"lease": "0.5s"}, "lease: must be at least 1s"),
     ({"overlap": "queue"}, "overlap: 'queue' is not one of"),
@@ -134,6 +153,10 @@ BAD_CONTROLS = [
     ({"retries": {"backoff": "1m", "max_backoff": "10s"}}, "retries.max_backoff"),
     ({"triggers": "b"}, "triggers: must be a list"),
     ({"triggers": ["j"]}, "triggers: a job cannot trigger itself"),
+    ({"misfire": "some"}, "misfire: 'some' is not one of skip, latest, all"),
+    ({"catchup_limit": 5}, "catchup_limit: only applies with misfire: all"),
+    ({"misfire": "all", "catchup_limit": 0}, "catchup_limit: must be a whole number"),
+    ({"misfire_grace": "soon"}, "misfire_grace: 'soon' is not a duration"),
 ]
 
 
