@@ -43,7 +43,8 @@ class JobSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
     controls: Mapping[str, Any] = field(default_factory=dict)
     """``lease``, ``timeout``, ``retries``, ``overlap``, ``max_buffered``,
-    ``max_concurrent``, ``triggers``: see :mod:`scheduler.controls`."""
+    ``max_concurrent``, ``triggers``, ``misfire``, ``misfire_grace``, ``catchup_limit``:
+    see :mod:`scheduler.controls`."""
 
     def __post_init__(self) -> None:
         _check_name("project", self.project)
