@@ -269,7 +269,7 @@ def _plan(job: JobSnapshot, ctx: _Context) -> _Plan:
     return ctx.plan
 
 
-def _slots_between(schedule: Schedule, first: datetime, now: datetime, most: int):
+def _slots_between(schedule: Schedule, first: datetime, now: datetime, most: int) -> list[datetime]:
     """The slots from ``first`` up to ``now``, oldest first: the newest ``most`` of them
     (an outage of a frequent job must not turn into millions of rows)."""
     newest: list[datetime] = []
