@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection
 
 from scheduler import debuglog, store
-from scheduler.errors import NotFound, SpecError
+from scheduler.errors import SpecError
 from scheduler.outbox import Message, SendStart
 from scheduler.schedules import Schedule
 from scheduler.store import JobRow
@@ -106,10 +106,3 @@ def promote(
         )
         messages.append(SendStart(inv.id))
     return messages
-
-
-def resolve(conn: Connection, ref: str) -> JobRow:
-    job = store.lock_job(conn, store.resolve_job(conn, ref))
-    if job is None:
-        raise NotFound(f"no job named {ref!r}")
-    return job

@@ -31,7 +31,7 @@ from scheduler import backfill as backfills
 from scheduler import debuglog, store
 from scheduler.controls import controls_of
 from scheduler.db import write_transaction
-from scheduler.errors import NotFound, TransientError
+from scheduler.errors import TransientError
 from scheduler.invokers import Invoker, celery_task_id
 from scheduler.leases import Leases
 from scheduler.outbox import Fed, Message, Port, SendRevoke, SendStart, SendTick
@@ -137,9 +137,7 @@ class Engine(Runs):
     def command(self, ref: str, event: Event, **flags: Any) -> Fed:
         """Feed a user's command (pause, resume, trigger, ...) to the job named ``ref``."""
         with self.transaction() as conn:
-            job = store.lock_job(conn, store.resolve_job(conn, ref))
-            if job is None:
-                raise NotFound(f"no job named {ref!r}")
+            job = store.lock_job_named(conn, ref)
             fed = self.feed(conn, job, event, self.clock(), **flags)
         self.send(fed.messages)
         return fed
@@ -156,7 +154,7 @@ class Engine(Runs):
         """One invocation per slot of ``[first, last]`` that has none yet."""
         messages: list[Message] = []
         with self.transaction() as conn:
-            job = backfills.resolve(conn, ref)
+            job = store.lock_job_named(conn, ref)
             schedule = schedule_of(job.schedule, job.timezone)
             report = backfills.plan(conn, job, schedule, first, last)
             if not dry_run:

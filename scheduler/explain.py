@@ -10,10 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from scheduler import store
-from scheduler.models import invocations
 from scheduler.schedules import Schedule, parse_schedule
 
 
@@ -27,7 +26,7 @@ def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str
     job = store.read_job(conn, job_id)
     changes = store.changes_of(conn, job_id)
     base = {"job": job.ref, "at": iso(at)}
-    inv = _invocation_at(conn, job_id, at)
+    inv = store.invocation_at(conn, job_id, at)
     if inv is not None:  # also a backfill's, from before the job existed
         return base | _ran(inv)
     if not changes or at < changes[0]["at"]:
@@ -66,12 +65,6 @@ def _answer(code: str, text: str, **more: Any) -> dict[str, Any]:
     return {"answer": code, "text": text, **more}
 
 
-def _invocation_at(conn: Connection, job_id: int, at: datetime) -> dict[str, Any] | None:
-    query = select(invocations).where(invocations.c.job_id == job_id, invocations.c.slot == at)
-    row = conn.execute(query).first()
-    return None if row is None else dict(row._mapping)
-
-
 def _ran(inv: dict[str, Any]) -> dict[str, Any]:
     fields = {
         "invocation": inv["id"],
@@ -103,7 +96,7 @@ def _not_a_slot(
     for slot in (before, after):
         if slot is None:
             continue
-        inv = _invocation_at(conn, job_id, slot)
+        inv = store.invocation_at(conn, job_id, slot)
         nearest.append(
             {"slot": iso(slot), "invocation": inv and inv["id"], "status": inv and inv["status"]}
         )

@@ -244,11 +244,10 @@ class Runs:
         trigger id names the invocation, so a repeated step cannot trigger twice."""
         ref = target if "/" in target else f"{source.project}/{target}"
         try:
-            job = store.lock_job(conn, store.resolve_job(conn, ref))
+            job = store.lock_job_named(conn, ref)
         except NotFound:
             log.warning("%s: cannot trigger %s: no such job", source.ref, ref)
             return []
-        assert job is not None
         return self.feed(conn, job, Trigger(f"after:{invocation_id}", strict=False), now).messages
 
     def abort(self, *, job: str | None = None, invocation_id: int | None = None) -> list[int]:
@@ -265,8 +264,7 @@ class Runs:
                 targets = [locked[0]] if locked[0].status in (*ACTIVE, WAITING) else []
                 job_id = locked[1].id
             else:
-                job_id = store.resolve_job(conn, job or "")
-                store.lock_job(conn, job_id)
+                job_id = store.lock_job_named(conn, job or "").id
                 # A backfill's waiting runs first, so that ending its active ones
                 # starts none of them.
                 targets = store.lock_invocations_of(conn, job_id, (WAITING,), backfill=True)

@@ -116,6 +116,14 @@ def resolve_job(conn: Connection, ref: str) -> int:
     return ids[0]
 
 
+def lock_job_named(conn: Connection, ref: str) -> JobRow:
+    """Resolve ``ref`` and lock the job; NotFound if there is none (or it just went)."""
+    job = lock_job(conn, resolve_job(conn, ref))
+    if job is None:
+        raise NotFound(f"no job named {ref!r}")
+    return job
+
+
 def jobs_of_project(conn: Connection, project: str) -> dict[str, JobRow]:
     rows = conn.execute(
         select(jobs).where(jobs.c.project == project).order_by(jobs.c.id).with_for_update()
@@ -243,10 +251,8 @@ def changes_of(conn: Connection, job_id: int) -> list[dict[str, Any]]:
 
 
 def delete_job(conn: Connection, job_id: int) -> None:
-    """Delete a job with its invocations and changes. Messages still in flight for it
-    find no row and are dropped."""
-    for table in (invocations, job_changes):
-        conn.execute(table.delete().where(table.c.job_id == job_id))
+    """Delete a job; its invocations and changes go with it (ON DELETE CASCADE).
+    Messages still in flight for it find no row and are dropped."""
     conn.execute(jobs.delete().where(jobs.c.id == job_id))
 
 
@@ -354,6 +360,13 @@ def oldest_waiting(
         .with_for_update()
     )
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
+def invocation_at(conn: Connection, job_id: int, slot: datetime) -> dict[str, Any] | None:
+    """The invocation of a job's slot, if it has one."""
+    query = select(invocations).where(invocations.c.job_id == job_id, invocations.c.slot == slot)
+    row = conn.execute(query).first()
+    return None if row is None else dict(row._mapping)
 
 
 def slots_taken(conn: Connection, job_id: int, first: datetime, last: datetime) -> set[datetime]:
