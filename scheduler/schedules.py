@@ -157,7 +157,11 @@ class Cron:
 
 @dataclass(frozen=True)
 class Every:
+    """Slots at ``offset`` past each multiple of ``period`` since the epoch. The offset
+    spreads many jobs of one period over it, rather than firing them in one burst."""
+
     period: timedelta
+    offset: timedelta = timedelta(0)
 
     relative = False
 
@@ -167,12 +171,13 @@ class Every:
 
     def next_after(self, t: datetime) -> datetime | None:
         _require_aware(t)
-        n = (t - EPOCH) // self.period
-        return EPOCH + (n + 1) * self.period
+        start = EPOCH + self.offset
+        return start + ((t - start) // self.period + 1) * self.period
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         _require_aware(t)
-        return EPOCH + ((t - EPOCH) // self.period) * self.period
+        start = EPOCH + self.offset
+        return start + ((t - start) // self.period) * self.period
 
 
 @dataclass(frozen=True)
@@ -207,7 +212,7 @@ class Triggered:
 
 Schedule = Cron | Every | FixedDelay | Triggered
 
-_EVERY = re.compile(r"every\s+(\S+)")
+_EVERY = re.compile(r"every\s+(\S+)(?:\s+offset\s+(\S+))?")
 _WITH_INTERVAL = re.compile(r"with\s+(\S+)\s+interval")
 
 
@@ -218,7 +223,13 @@ def parse_schedule(text: str, timezone: str = "UTC", field: str = "schedule") ->
     if spec == "triggered":
         return Triggered()
     if m := _EVERY.fullmatch(spec):
-        return Every(parse_duration(m.group(1), field))
+        period = parse_duration(m.group(1), field)
+        offset = timedelta(0)
+        if m.group(2) is not None:
+            offset = parse_duration(m.group(2), field)
+            if offset >= period:
+                raise SpecError(field, f"the offset {m.group(2)} must be shorter than {m.group(1)}")
+        return Every(period, offset)
     if m := _WITH_INTERVAL.fullmatch(spec):
         return FixedDelay(parse_duration(m.group(1), field))
     expression = _ALIASES.get(spec, spec)

@@ -33,6 +33,18 @@ def test_every_is_aligned_to_the_epoch_and_never_drifts():
     assert every.latest_at_or_before(T.replace(second=30)) == T.replace(second=30)
 
 
+def test_an_offset_shifts_every_slot_and_keeps_the_period():
+    every = parse_schedule("every 30s offset 2500ms")
+    assert every == Every(timedelta(seconds=30), timedelta(seconds=2.5))
+    first = T.replace(second=32, microsecond=500000)  # T is 12:00:07
+    assert every.next_after(T) == first
+    assert every.next_after(first) == first + timedelta(seconds=30)
+    assert every.latest_at_or_before(first) == first
+    assert every.latest_at_or_before(T) == first - timedelta(seconds=30)
+    with pytest.raises(SpecError, match="shorter than 30s"):
+        parse_schedule("every 30s offset 30s")
+
+
 def test_cron_in_a_time_zone():
     cron = parse_schedule("0 2 * * *", "Europe/Berlin")
     assert isinstance(cron, Cron)
