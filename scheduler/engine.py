@@ -197,7 +197,9 @@ class Engine(Runs):
         for action in result.actions:
             if isinstance(action, TickLater):
                 eta = min(action.when, now + self.horizon)
-                watchdog_at = eta + self.grace
+                # A tick due in the past (a repair, a late slot) runs as soon as it is
+                # sent: its grace counts from now, or the next sweep would repair it again.
+                watchdog_at = max(eta, now) + self.grace
                 fed.messages.append(SendTick(job.id, action.nonce, eta))
             else:
                 self._perform(conn, job, action, fed, now, revision)

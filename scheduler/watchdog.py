@@ -8,6 +8,7 @@ is stale; the unique (job, slot) key means a repair can never fire a slot twice.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from scheduler import store
@@ -28,6 +29,25 @@ class WatchdogReport:
     @property
     def repairs(self) -> int:
         return self.ticks + self.starts + self.expired
+
+    def __add__(self, other: WatchdogReport) -> WatchdogReport:
+        return WatchdogReport(
+            self.ticks + other.ticks, self.starts + other.starts, self.expired + other.expired
+        )
+
+
+def sweep(engine: Engine, budget: float, limit: int = BATCH) -> WatchdogReport:
+    """Passes of at most ``limit`` each until nothing lapsed is left or ``budget``
+    seconds are spent: a mass loss (Redis flushed under 10,000 jobs) is then repaired by
+    one watchdog run, not one batch per interval."""
+    deadline = time.monotonic() + budget
+    total = WatchdogReport()
+    while True:
+        report = run_once(engine, limit)
+        total += report
+        full = max(report.ticks, report.starts, report.expired) >= limit
+        if not full or time.monotonic() >= deadline:
+            return total
 
 
 def run_once(engine: Engine, limit: int = BATCH) -> WatchdogReport:

@@ -14,7 +14,7 @@ from scheduler.declarative import reconcile_folder
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
 from scheduler.runtime import Runtime
-from scheduler.watchdog import run_once
+from scheduler.watchdog import sweep
 from statemachine import InvocationStatus
 from tasks import app
 
@@ -82,7 +82,9 @@ def reconcile() -> dict[str, Any]:
 
 @app.task(name="cronchain.watchdog", **RETRY)
 def watchdog() -> dict[str, int]:
-    report = run_once(runtime().engine)
+    rt = runtime()
+    # Half an interval at most, so that runs do not pile up behind a slow database.
+    report = sweep(rt.engine, budget=rt.settings.watchdog_interval / 2)
     if report.repairs:
         log.warning("watchdog repaired %s", report)
     return {"ticks": report.ticks, "starts": report.starts, "expired": report.expired}

@@ -125,6 +125,7 @@ def test_a_crash_between_commit_and_send_is_repaired(db: sqlalchemy.Engine, cloc
     assert watchdog.run_once(engine).repairs == 0  # not overdue yet: eta 10 s + grace 15 s
     clock.advance(2)
     assert watchdog.run_once(engine).ticks == 1
+    assert watchdog.run_once(engine).repairs == 0  # the repair's grace counts from now
     [(_, nonce, eta)] = port.ticks
     assert eta == clock.now - timedelta(seconds=16)  # in the past: it runs at once
     deliver_ticks(engine, port)
@@ -134,6 +135,18 @@ def test_a_crash_between_commit_and_send_is_repaired(db: sqlalchemy.Engine, cloc
         (clock.now - timedelta(seconds=16), "SKIPPED", "misfire"),
         (clock.now - timedelta(seconds=6), "STARTING", None),
     ]
+
+
+def test_a_sweep_repairs_a_mass_loss_in_one_run(db: sqlalchemy.Engine, clock: Clock):
+    dropping = Engine(db, DroppingPort(), {}, grace=timedelta(seconds=15), clock=clock)
+    apply(dropping, *(make(name=f"j{i}") for i in range(7)))  # every first tick lost
+    port = RecordingPort()
+    engine = Engine(db, port, dropping.invokers, grace=dropping.grace, clock=clock)
+    clock.advance(26)
+    assert watchdog.run_once(engine, limit=3).ticks == 3  # one pass: one batch
+    assert watchdog.sweep(engine, budget=60, limit=3).ticks == 4  # the rest, in batches
+    assert watchdog.sweep(engine, budget=60, limit=3).repairs == 0
+    assert len(port.ticks) == 7
 
 
 def test_a_lost_start_is_sent_again(engine: Engine, port: RecordingPort, clock: Clock):
