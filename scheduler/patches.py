@@ -1,0 +1,32 @@
+"""Workarounds for bugs in the libraries cronchain runs on; the fault suite shows each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def guard_redis_channel() -> None:
+    """Keep a worker alive when Redis restarts under it.
+
+    When kombu 5.7 loses its Redis connection it detaches the old channel from its
+    transport, but still uses that channel afterwards: to put its unacknowledged messages
+    back as it closes, and to acknowledge tasks that finish after the reconnection. Each
+    use raises ``AttributeError`` on the missing transport, which Celery treats as
+    unrecoverable, so the worker exits. Raising Redis's ``ConnectionError`` instead lets
+    kombu's own handling of a lost connection log the failed restore or acknowledgement
+    and go on. Nothing is lost: a message Redis still holds is restored by kombu later,
+    and cronchain's watchdog repairs any chain whose message is gone."""
+    import redis.exceptions
+    from kombu.transport import redis as transport
+
+    original = transport.Channel._connparams
+    if getattr(original, "guarded", False):
+        return
+
+    def _connparams(self: Any, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            raise redis.exceptions.ConnectionError("this channel's connection is closed")
+        return original(self, asynchronous)
+
+    _connparams.guarded = True  # type: ignore[attr-defined]
+    transport.Channel._connparams = _connparams

@@ -1,0 +1,21 @@
+"""The slow ``celery`` job of the fault suite (imported by workers via CRONCHAIN_IMPORTS).
+
+Each run of its body appends ``invocation attempt`` to a file, so the ledger can tell a
+body that ran twice for the same attempt (a fencing failure) from a retry."""
+
+import os
+import time
+
+from tasks import app
+
+
+@app.task(name="faults.slow", bind=True)
+def slow(self, log: str, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    header = getattr(self.request, "cronchain", None) or {}
+    line = f"{header.get('invocation')} {header.get('attempt')}\n"
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    time.sleep(seconds)

@@ -1,0 +1,379 @@
+"""One private deployment per fault test, the faults themselves, and the ledger.
+
+A rig is a PostgreSQL cluster and a Redis server of the test's own (so it can kill them),
+a celery worker and beat as real processes, 50 noop jobs firing every 1 s or 2 s and a
+few slow ``celery`` jobs. A fault is a function of the rig; the ledger then checks the
+whole window against each job's own schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import sqlalchemy
+from celery import Celery
+from kombu import Connection
+from sqlalchemy import func, select
+
+from migrations import upgrade
+from scheduler.db import make_engine
+from scheduler.models import UTCDateTime, invocations, jobs
+from scheduler.schedules import parse_schedule
+from tests.e2e.harness import ROOT, Cluster, now, wait_until
+from tests.services import PostgresServer, RedisServer
+
+NOOP_JOBS = 50
+SLOW_JOBS = 3
+WATCHDOG_INTERVAL = 2.0
+LEASE = 3.0  # seconds; how long the rig must be quiet before nothing may be unfinished
+QUEUES = "cronchain,slow"
+FINAL = ("SUCCEEDED", "SKIPPED", "FAILED", "ABORTED")
+
+
+def job_file(path: Path, slow_log: Path) -> Path:
+    controls = {"lease": f"{LEASE:g}s", "retries": {"max_attempts": 5, "backoff": "1s"}}
+    specs = [
+        {"name": f"noop{i:02d}", "schedule": f"every {1 + i % 2}s", "noop": {}, **controls}
+        for i in range(NOOP_JOBS)
+    ]
+    specs += [
+        {
+            "name": f"slow{i}",
+            "schedule": "every 2s",
+            "celery": {
+                "task": "faults.slow",
+                "queue": "slow",
+                "kwargs": {"log": str(slow_log), "seconds": 1.5},
+            },
+            **controls,
+        }
+        for i in range(SLOW_JOBS)
+    ]
+    path.write_text(json.dumps({"project": "faults", "jobs": specs}))  # JSON is YAML
+    return path
+
+
+@dataclass
+class Rig:
+    folder: Path
+    pg: PostgresServer
+    redis: RedisServer
+    cluster: Cluster = field(init=False)
+    db: sqlalchemy.Engine = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slow_log = self.folder / "slow-runs"
+        self.cluster = Cluster.create(
+            self.folder,
+            CRONCHAIN_DATABASE_URL=self.pg.url,
+            CRONCHAIN_BROKER_URL=self.redis.url,
+            CRONCHAIN_WATCHDOG_INTERVAL=f"{WATCHDOG_INTERVAL:g}",
+            CRONCHAIN_IMPORTS="tests.faults.fault_tasks",
+            PYTHONPATH=str(ROOT),
+        )
+        self.db = make_engine(self.pg.url)
+
+    def up(self) -> None:
+        """Migrate, start a worker and beat, apply the jobs, and let them run a while."""
+        upgrade(self.db)
+        self.start_beat()
+        self.start_worker()
+        self.cluster.cronchain("apply", str(job_file(self.folder / "jobs.yaml", self.slow_log)))
+        self.fired_since(now(), 20)
+
+    def start_worker(self, name: str = "worker") -> None:
+        """Start a worker and wait until it consumes (its log says "ready." once more)."""
+        path = self.folder / f"{name}.log"
+        before = path.read_text(errors="replace").count(" ready.") if path.exists() else 0
+        self.cluster.start_worker(name, queues=QUEUES, concurrency=2)
+        wait_until(
+            lambda: self.cluster.log(name).count(" ready.") > before, 60, f"{name} to be ready"
+        )
+
+    def start_beat(self, name: str = "beat") -> None:
+        self.cluster.start_beat(name)
+
+    def kill(self, name: str) -> None:
+        self.cluster.kill(name, signal.SIGKILL)
+
+    def fired_since(self, t: datetime, timeout: float) -> float:
+        """Seconds from ``t`` until every job had started a run after it."""
+        count = NOOP_JOBS + SLOW_JOBS
+        query = (
+            select(invocations.c.job_id, func.min(invocations.c.started_at, type_=UTCDateTime))
+            .where(invocations.c.started_at >= t)
+            .group_by(invocations.c.job_id)
+        )
+
+        def every_job() -> dict[int, datetime] | None:
+            try:
+                with self.db.connect() as conn:
+                    fired = dict(conn.execute(query).all())
+            except sqlalchemy.exc.OperationalError:
+                return None  # the database is still coming back
+            return fired if len(fired) == count else None
+
+        fired = wait_until(every_job, timeout, "every job to fire again")
+        return (max(fired.values()) - t).total_seconds()
+
+    def down(self) -> None:
+        self.cluster.stop_all()
+        self.db.dispose()
+
+
+# --- faults: each returns the moment the system was whole again -------------------------
+
+
+def kill_worker(rig: Rig, rng: random.Random) -> datetime:
+    """kill -9 of the worker's whole process group, three times, mid-run."""
+    for _ in range(3):
+        rig.kill("worker")
+        time.sleep(rng.uniform(0.2, 1.5))
+        rig.start_worker()
+        time.sleep(rng.uniform(1.0, 3.0))
+    return now()
+
+
+def kill_beat(rig: Rig, rng: random.Random) -> datetime:
+    rig.kill("beat")
+    time.sleep(rng.uniform(2.0, 4.0))
+    rig.start_beat()
+    return now()
+
+
+def kill_both(rig: Rig, rng: random.Random) -> datetime:
+    rig.kill("worker")
+    rig.kill("beat")
+    time.sleep(rng.uniform(1.0, 3.0))
+    rig.start_beat()
+    rig.start_worker()
+    return now()
+
+
+def redis_flushall(rig: Rig, rng: random.Random) -> datetime:
+    """Every queued and unacknowledged message gone, under a running worker."""
+    rig.redis.client().flushall()
+    return now()
+
+
+def redis_restart_empty(rig: Rig, rng: random.Random) -> datetime:
+    rig.redis.stop()
+    time.sleep(rng.uniform(1.0, 3.0))
+    rig.redis.start()  # same port, nothing on disk
+    return now()
+
+
+def _postgres_restart(mode: str) -> Callable[[Rig, random.Random], datetime]:
+    def restart(rig: Rig, rng: random.Random) -> datetime:
+        rig.pg.stop(mode)
+        time.sleep(rng.uniform(1.0, 3.0))
+        rig.pg.start()
+        return now()
+
+    restart.__name__ = f"postgres_restart_{mode}"
+    restart.__doc__ = f"pg_ctl stop -m {mode} while ticks are in flight, then start."
+    return restart
+
+
+postgres_restart_fast = _postgres_restart("fast")
+postgres_restart_immediate = _postgres_restart("immediate")
+
+
+def two_beats(rig: Rig, rng: random.Random) -> datetime:
+    """A second beat for a while: every watchdog pass runs twice."""
+    rig.start_beat("beat2")
+    time.sleep(rng.uniform(5.0, 8.0))
+    rig.kill("beat2")
+    return now()
+
+
+def two_workers(rig: Rig, rng: random.Random) -> datetime:
+    """A second worker on the same queues; it stays until the end of the test."""
+    if "worker2" not in rig.cluster.processes:
+        rig.start_worker("worker2")
+    time.sleep(rng.uniform(3.0, 5.0))
+    return now()
+
+
+def replay_messages(rig: Rig, rng: random.Random) -> datetime:
+    """Deliver every message twice: each one waiting in a queue, and each one a worker
+    holds unacknowledged (the ETA ticks), is pushed onto its queue again."""
+    r = rig.redis.client()
+    replayed = 0
+    for queue in QUEUES.split(","):
+        for body in r.lrange(queue, 0, -1):
+            r.lpush(queue, body)
+            replayed += 1
+    for value in r.hvals("unacked"):
+        message, _exchange, routing_key = json.loads(value)
+        r.lpush(routing_key or "cronchain", json.dumps(message))
+        replayed += 1
+    assert replayed > 0, "nothing to replay: the rig is not running"
+    return now()
+
+
+def malformed_messages(rig: Rig, rng: random.Random) -> datetime:
+    producer = Celery(broker=rig.redis.url)
+    producer.send_task("cronchain.tick_later", args=["not-a-job", None], queue="cronchain")
+    producer.send_task("cronchain.tick_later", args=[1], queue="cronchain")  # arity
+    producer.send_task("cronchain.start_invocation", args=[10**12], queue="cronchain")
+    producer.send_task("faults.slow", kwargs={"log": "x"}, queue="slow")  # arity, no header
+    producer.send_task(
+        "faults.slow", args=["x", 0], queue="slow", headers={"cronchain": {"invocation": "?"}}
+    )
+    with Connection(rig.redis.url) as conn:  # a body that is not JSON at all
+        channel = conn.default_channel
+        message = channel.prepare_message(
+            "{not json",
+            content_type="application/json",
+            headers={"task": "cronchain.tick_later", "id": "not-json"},
+        )
+        channel.basic_publish(message, exchange="", routing_key="cronchain")
+    return now()
+
+
+# A process killed and started again, or every message flushed: the README promises
+# every job fires again within two watchdog intervals of the restart.
+WITHIN_TWO_INTERVALS = {"kill_worker", "kill_beat", "kill_both", "redis_flushall"}
+# Otherwise Celery's own reconnection comes first: it retries Redis after 2, 4, 6 s...,
+# and a psycopg pool notices a restarted PostgreSQL on its next checkout.
+RECOVERY_BOUND = 15.0
+
+FAULTS: dict[str, Callable[[Rig, random.Random], datetime]] = {
+    f.__name__: f
+    for f in (
+        kill_worker,
+        kill_beat,
+        kill_both,
+        redis_flushall,
+        redis_restart_empty,
+        postgres_restart_fast,
+        postgres_restart_immediate,
+        two_beats,
+        two_workers,
+        replay_messages,
+        malformed_messages,
+    )
+}
+
+
+# --- the ledger ------------------------------------------------------------------------
+
+
+@dataclass
+class Ledger:
+    expected: int = 0
+    fired: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    lost: list[tuple[str, datetime]] = field(default_factory=list)
+    unexpected: list[tuple[str, datetime]] = field(default_factory=list)
+    duplicates: int = 0
+    unfinished: int = 0
+    recover: float = 0.0
+
+    def line(self, fault: str) -> str:
+        skipped = ",".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "-"
+        failed = sum(self.failed.values())
+        return (
+            f"{fault:<28} expected {self.expected:>5}  fired {self.fired:>5}  "
+            f"skipped {sum(self.skipped.values()):>3} ({skipped})  failed {failed}  "
+            f"duplicates {self.duplicates}  lost {len(self.lost)}  "
+            f"recovered in {self.recover:.1f} s"
+        )
+
+    @property
+    def whole(self) -> bool:
+        return not (self.lost or self.unexpected or self.duplicates or self.failed)
+
+
+def check_ledger(rig: Rig, end: datetime) -> Ledger:
+    """Every slot of every job, from its first to ``end``, against history: exactly once,
+    as SUCCEEDED or SKIPPED with a reason; no celery body run twice for one attempt."""
+    ledger = Ledger()
+    with rig.db.connect() as conn:
+        job_rows = conn.execute(
+            select(jobs.c.id, jobs.c.name, jobs.c.schedule, jobs.c.created_at)
+        ).all()
+        rows = conn.execute(
+            select(
+                invocations.c.job_id, invocations.c.slot, invocations.c.status,
+                invocations.c.reason, invocations.c.error,
+            ).where(invocations.c.slot <= end)
+        ).all()  # fmt: skip
+    by_slot: dict[tuple[int, datetime], list[sqlalchemy.Row]] = {}
+    for row in rows:
+        by_slot.setdefault((row.job_id, row.slot), []).append(row)
+    ledger.duplicates = sum(len(v) - 1 for v in by_slot.values())
+    for job in job_rows:
+        schedule = parse_schedule(job.schedule)
+        slots, slot = set(), schedule.next_after(job.created_at)
+        while slot is not None and slot <= end:
+            slots.add(slot)
+            slot = schedule.next_after(slot)
+        ledger.expected += len(slots)
+        ledger.lost += [(job.name, s) for s in sorted(slots) if (job.id, s) not in by_slot]
+        ledger.unexpected += [(job.name, s) for (j, s) in by_slot if j == job.id and s not in slots]
+    for row in rows:
+        if row.status == "SUCCEEDED":
+            ledger.fired += 1
+        elif row.status == "SKIPPED" and row.reason:
+            ledger.skipped[row.reason] += 1
+        elif row.status in FINAL:
+            ledger.failed[f"{row.status}: {row.error or row.reason}"] += 1
+        else:
+            ledger.unfinished += 1
+    runs = Counter(rig.slow_log.read_text().split("\n")) if rig.slow_log.exists() else Counter()
+    ledger.duplicates += sum(n - 1 for line, n in runs.items() if line and n > 1)
+    return ledger
+
+
+def settle(rig: Rig, end: datetime, timeout: float = 30) -> Ledger:
+    """Wait until every slot up to ``end`` is recorded and final, then take the ledger."""
+
+    def settled() -> Ledger | None:
+        ledger = check_ledger(rig, end)
+        return ledger if not ledger.lost and not ledger.unfinished else None
+
+    try:
+        return wait_until(settled, timeout, "every slot to be recorded and final")
+    except AssertionError:
+        return check_ledger(rig, end)
+
+
+def recovery_bound(faults: list[str]) -> float:
+    """How long after its last fault the rig may take to fire every job again."""
+    if set(faults) <= WITHIN_TWO_INTERVALS:
+        return 2 * WATCHDOG_INTERVAL + 1  # a second for the first tick to commit
+    return RECOVERY_BOUND
+
+
+def logs_tail(rig: Rig) -> str:
+    tails = [f"--- {name}\n{rig.cluster.log(name)[-2000:]}" for name in ("worker", "beat")]
+    return "\n".join(tails)
+
+
+def run_fault(rig: Rig, faults: list[str], rng: random.Random) -> Ledger:
+    """Run ``faults`` one after another on a running rig, then check the whole window."""
+    restored = now()
+    for name in faults:
+        restored = FAULTS[name](rig, rng)
+        time.sleep(rng.uniform(0.5, 2.0))
+    recover = rig.fired_since(restored, RECOVERY_BOUND + 10)
+    time.sleep(2)  # a little steady state after the recovery
+    end = now() - timedelta(seconds=1)
+    ledger = settle(rig, end)
+    ledger.recover = recover
+    for name, process in rig.cluster.processes.items():
+        assert process.poll() is None, f"{name} died:\n{logs_tail(rig)}"
+    print(ledger.line("+".join(faults)), file=sys.stderr)
+    return ledger
