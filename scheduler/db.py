@@ -40,7 +40,11 @@ def make_engine(url: str) -> Engine:
     url = normalize_url(url)
     if make_url(url).get_backend_name() == "sqlite":
         return _sqlite_engine(url)
-    return create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    # No pre-ping: it costs a round trip and a transaction on every checkout, as many as
+    # the work itself on the hot path. After a PostgreSQL restart, the first statement on
+    # a stale connection fails instead; SQLAlchemy then discards the whole pool, and the
+    # failure surfaces as TransientError, which the task retries.
+    return create_engine(url, pool_size=4, max_overflow=4)
 
 
 def _sqlite_engine(url: str) -> Engine:
