@@ -123,14 +123,33 @@ class Engine(Runs):
 
     # --- the chain ---------------------------------------------------------------------
 
-    def tick(self, job_id: int, nonce: int) -> None:
+    def tick(self, job_id: int, nonce: int, *, start_here: bool = False) -> None:
+        """Feed a tick to its job. With ``start_here`` (as the worker's task does), a run
+        it creates is started in this process at once, rather than by a message."""
         with self.transaction() as conn:
             job = store.lock_job(conn, job_id)
             if job is None:
                 log.warning("tick for job %s, which no longer exists", job_id)
                 return
             fed = self.feed(conn, job, Tick(nonce), self.clock())
-        self.send(fed.messages)
+        here = [
+            m for m in fed.messages if start_here and isinstance(m, SendStart) and m.eta is None
+        ]
+        self.send([m for m in fed.messages if m not in here])
+        for start in here:
+            self._start_here(start)
+
+    def _start_here(self, start: SendStart) -> None:
+        """Start a run the tick just created in this process, rather than by a message:
+        one message and one task fewer per fire, and no trip through the broker. The
+        invocation is committed STARTING with a deadline, as for a message, so if this
+        process dies now the watchdog sends the start; if the database fails, the start
+        goes out as a message."""
+        try:
+            self.start_invocation(start.invocation_id, start.attempt)
+        except TransientError as err:
+            log.warning("invocation %s not started here (%s): sent", start.invocation_id, err)
+            self.send([start])
 
     # --- commands ----------------------------------------------------------------------
 

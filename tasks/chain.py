@@ -35,7 +35,7 @@ def tick_later(job_id: int, nonce: int) -> None:
     if not _ints(job_id, nonce):
         log.error("malformed tick_later message dropped: %r %r", job_id, nonce)
         return
-    runtime().engine.tick(job_id, nonce)
+    runtime().engine.tick(job_id, nonce, start_here=True)
 
 
 @app.task(name="cronchain.start_invocation", **RETRY)

@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 from scheduler import store, watchdog
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
+from scheduler.errors import TransientError
 from scheduler.invokers import Call, Outcome, default_invokers
 from scheduler.models import invocations, jobs
 from scheduler.spec import JobSpec
@@ -79,6 +80,36 @@ def test_one_fire_is_one_tick_and_one_start(engine: Engine, port: RecordingPort,
     assert (inv["status"], inv["attempt"], inv["error"]) == ("SUCCEEDED", 1, None)
     assert job(engine).snapshot.state == "SCHEDULED"
     assert job(engine).snapshot.tick_at == clock.now + timedelta(seconds=10)
+
+
+def test_the_worker_starts_a_run_where_its_tick_ran(
+    db: sqlalchemy.Engine, port: RecordingPort, clock: Clock
+):
+    engine = Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
+    apply(engine, make())
+    clock.advance(10)
+    [(job_id, nonce, _)] = port.ticks
+    engine.tick(job_id, nonce, start_here=True)
+    [inv] = rows(engine)
+    assert (inv["status"], inv["slot"]) == ("SUCCEEDED", clock.now)
+    assert port.starts == []  # no start message: the run started in this process
+
+
+def test_a_start_here_that_fails_is_sent(db: sqlalchemy.Engine, clock: Clock):
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
+    apply(engine, make())
+    clock.advance(10)
+    [(job_id, nonce, _)] = port.ticks
+
+    def database_gone(*_: Any) -> None:
+        raise TransientError("database unavailable")
+
+    engine.start_invocation = database_gone  # type: ignore[method-assign]
+    engine.tick(job_id, nonce, start_here=True)
+    [inv] = rows(engine)
+    assert inv["status"] == "STARTING"
+    assert port.starts == [inv["id"]]  # the start went out as a message
 
 
 def test_stale_and_repeated_ticks_fire_nothing(engine: Engine, port: RecordingPort, clock: Clock):

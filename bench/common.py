@@ -1,0 +1,144 @@
+"""What the benchmarks share: a fresh database and a private Redis, real celery processes,
+CPU and memory read from /proc, and one printed line per figure."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy
+
+from migrations import upgrade
+from scheduler.db import make_engine
+from tests.e2e.harness import ROOT, Cluster
+from tests.services import RedisServer
+
+PG_ADMIN = os.environ.get(
+    "CRONCHAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def figure(bench: str, name: str, value: float, unit: str = "") -> None:
+    """One line per figure: ``bench name value unit``, greppable and diffable."""
+    print(f"{bench} {name} {value:.4g} {unit}".rstrip(), flush=True)
+
+
+@contextmanager
+def database() -> Iterator[tuple[str, sqlalchemy.Engine]]:
+    """A fresh, migrated database on the shared PostgreSQL, dropped afterwards."""
+    admin = sqlalchemy.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    name = f"cronchain_bench_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    url = sqlalchemy.engine.make_url(PG_ADMIN).set(database=name)
+    url_text = url.render_as_string(hide_password=False)
+    engine = make_engine(url_text)
+    try:
+        upgrade(engine)
+        yield url_text, engine
+    finally:
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+@contextmanager
+def redis_server(folder: Path) -> Iterator[RedisServer]:
+    server = RedisServer(folder)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def cluster(folder: Path, **env: str) -> Cluster:
+    return Cluster.create(folder, PYTHONPATH=str(ROOT), **env)
+
+
+def transactions(engine: sqlalchemy.Engine) -> int:
+    """Committed and rolled back transactions of this database so far (the statistics
+    lag by up to a second; windows are long enough for that not to matter)."""
+    with engine.connect() as conn:
+        return conn.exec_driver_sql(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        ).scalar_one()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        text = (task / "children").read_text() if (task / "children").exists() else ""
+        found += [int(c) for c in text.split()]
+    return found
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (a prefork worker and its pool)."""
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        with suppress(OSError):
+            todo += _children(p)
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process tree, as the kernel counts it."""
+    total = 0
+    for p in tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class PeakRss:
+    """The largest resident size any one process of a tree reached, sampled twice a
+    second on a thread."""
+
+    pid: int
+    peak: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> PeakRss:
+        threading.Thread(target=self._sample, daemon=True).start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max([self.peak, *(rss_bytes(p) for p in tree(self.pid))])
+            time.sleep(0.5)
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

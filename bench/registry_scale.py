@@ -1,0 +1,91 @@
+"""A large registry: 100k jobs applied, swept while idle, held in flight by a worker.
+
+    python -m bench.registry_scale [--jobs 100000] [--period 3600] [--hold 60]
+
+Figures: the time to apply the jobs from one file (``cronchain apply``: one transaction,
+then one tick message per job); a watchdog pass when nothing has lapsed, timed in this
+process, with PostgreSQL's plan for its query; and the peak resident size of each worker
+process while the worker holds every job's chain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import select
+
+from bench.common import PeakRss, cluster, database, figure, percentile, redis_server
+from bench.fire_rate import job_document
+from scheduler.models import jobs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.registry_scale", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--period", type=float, default=3600)
+    parser.add_argument("--hold", type=float, default=60, help="seconds the worker runs")
+    args = parser.parse_args(argv)
+    name = f"registry_scale[jobs={args.jobs},period={args.period:g}s]"
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-registry-") as tmp,
+        database() as (url, db),
+        redis_server(Path(tmp)) as redis,
+    ):
+        folder = Path(tmp)
+        c = cluster(folder, CRONCHAIN_DATABASE_URL=url, CRONCHAIN_BROKER_URL=redis.url)
+        path = folder / "jobs.yaml"
+        path.write_text(json.dumps(job_document(args.jobs, args.period)))
+        t = time.perf_counter()
+        c.cronchain("apply", str(path))
+        figure(name, "apply", time.perf_counter() - t, "s")
+        figure(name, "tick_messages_queued", redis.client().llen("cronchain"))
+
+        os.environ.update(c.env)
+        from scheduler.runtime import Runtime
+        from scheduler.watchdog import run_once
+
+        engine = Runtime.from_env().engine
+        passes = []
+        for _ in range(20):
+            t = time.perf_counter()
+            report = run_once(engine)
+            passes.append(time.perf_counter() - t)
+            assert report.repairs == 0, report
+        figure(name, "idle_watchdog_pass_p50", percentile(passes, 0.5) * 1000, "ms")
+        figure(name, "idle_watchdog_pass_max", max(passes) * 1000, "ms")
+        claim = (  # the watchdog's own query (store.claim_lapsed_jobs)
+            select(jobs)
+            .where(jobs.c.watchdog_at < datetime.now(UTC))
+            .order_by(jobs.c.watchdog_at)
+            .limit(500)
+            .with_for_update(skip_locked=True)
+        )
+        with db.connect() as conn:
+            plan = conn.exec_driver_sql(
+                "EXPLAIN (FORMAT JSON) "
+                + str(claim.compile(db, compile_kwargs={"literal_binds": True}))
+            ).scalar_one()
+        node = plan[0]["Plan"]
+        while node.get("Plans") and node["Node Type"] == "Limit":
+            node = node["Plans"][0]
+        print(f"{name} idle_watchdog_plan {node['Node Type']} {node.get('Index Name', '')}")
+
+        c.start_worker(concurrency=2)
+        rss = PeakRss(c.processes["worker"].pid)
+        with rss:
+            c.wait_ready()
+            time.sleep(args.hold)
+        figure(name, "worker_peak_rss_per_process", rss.peak / 2**20, "MiB")
+        figure(name, "tick_messages_left_in_queue", redis.client().llen("cronchain"))
+        c.stop_all()
+        engine.db.dispose()
+
+
+if __name__ == "__main__":
+    main()
