@@ -16,8 +16,9 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import select
@@ -44,6 +45,7 @@ class Run:
     worker_cpu: float
     other_cpu: float  # beat's process
     peak_rss: int
+    warmup: float  # seconds until steady state
     transactions: int | None = None
 
 
@@ -54,6 +56,21 @@ def job_document(jobs: int, period: float) -> dict:
         schedule = f"every {period:g}s" + (f" offset {offset_ms}ms" if offset_ms else "")
         specs.append({"name": f"noop{i:05d}", "schedule": schedule, "noop": {}})
     return {"project": "bench", "jobs": specs}
+
+
+def settle(recent_lags: Callable[[], list[float]], period: float) -> float:
+    """Wait for steady state: every fire of the last two seconds less than a second late
+    (startup leaves a backlog: the slots that passed while the worker started). Gives up
+    after two periods plus a minute, and measures whatever state that is."""
+    started = time.monotonic()
+    deadline = started + 2 * period + 60
+    time.sleep(min(period, 10))
+    while time.monotonic() < deadline:
+        lags = recent_lags()
+        if lags and max(lags) < 1.0:
+            break
+        time.sleep(1)
+    return time.monotonic() - started
 
 
 def measure(worker_pid: int, beat_pid: int, window: float) -> tuple[float, float, float, float]:
@@ -71,8 +88,19 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float) -> Run:
         c.start_worker(concurrency=2)
         c.start_beat()
         c.wait_ready()
+
+        def recent_lags() -> list[float]:
+            since = datetime.now(UTC) - timedelta(seconds=2)
+            with db.connect() as conn:
+                rows = conn.execute(
+                    select(invocations.c.slot, invocations.c.started_at).where(
+                        invocations.c.started_at >= since
+                    )
+                ).all()
+            return [(r.started_at - r.slot).total_seconds() for r in rows]
+
         try:
-            time.sleep(period + 5)  # every chain has fired once: steady state
+            warmup = settle(recent_lags, period)
             with PeakRss(c.processes["worker"].pid) as rss:
                 x0 = transactions(db)
                 t0, t1, worker, beat = measure(
@@ -89,7 +117,7 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float) -> Run:
                 )
             ).all()
         lags = [(r.started_at - r.slot).total_seconds() for r in rows]
-        return Run(len(rows), lags, worker, beat, rss.peak, x1 - x0)
+        return Run(len(rows), lags, worker, beat, rss.peak, warmup, x1 - x0)
 
 
 def run_baseline(folder: Path, jobs: int, period: float, window: float, redbeat: bool) -> Run:
@@ -102,8 +130,18 @@ def run_baseline(folder: Path, jobs: int, period: float, window: float, redbeat:
         if redbeat:
             beat += ["--scheduler", "redbeat.RedBeatScheduler", "--max-interval", "1"]
         c.start("beat", *beat)
+
+        def recent_lags() -> list[float]:
+            since = time.time() - 2
+            lags = []
+            for record in redis.client().lrange("bench:lags", -2000, -1):
+                started, slot = map(float, record.split())
+                if started >= since:
+                    lags.append(started - slot)
+            return lags
+
         try:
-            time.sleep(period + 10)  # beat has loaded its entries and fired each once
+            warmup = settle(recent_lags, period)
             with PeakRss(c.processes["worker"].pid) as rss:
                 t0, t1, worker, beat_cpu = measure(
                     c.processes["worker"].pid, c.processes["beat"].pid, window
@@ -115,12 +153,13 @@ def run_baseline(folder: Path, jobs: int, period: float, window: float, redbeat:
             started, slot = map(float, record.split())
             if t0 <= started < t1:
                 lags.append(started - slot)
-        return Run(len(lags), lags, worker, beat_cpu, rss.peak)
+        return Run(len(lags), lags, worker, beat_cpu, rss.peak, warmup)
 
 
 def report(label: str, system: str, run: Run, window: float, offered: float) -> None:
     name = f"fire_rate[{label}] {system}"
     figure(name, "offered", offered, "fires/s")
+    figure(name, "warmup", run.warmup, "s")
     figure(name, "fires", run.fires / window, "fires/s")
     for q, tag in ((0.5, "p50"), (0.99, "p99")):
         figure(name, f"lag_{tag}", percentile(run.lags, q) * 1000, "ms")

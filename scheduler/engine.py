@@ -114,11 +114,17 @@ class Engine(Runs):
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as err:
             raise TransientError(f"database unavailable: {err.orig or err}") from err
 
-    def lock(self, conn: Connection, invocation_id: int) -> tuple[InvocationRow, JobRow] | None:
-        """Lock an invocation and its job, job first."""
-        job_id = store.invocation_job(conn, invocation_id)
+    def lock(
+        self, conn: Connection, invocation_id: int, job_id: int | None = None
+    ) -> tuple[InvocationRow, JobRow] | None:
+        """Lock an invocation and its job, job first. A caller that knows the job saves
+        the lookup (the hot path does: the tick knows its job, the start passes it on)."""
+        if job_id is None:
+            job_id = store.invocation_job(conn, invocation_id)
         job = None if job_id is None else store.lock_job(conn, job_id)
         inv = None if job is None else store.lock_invocation(conn, invocation_id)
+        if inv is not None and inv.job_id != job_id:
+            return self.lock(conn, invocation_id)  # a wrong hint: look the job up
         return None if inv is None or job is None else (inv, job)
 
     # --- the chain ---------------------------------------------------------------------
@@ -137,16 +143,16 @@ class Engine(Runs):
         ]
         self.send([m for m in fed.messages if m not in here])
         for start in here:
-            self._start_here(start)
+            self._start_here(start, job_id)
 
-    def _start_here(self, start: SendStart) -> None:
+    def _start_here(self, start: SendStart, job_id: int) -> None:
         """Start a run the tick just created in this process, rather than by a message:
         one message and one task fewer per fire, and no trip through the broker. The
         invocation is committed STARTING with a deadline, as for a message, so if this
         process dies now the watchdog sends the start; if the database fails, the start
         goes out as a message."""
         try:
-            self.start_invocation(start.invocation_id, start.attempt)
+            self.start_invocation(start.invocation_id, start.attempt, job_id=job_id)
         except TransientError as err:
             log.warning("invocation %s not started here (%s): sent", start.invocation_id, err)
             self.send([start])

@@ -56,19 +56,21 @@ class Runs:
 
         def transaction(self) -> AbstractContextManager[Connection]: ...
         def lock(
-            self, conn: Connection, invocation_id: int
+            self, conn: Connection, invocation_id: int, job_id: int | None = None
         ) -> tuple[InvocationRow, JobRow] | None: ...
         def feed(
             self, conn: Connection, job: JobRow, event: Event, now: datetime, **kw: Any
         ) -> Fed: ...
         def send(self, messages: list[Message]) -> None: ...
 
-    def start_invocation(self, invocation_id: int, attempt: int | None = None) -> None:
+    def start_invocation(
+        self, invocation_id: int, attempt: int | None = None, *, job_id: int | None = None
+    ) -> None:
         """Record RUNNING for the next attempt and commit, then launch it; single-stage
         kinds finish here. A start for any other attempt (a repeated or stale message)
         does nothing: the attempt number is the fencing epoch."""
         with self.transaction() as conn:
-            locked = self.lock(conn, invocation_id)
+            locked = self.lock(conn, invocation_id, job_id)
             if locked is None:
                 return
             inv, job = locked
@@ -125,14 +127,16 @@ class Runs:
         finally:
             self.leases.release(lease)
         if outcome is not None:
-            self.record_patiently(inv.id, number, outcome)
+            self.record_patiently(inv.id, number, outcome, job_id=job.id)
 
-    def record_patiently(self, invocation_id: int, attempt: int, outcome: Outcome) -> None:
+    def record_patiently(
+        self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
+    ) -> None:
         """The outcome exists only in this process: if the database is away, wait for it
         (about 15 s) rather than leave a finished run to expire as "lease expired"."""
         for delay in (*OUTCOME_RETRY_DELAYS, None):
             try:
-                self.finish_invocation(invocation_id, outcome, attempt=attempt)
+                self.finish_invocation(invocation_id, outcome, attempt=attempt, job_id=job_id)
                 return
             except TransientError as err:
                 if delay is None:
@@ -141,12 +145,17 @@ class Runs:
                 time.sleep(delay)
 
     def finish_invocation(
-        self, invocation_id: int, outcome: Outcome, *, attempt: int | None = None
+        self,
+        invocation_id: int,
+        outcome: Outcome,
+        *,
+        attempt: int | None = None,
+        job_id: int | None = None,
     ) -> bool:
         """Record the outcome of a RUNNING attempt; False if that attempt had already
         ended or is not the current one (a zombie, a repeated report)."""
         with self.transaction() as conn:
-            locked = self.lock(conn, invocation_id)
+            locked = self.lock(conn, invocation_id, job_id)
             inv = locked and locked[0]
             if locked is None or inv.status != RUNNING or attempt not in (None, inv.attempt):
                 log.info(

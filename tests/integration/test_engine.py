@@ -102,7 +102,7 @@ def test_a_start_here_that_fails_is_sent(db: sqlalchemy.Engine, clock: Clock):
     clock.advance(10)
     [(job_id, nonce, _)] = port.ticks
 
-    def database_gone(*_: Any) -> None:
+    def database_gone(*_: Any, **__: Any) -> None:
         raise TransientError("database unavailable")
 
     engine.start_invocation = database_gone  # type: ignore[method-assign]
