@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, case, func, select, update
+from sqlalchemy import Connection, Row, bindparam, case, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scheduler import debuglog
@@ -90,8 +90,24 @@ class InvocationRow:
 # --- jobs ------------------------------------------------------------------------------
 
 
+# The hot path's statements are built once: building one costs about as much as running
+# it (bench/hot_path.py). Values come as execution parameters.
+_LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update()
+_SAVE_JOB = update(jobs).where(
+    jobs.c.id == bindparam("b_id"), jobs.c.generation == bindparam("b_generation")
+)
+_LOCK_INVOCATION = (
+    select(invocations).where(invocations.c.id == bindparam("b_id")).with_for_update()
+)
+_UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
+_INSERT_INVOCATION = {
+    name: dialect.insert(invocations).on_conflict_do_nothing().returning(invocations.c.id)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+
+
 def lock_job(conn: Connection, job_id: int) -> JobRow | None:
-    row = conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update()).first()
+    row = conn.execute(_LOCK_JOB, {"b_id": job_id}).first()
     return None if row is None else JobRow.from_row(row)
 
 
@@ -225,9 +241,7 @@ def save_job(
     )
     if spec is not None:
         values |= _spec_values(spec)
-    result = conn.execute(
-        update(jobs).where(jobs.c.id == job.id, jobs.c.generation == job.generation).values(values)
-    )
+    result = conn.execute(_SAVE_JOB, {**values, "b_id": job.id, "b_generation": job.generation})
     if result.rowcount != 1:
         raise ConcurrentUpdate(f"job {job.ref} changed while it was being updated")
     revision, schedule, timezone = (
@@ -304,17 +318,11 @@ def insert_invocation(
         deadline=deadline,
         backfill=backfill,
     )
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    statement = (
-        insert(invocations).values(values).on_conflict_do_nothing().returning(invocations.c.id)
-    )
-    return conn.execute(statement).scalar_one_or_none()
+    return conn.execute(_INSERT_INVOCATION[conn.dialect.name], values).scalar_one_or_none()
 
 
 def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:
-    row = conn.execute(
-        select(invocations).where(invocations.c.id == invocation_id).with_for_update()
-    ).first()
+    row = conn.execute(_LOCK_INVOCATION, {"b_id": invocation_id}).first()
     return None if row is None else InvocationRow.from_row(row)
 
 
@@ -326,7 +334,7 @@ def invocation_job(conn: Connection, invocation_id: int) -> int | None:
 
 
 def update_invocation(conn: Connection, invocation_id: int, **values: Any) -> None:
-    conn.execute(update(invocations).where(invocations.c.id == invocation_id).values(values))
+    conn.execute(_UPDATE_INVOCATION, {**values, "b_id": invocation_id})
 
 
 def lock_invocations_of(
