@@ -118,7 +118,11 @@ class Cluster:
         self.start(name, sys.executable, "-m", "celery", "-A", "tasks", *args)
 
     def start_worker(
-        self, name: str = "worker", queues: str = "cronchain", concurrency: int = 2
+        self,
+        name: str = "worker",
+        queues: str = "cronchain",
+        concurrency: int = 2,
+        loglevel: str = "INFO",
     ) -> None:
         self.start_celery(
             name,
@@ -128,7 +132,7 @@ class Cluster:
             "--concurrency",
             str(concurrency),
             "--loglevel",
-            "INFO",
+            loglevel,
             "--hostname",
             f"{name}@%h",
         )
