@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.faults.rig import Rig
+from tests.faults.rig import SUMMARY, Rig
 from tests.services import RedisServer, postgres_server
-
-SUMMARY: list[str] = []
 
 
 @pytest.fixture
@@ -33,8 +30,3 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("fault suite ledger")
         for line in SUMMARY:
             terminalreporter.write_line(line)
-
-
-def fault_seed() -> int:
-    """``CRONCHAIN_FAULT_SEED`` replays a run; otherwise each run draws its own."""
-    return int(os.environ.get("CRONCHAIN_FAULT_SEED") or int.from_bytes(os.urandom(4)))

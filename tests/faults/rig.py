@@ -9,6 +9,7 @@ whole window against each job's own schedule.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import sys
@@ -38,6 +39,7 @@ LEASE = 3.0  # seconds; how long the rig must be quiet before nothing may be unf
 # cronchain's own tasks and the user's slow task run on workers of their own, as the
 # README advises: slow runs on cronchain's pool would delay every tick behind them.
 WORKERS = {"worker": "cronchain", "tasks": "slow"}
+SUMMARY: list[str] = []  # one line per fault, printed at the end of the run
 FINAL = ("SUCCEEDED", "SKIPPED", "FAILED", "ABORTED")
 
 
@@ -138,6 +140,11 @@ class Rig:
     def down(self) -> None:
         self.cluster.stop_all()
         self.db.dispose()
+
+
+def fault_seed() -> int:
+    """``CRONCHAIN_FAULT_SEED`` replays a run; otherwise each run draws its own."""
+    return int(os.environ.get("CRONCHAIN_FAULT_SEED") or int.from_bytes(os.urandom(4)))
 
 
 # --- faults: each returns the moment the system was whole again -------------------------

@@ -12,8 +12,16 @@ import random
 
 import pytest
 
-from tests.faults.conftest import SUMMARY, fault_seed
-from tests.faults.rig import FAULTS, Ledger, Rig, logs_tail, recovery_bound, run_fault
+from tests.faults.rig import (
+    FAULTS,
+    SUMMARY,
+    Ledger,
+    Rig,
+    fault_seed,
+    logs_tail,
+    recovery_bound,
+    run_fault,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.mark.faults]
 MIXED = 4
