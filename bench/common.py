@@ -17,7 +17,6 @@ import sqlalchemy
 from migrations import upgrade
 from scheduler.db import make_engine
 from tests.e2e.harness import ROOT, Cluster
-from tests.services import RedisServer
 
 PG_ADMIN = os.environ.get(
     "CRONCHAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -48,16 +47,6 @@ def database() -> Iterator[tuple[str, sqlalchemy.Engine]]:
         with admin.connect() as conn:
             conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.dispose()
-
-
-@contextmanager
-def redis_server(folder: Path) -> Iterator[RedisServer]:
-    server = RedisServer(folder)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def cluster(folder: Path, **env: str) -> Cluster:

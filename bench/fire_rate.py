@@ -31,11 +31,11 @@ from bench.common import (
     database,
     figure,
     percentile,
-    redis_server,
     transactions,
 )
 from scheduler.models import invocations
 from tests.e2e.harness import wait_until
+from tests.services import redis_server
 
 SYSTEMS = ("cronchain", "beat", "redbeat")
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from bench.common import PeakRss, cluster, database, figure, percentile, redis_server
+from bench.common import PeakRss, cluster, database, figure, percentile
 from bench.fire_rate import job_document
 from scheduler.models import jobs
+from tests.services import redis_server
 
 
 def main(argv: list[str] | None = None) -> None:

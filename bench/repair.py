@@ -25,9 +25,10 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from bench.common import cluster, database, figure, percentile, redis_server
+from bench.common import cluster, database, figure, percentile
 from bench.fire_rate import job_document
 from scheduler.models import invocations, jobs
+from tests.services import redis_server
 
 
 def first_fires_after(db, t: datetime) -> list[tuple[datetime, datetime]]:  # type: ignore[no-untyped-def]
