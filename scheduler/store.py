@@ -99,6 +99,8 @@ _SAVE_JOB = update(jobs).where(
 _LOCK_INVOCATION = (
     select(invocations).where(invocations.c.id == bindparam("b_id")).with_for_update()
 )
+_INSERT_JOB = jobs.insert().returning(jobs.c.id)
+_INSERT_CHANGE = job_changes.insert()
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
 _INSERT_INVOCATION = {
     name: dialect.insert(invocations).on_conflict_do_nothing().returning(invocations.c.id)
@@ -162,7 +164,7 @@ def insert_job(conn: Connection, spec: JobSpec, now: datetime) -> int:
         created_at=now,
         updated_at=now,
     )
-    job_id = conn.execute(jobs.insert().values(values).returning(jobs.c.id)).scalar_one()
+    job_id = conn.execute(_INSERT_JOB, values).scalar_one()
     _record_change(conn, job_id, now, "created", spec.revision, spec.schedule, spec.timezone)
     return job_id
 
@@ -178,7 +180,8 @@ def _record_change(
     reason: str | None = None,
 ) -> None:
     conn.execute(
-        job_changes.insert().values(
+        _INSERT_CHANGE,
+        dict(
             job_id=job_id,
             at=at,
             change=change,
@@ -186,7 +189,7 @@ def _record_change(
             schedule=schedule,
             timezone=timezone,
             reason=reason,
-        )
+        ),
     )
 
 
