@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         path = folder / "jobs.yaml"
         path.write_text(json.dumps(job_document(args.jobs, args.period)))
         t = time.perf_counter()
-        c.cronchain("apply", str(path))
+        c.cronchain("apply", str(path), timeout=600)
         figure(name, "apply", time.perf_counter() - t, "s")
         figure(name, "tick_messages_queued", redis.client().llen("cronchain"))
 

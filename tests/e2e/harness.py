@@ -89,14 +89,14 @@ class Cluster:
                 env.pop(name, None)
         return cls(folder, env)
 
-    def cronchain(self, *args: str) -> str:
+    def cronchain(self, *args: str, timeout: float = 120) -> str:
         done = subprocess.run(
             [sys.executable, "-m", "scheduler.cli", *args],
             env=self.env,
             cwd=self.folder,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
         )
         assert done.returncode == 0, done.stderr
         return done.stdout
