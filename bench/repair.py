@@ -104,9 +104,12 @@ def main(argv: list[str] | None = None) -> None:
         from scheduler.runtime import Runtime
         from scheduler.watchdog import run_once
 
-        # Passes until no tick is left to repair. (No worker runs here: the runs the
-        # repairs create are never started, and a pass re-sends the starts that lapsed.)
+        # Passes until no tick is left to repair.
         runtime = Runtime.from_env()
+        # A fixed clock: with no worker, every chain would lapse again a period later,
+        # and the passes would never end. Each job is repaired once, as of this instant.
+        frozen = datetime.now(UTC)
+        runtime.engine.clock = lambda: frozen
         cpu, wall = time.process_time(), time.perf_counter()
         report = total = run_once(runtime.engine)
         while report.ticks:
