@@ -123,8 +123,8 @@ class Engine(Runs):
             job_id = store.invocation_job(conn, invocation_id)
         job = None if job_id is None else store.lock_job(conn, job_id)
         inv = None if job is None else store.lock_invocation(conn, invocation_id)
-        if inv is not None and inv.job_id != job_id:
-            return self.lock(conn, invocation_id)  # a wrong hint: look the job up
+        if inv is not None and inv.job_id != job_id:  # relocking would break job-first
+            raise AssertionError(f"invocation {invocation_id} is not job {job_id}'s")
         return None if inv is None or job is None else (inv, job)
 
     # --- the chain ---------------------------------------------------------------------
