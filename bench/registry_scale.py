@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                 + str(claim.compile(db, compile_kwargs={"literal_binds": True}))
             ).scalar_one()
         node = plan[0]["Plan"]
-        while node.get("Plans") and node["Node Type"] == "Limit":
+        while node.get("Plans") and node["Node Type"] in ("Limit", "LockRows", "Sort"):
             node = node["Plans"][0]
         print(f"{name} idle_watchdog_plan {node['Node Type']} {node.get('Index Name', '')}")
 
