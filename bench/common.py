@@ -3,6 +3,7 @@ CPU and memory read from /proc, and one printed line per figure."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -16,7 +17,9 @@ import sqlalchemy
 
 from migrations import upgrade
 from scheduler.db import make_engine
+from scheduler.runtime import Runtime
 from tests.e2e.harness import ROOT, Cluster
+from tests.services import RedisServer, redis_server
 
 PG_ADMIN = os.environ.get(
     "CRONCHAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -51,6 +54,45 @@ def database() -> Iterator[tuple[str, sqlalchemy.Engine]]:
 
 def cluster(folder: Path, **env: str) -> Cluster:
     return Cluster.create(folder, PYTHONPATH=str(ROOT), **env)
+
+
+@dataclass
+class Deployment:
+    """cronchain on a fresh database and a private Redis; processes start on demand."""
+
+    db: sqlalchemy.Engine
+    redis: RedisServer
+    cluster: Cluster
+
+    def apply_jobs(self, jobs: int, period: float, timeout: float = 120) -> None:
+        path = self.cluster.folder / "jobs.yaml"
+        path.write_text(json.dumps(job_document(jobs, period)))  # JSON is YAML
+        self.cluster.cronchain("apply", str(path), timeout=timeout)
+
+    def runtime(self) -> Runtime:
+        """The engine in this process, wired as the deployment's workers are."""
+        os.environ.update(self.cluster.env)
+        return Runtime.from_env()
+
+
+@contextmanager
+def deployment(folder: Path, **env: str) -> Iterator[Deployment]:
+    with database() as (url, db), redis_server(folder) as redis:
+        c = cluster(folder, CRONCHAIN_DATABASE_URL=url, CRONCHAIN_BROKER_URL=redis.url, **env)
+        try:
+            yield Deployment(db, redis, c)
+        finally:
+            c.stop_all()
+
+
+def job_document(jobs: int, period: float) -> dict:
+    """N no-op jobs of one period, spread evenly over it."""
+    specs = []
+    for i in range(jobs):
+        offset_ms = round(i * period * 1000 / jobs)
+        schedule = f"every {period:g}s" + (f" offset {offset_ms}ms" if offset_ms else "")
+        specs.append({"name": f"noop{i:05d}", "schedule": schedule, "noop": {}})
+    return {"project": "bench", "jobs": specs}
 
 
 def transactions(engine: sqlalchemy.Engine) -> int:

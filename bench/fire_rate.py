@@ -12,7 +12,6 @@ the baselines record nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from bench.common import (
     PeakRss,
     cluster,
     cpu_seconds,
-    database,
+    deployment,
     figure,
     percentile,
     transactions,
@@ -49,15 +48,6 @@ class Run:
     peak_rss: int
     warmup: float  # seconds until steady state
     transactions: int | None = None
-
-
-def job_document(jobs: int, period: float) -> dict:
-    specs = []
-    for i in range(jobs):
-        offset_ms = round(i * period * 1000 / jobs)
-        schedule = f"every {period:g}s" + (f" offset {offset_ms}ms" if offset_ms else "")
-        specs.append({"name": f"noop{i:05d}", "schedule": schedule, "noop": {}})
-    return {"project": "bench", "jobs": specs}
 
 
 def settle(recent_lags: Callable[[], list[float]], period: float) -> float:
@@ -82,17 +72,15 @@ def measure(worker_pid: int, beat_pid: int, window: float) -> tuple[float, float
 
 
 def run_cronchain(folder: Path, jobs: int, period: float, window: float) -> Run:
-    with database() as (url, db), redis_server(folder) as redis:
-        c = cluster(folder, CRONCHAIN_DATABASE_URL=url, CRONCHAIN_BROKER_URL=redis.url)
+    with deployment(folder) as d:
+        db, redis, c = d.db, d.redis, d.cluster
         # The worker runs before the jobs exist: each job's first slot comes after its
         # creation, so none is overdue when it starts (no startup backlog to drain).
         # WARNING, as the baseline's worker: INFO writes two lines per task.
         c.start_worker(concurrency=2, loglevel="WARNING")
         c.start_beat()
         wait_until(lambda: Celery(broker=redis.url).control.ping(timeout=1), 60, "the worker")
-        path = folder / "jobs.yaml"
-        path.write_text(json.dumps(job_document(jobs, period)))
-        c.cronchain("apply", str(path))
+        d.apply_jobs(jobs, period)
 
         def recent_lags() -> list[float]:
             since = datetime.now(UTC) - timedelta(seconds=2)

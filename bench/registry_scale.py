@@ -11,8 +11,6 @@ process while the worker holds every job's chain.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -20,10 +18,9 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from bench.common import PeakRss, cluster, database, figure, percentile
-from bench.fire_rate import job_document
+from bench.common import PeakRss, deployment, figure, percentile
 from scheduler.models import jobs
-from tests.services import redis_server
+from scheduler.watchdog import run_once
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,27 +32,19 @@ def main(argv: list[str] | None = None) -> None:
     name = f"registry_scale[jobs={args.jobs},period={args.period:g}s]"
     with (
         tempfile.TemporaryDirectory(prefix="bench-registry-") as tmp,
-        database() as (url, db),
-        redis_server(Path(tmp)) as redis,
+        deployment(Path(tmp)) as d,
     ):
-        folder = Path(tmp)
-        c = cluster(folder, CRONCHAIN_DATABASE_URL=url, CRONCHAIN_BROKER_URL=redis.url)
-        path = folder / "jobs.yaml"
-        path.write_text(json.dumps(job_document(args.jobs, args.period)))
+        db, redis, c = d.db, d.redis, d.cluster
         applied_at = datetime.now(UTC)
         t = time.perf_counter()
-        c.cronchain("apply", str(path), timeout=600)
+        d.apply_jobs(args.jobs, args.period, timeout=600)
         figure(name, "apply", time.perf_counter() - t, "s")
         figure(name, "tick_messages_queued", redis.client().llen("cronchain"))
-
-        os.environ.update(c.env)
-        from scheduler.runtime import Runtime
-        from scheduler.watchdog import run_once
 
         # An idle pass: the watchdog's clock reads the moment apply began, when no job
         # had lapsed. (By now, those whose first slot came during the apply have: no
         # worker runs yet.) The query and its plan are the same at any instant.
-        engine = Runtime.from_env().engine
+        engine = d.runtime().engine
         engine.clock = lambda: applied_at
         passes = []
         for _ in range(20):

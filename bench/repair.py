@@ -15,8 +15,6 @@ process until no tick is left to repair, timed: CPU per repaired job and wall ti
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import tempfile
 import time
@@ -25,10 +23,9 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from bench.common import cluster, database, figure, percentile
-from bench.fire_rate import job_document
+from bench.common import deployment, figure, percentile
 from scheduler.models import invocations, jobs
-from tests.services import redis_server
+from scheduler.watchdog import run_once
 
 
 def first_fires_after(db, t: datetime) -> list[tuple[datetime, datetime]]:  # type: ignore[no-untyped-def]
@@ -56,19 +53,10 @@ def main(argv: list[str] | None = None) -> None:
     name = f"repair[jobs={args.jobs},period={args.period:g}s,interval={args.interval:g}s]"
     with (
         tempfile.TemporaryDirectory(prefix="bench-repair-") as tmp,
-        database() as (url, db),
-        redis_server(Path(tmp)) as redis,
+        deployment(Path(tmp), CRONCHAIN_WATCHDOG_INTERVAL=f"{args.interval:g}") as d,
     ):
-        folder = Path(tmp)
-        c = cluster(
-            folder,
-            CRONCHAIN_DATABASE_URL=url,
-            CRONCHAIN_BROKER_URL=redis.url,
-            CRONCHAIN_WATCHDOG_INTERVAL=f"{args.interval:g}",
-        )
-        path = folder / "jobs.yaml"
-        path.write_text(json.dumps(job_document(args.jobs, args.period)))
-        c.cronchain("apply", str(path))
+        db, redis, c = d.db, d.redis, d.cluster
+        d.apply_jobs(args.jobs, args.period)
         c.start_worker(concurrency=2)
         c.start_beat()
         c.wait_ready()
@@ -100,12 +88,8 @@ def main(argv: list[str] | None = None) -> None:
         with db.connect() as conn:
             last = conn.execute(select(func.max(jobs.c.watchdog_at))).scalar_one()
         time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()) + 1)
-        os.environ.update(c.env)
-        from scheduler.runtime import Runtime
-        from scheduler.watchdog import run_once
-
         # Passes until no tick is left to repair.
-        runtime = Runtime.from_env()
+        runtime = d.runtime()
         # A fixed clock: with no worker, every chain would lapse again a period later,
         # and the passes would never end. Each job is repaired once, as of this instant.
         frozen = datetime.now(UTC)
