@@ -138,9 +138,8 @@ class Engine(Runs):
                 log.warning("tick for job %s, which no longer exists", job_id)
                 return
             fed = self.feed(conn, job, Tick(nonce), self.clock())
-        here = [
-            m for m in fed.messages if start_here and isinstance(m, SendStart) and m.eta is None
-        ]
+        due_now = [m for m in fed.messages if isinstance(m, SendStart) and m.eta is None]
+        here = due_now if start_here else []
         self.send([m for m in fed.messages if m not in here])
         for start in here:
             self._start_here(start, job_id)
