@@ -17,7 +17,7 @@ import os
 import random
 import secrets
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache, partial
@@ -37,7 +37,7 @@ from scheduler.leases import Leases
 from scheduler.outbox import Fed, Message, Port, SendRevoke, SendStart, SendTick
 from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Runs
 from scheduler.schedules import Schedule, parse_schedule
-from scheduler.settings import ETA_HORIZON
+from scheduler.settings import ETA_HORIZON, TICK_BATCH
 from scheduler.spec import JobSpec
 from scheduler.store import InvocationRow, JobRow
 from statemachine import (
@@ -90,6 +90,7 @@ class Engine(Runs):
         *,
         grace: timedelta,
         horizon: timedelta = ETA_HORIZON,
+        batch: int = TICK_BATCH,
         clock: Callable[[], datetime] = utcnow,
         nonces: Callable[[], int] = random_nonce,
         rand: Callable[[], float] = random.random,
@@ -99,6 +100,7 @@ class Engine(Runs):
         self.invokers = invokers
         self.grace = grace
         self.horizon = horizon
+        self.batch = batch
         self.clock = clock
         self.nonces = nonces
         self.rand = rand
@@ -132,17 +134,35 @@ class Engine(Runs):
     def tick(self, job_id: int, nonce: int, *, start_here: bool = False) -> None:
         """Feed a tick to its job. With ``start_here`` (as the worker's task does), a run
         it creates is started in this process at once, rather than by a message."""
-        with self.transaction() as conn:
-            job = store.lock_job(conn, job_id)
-            if job is None:
-                log.warning("tick for job %s, which no longer exists", job_id)
-                return
-            fed = self.feed(conn, job, Tick(nonce), self.clock())
-        due_now = [m for m in fed.messages if isinstance(m, SendStart) and m.eta is None]
-        here = due_now if start_here else []
-        self.send([m for m in fed.messages if m not in here])
-        for start in here:
-            self._start_here(start, job_id)
+        self.tick_many([(job_id, nonce)], start_here=start_here)
+
+    def tick_many(self, ticks: Sequence[tuple[int, int]], *, start_here: bool = False) -> None:
+        """Feed each tick to its job, one transaction per job so that one job cannot hold
+        up another's step, then send what they all asked for together: the next ticks of
+        jobs that share an instant travel in one message again.
+
+        If the database fails part way, what was committed is still sent (and started)
+        before the error is raised; a retry of the whole batch finds the committed ticks'
+        nonces stale and ignores them."""
+        outgoing: list[Message] = []
+        here: list[tuple[SendStart, int]] = []
+        try:
+            for job_id, nonce in ticks:
+                with self.transaction() as conn:
+                    job = store.lock_job(conn, job_id)
+                    if job is None:
+                        log.warning("tick for job %s, which no longer exists", job_id)
+                        continue
+                    fed = self.feed(conn, job, Tick(nonce), self.clock())
+                for message in fed.messages:
+                    if start_here and isinstance(message, SendStart) and message.eta is None:
+                        here.append((message, job_id))
+                    else:
+                        outgoing.append(message)
+        finally:
+            self.send(outgoing)
+            for start, job_id in here:
+                self._start_here(start, job_id)
 
     def _start_here(self, start: SendStart, job_id: int) -> None:
         """Start a run the tick just created in this process, rather than by a message:
@@ -220,7 +240,9 @@ class Engine(Runs):
 
         for action in result.actions:
             if isinstance(action, TickLater):
-                eta = min(action.when, now + self.horizon)
+                # Hops end on a whole second and past ticks go out now, so that the
+                # ticks of one step's jobs share ETAs and leave in few messages.
+                eta = max(min(action.when, (now + self.horizon).replace(microsecond=0)), now)
                 # A tick due in the past (a repair, a late slot) runs as soon as it is
                 # sent: its grace counts from now, or the next sweep would repair it again.
                 watchdog_at = max(eta, now) + self.grace
@@ -317,11 +339,12 @@ class Engine(Runs):
     def send(self, messages: list[Message]) -> None:
         """Send after commit. A failed send is logged, not raised: the state is committed
         and the watchdog repeats the step when its deadline lapses."""
+        ticks: dict[datetime, list[tuple[int, int]]] = {}
         for message in messages:
             try:
                 match message:
                     case SendTick(job_id=job_id, nonce=nonce, eta=eta):
-                        self.port.tick_later(job_id, nonce, eta)
+                        ticks.setdefault(eta, []).append((job_id, nonce))
                     case SendStart(invocation_id=invocation_id, attempt=attempt, eta=eta):
                         self.port.start_invocation(invocation_id, attempt, eta)
                     case SendRevoke(task_id=task_id):
@@ -332,3 +355,19 @@ class Engine(Runs):
                 raise
             except Exception:
                 log.exception("could not send %s; the watchdog will repeat it", message)
+        for eta, pairs in ticks.items():
+            self._send_ticks(pairs, eta)
+
+    def _send_ticks(self, pairs: list[tuple[int, int]], eta: datetime) -> None:
+        """Ticks due at the same instant go in batches of at most ``batch``: one message
+        and one task for many jobs, yet small enough that the last job of a batch does
+        not wait long for the others."""
+        for i in range(0, len(pairs), self.batch):
+            chunk = pairs[i : i + self.batch]
+            try:
+                if len(chunk) == 1:
+                    self.port.tick_later(*chunk[0], eta)
+                else:
+                    self.port.tick_batch(chunk, eta)
+            except Exception:
+                log.exception("could not send ticks %s; the watchdog will repeat them", chunk)

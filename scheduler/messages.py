@@ -14,7 +14,7 @@ from scheduler.invokers import Call
 
 
 class CeleryPort:
-    """Sends ``tick_later``/``start_invocation`` and a ``celery`` job's own task."""
+    """Sends ``tick_later``/``tick_batch``/``start_invocation`` and a ``celery`` job's own task."""
 
     def __init__(self, app: Celery, queue: str):
         self.app = app
@@ -22,6 +22,9 @@ class CeleryPort:
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self.app.send_task("cronchain.tick_later", args=(job_id, nonce), eta=eta, queue=self.queue)
+
+    def tick_batch(self, ticks: list[tuple[int, int]], eta: datetime) -> None:
+        self.app.send_task("cronchain.tick_batch", args=(ticks,), eta=eta, queue=self.queue)
 
     def start_invocation(
         self, invocation_id: int, attempt: int | None = None, eta: datetime | None = None

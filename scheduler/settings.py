@@ -17,6 +17,9 @@ from pathlib import Path
 # never redelivered while it waits; ticks further away hop.
 ETA_HORIZON = timedelta(minutes=5)
 VISIBILITY_TIMEOUT = timedelta(hours=1)
+# Ticks due at the same instant share a message, this many at most: enough to spare
+# Celery most of its per-task cost, few enough that the batch's last job is not late.
+TICK_BATCH = 20
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Settings:
     http_allow: str = ""  # addresses/networks the http kind may call besides public ones
     jobs_dir: Path | None = None  # job files that beat reconciles on an interval
     reconcile_interval: float = 60.0
+    tick_batch: int = TICK_BATCH
 
     @property
     def embedded_broker(self) -> bool:
@@ -59,6 +63,9 @@ class Settings:
         if reconcile <= 0:
             raise ValueError("CRONCHAIN_RECONCILE_INTERVAL must be a positive number of seconds")
         jobs_dir = env.get("CRONCHAIN_JOBS_DIR")
+        tick_batch = int(env.get("CRONCHAIN_TICK_BATCH") or TICK_BATCH)
+        if tick_batch < 1:
+            raise ValueError("CRONCHAIN_TICK_BATCH must be a positive number of ticks")
         return cls(
             database_url=env.get("CRONCHAIN_DATABASE_URL") or f"sqlite:///{home}/cronchain.db",
             broker_url=env.get("CRONCHAIN_BROKER_URL") or "filesystem://",
@@ -69,4 +76,5 @@ class Settings:
             http_allow=env.get("CRONCHAIN_HTTP_ALLOW") or "",
             jobs_dir=Path(jobs_dir).resolve() if jobs_dir else None,
             reconcile_interval=reconcile,
+            tick_batch=tick_batch,
         )

@@ -19,6 +19,7 @@ from statemachine import InvocationStatus
 from tasks import app
 
 log = logging.getLogger("cronchain.tasks")
+MAX_BATCH = 10_000  # far above any CRONCHAIN_TICK_BATCH; more is not ours
 RETRY = dict(autoretry_for=(TransientError,), retry_backoff=1, retry_backoff_max=30, max_retries=8)
 
 
@@ -36,6 +37,19 @@ def tick_later(job_id: int, nonce: int) -> None:
         log.error("malformed tick_later message dropped: %r %r", job_id, nonce)
         return
     runtime().engine.tick(job_id, nonce, start_here=True)
+
+
+@app.task(name="cronchain.tick_batch", **RETRY)
+def tick_batch(ticks: Any) -> None:
+    """The ticks of jobs due at the same instant, each checked against its own nonce."""
+    if not (
+        isinstance(ticks, list)
+        and 0 < len(ticks) <= MAX_BATCH
+        and all(isinstance(t, list | tuple) and len(t) == 2 and _ints(*t) for t in ticks)
+    ):
+        log.error("malformed tick_batch message dropped: %.200r", ticks)
+        return
+    runtime().engine.tick_many([(job_id, nonce) for job_id, nonce in ticks], start_here=True)
 
 
 @app.task(name="cronchain.start_invocation", **RETRY)

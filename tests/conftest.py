@@ -34,6 +34,7 @@ class RecordingPort:
     """An enqueue port that keeps messages in lists instead of sending them."""
 
     ticks: list[tuple[int, int, datetime]] = field(default_factory=list)
+    batches: list[list[tuple[int, int]]] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     start_messages: list[tuple[int, int | None, datetime | None]] = field(default_factory=list)
     tasks: list[tuple[str, int, int]] = field(default_factory=list)
@@ -41,6 +42,11 @@ class RecordingPort:
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self.ticks.append((job_id, nonce, eta))
+
+    def tick_batch(self, ticks: list[tuple[int, int]], eta: datetime) -> None:
+        """Kept in ``ticks`` like single ones, so that tests deliver them the same way."""
+        self.batches.append(list(ticks))
+        self.ticks += [(job_id, nonce, eta) for job_id, nonce in ticks]
 
     def start_invocation(
         self, invocation_id: int, attempt: int | None = None, eta: datetime | None = None
@@ -56,6 +62,7 @@ class RecordingPort:
 
     def clear(self) -> None:
         self.ticks.clear()
+        self.batches.clear()
         self.starts.clear()
         self.start_messages.clear()
         self.tasks.clear()

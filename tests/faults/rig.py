@@ -243,6 +243,8 @@ def malformed_messages(rig: Rig, rng: random.Random) -> datetime:
     producer.send_task("cronchain.tick_later", args=["not-a-job", None], queue="cronchain")
     producer.send_task("cronchain.tick_later", args=[1], queue="cronchain")  # arity
     producer.send_task("cronchain.start_invocation", args=[10**12], queue="cronchain")
+    for ticks in ([[1, 2, 3]], [], "1,2", [[1, None]], [[10**12, 1], [10**12, 2]]):
+        producer.send_task("cronchain.tick_batch", args=[ticks], queue="cronchain")
     producer.send_task("faults.slow", kwargs={"log": "x"}, queue="slow")  # arity, no header
     producer.send_task(
         "faults.slow", args=["x", 0], queue="slow", headers={"cronchain": {"invocation": "?"}}

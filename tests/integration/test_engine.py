@@ -141,6 +141,9 @@ class DroppingPort(RecordingPort):
     def tick_later(self, *args: Any) -> None:
         raise ConnectionError("broker down")
 
+    def tick_batch(self, *args: Any) -> None:
+        raise ConnectionError("broker down")
+
     def start_invocation(self, *args: Any, **kwargs: Any) -> None:
         raise ConnectionError("broker down")
 
@@ -158,7 +161,7 @@ def test_a_crash_between_commit_and_send_is_repaired(db: sqlalchemy.Engine, cloc
     assert watchdog.run_once(engine).ticks == 1
     assert watchdog.run_once(engine).repairs == 0  # the repair's grace counts from now
     [(_, nonce, eta)] = port.ticks
-    assert eta == clock.now - timedelta(seconds=16)  # in the past: it runs at once
+    assert eta == clock.now  # overdue since 16 s: it goes out to run at once
     deliver_ticks(engine, port)
     # 16 s late is past the 10 s misfire grace: the newest slot runs, the older is recorded.
     ledger = [(r["slot"], r["status"], r["reason"]) for r in rows(engine)]
@@ -178,6 +181,8 @@ def test_a_sweep_repairs_a_mass_loss_in_one_run(db: sqlalchemy.Engine, clock: Cl
     assert watchdog.sweep(engine, budget=60, limit=3).ticks == 4  # the rest, in batches
     assert watchdog.sweep(engine, budget=60, limit=3).repairs == 0
     assert len(port.ticks) == 7
+    # Each pass's repairs go out now, together: a batch per pass, a lone one on its own.
+    assert [len(batch) for batch in port.batches] == [3, 3]
 
 
 def test_a_lost_start_is_sent_again(engine: Engine, port: RecordingPort, clock: Clock):
@@ -322,6 +327,10 @@ class CommittedCheckingPort(RecordingPort):
             pending = conn.execute(select(jobs.c.tick_nonce).where(jobs.c.id == job_id))
             assert pending.scalar_one() == nonce, "tick sent before its nonce was committed"
         super().tick_later(job_id, nonce, eta)
+
+    def tick_batch(self, ticks: list[tuple[int, int]], eta: Any) -> None:
+        for job_id, nonce in ticks:
+            self.tick_later(job_id, nonce, eta)
 
     def start_invocation(self, invocation_id: int, attempt: Any = None, eta: Any = None) -> None:
         with self.db.connect() as conn:

@@ -1,0 +1,103 @@
+"""Ticks of jobs due at the same instant travel in one message and run in one task, and
+each is still checked against its own nonce."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+import sqlalchemy
+from sqlalchemy import Connection
+
+from scheduler.engine import Engine
+from scheduler.errors import TransientError
+from scheduler.invokers import default_invokers
+from tests.conftest import Clock, RecordingPort
+from tests.integration.test_engine import apply, make, rows
+
+pytestmark = pytest.mark.postgres
+GRACE = timedelta(seconds=15)
+
+
+def batching_engine(db: sqlalchemy.Engine, clock: Clock, port: RecordingPort) -> Engine:
+    return Engine(db, port, default_invokers(port), grace=GRACE, clock=clock, batch=2)
+
+
+def sent(port: RecordingPort) -> list[tuple[int, int]]:
+    ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
+    port.clear()
+    return ticks
+
+
+def test_jobs_due_together_tick_together(db: sqlalchemy.Engine, clock: Clock):
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, *(make(name=name) for name in "abc"))
+    assert [len(batch) for batch in port.batches] == [2]  # and the third on its own
+    assert {eta for *_, eta in port.ticks} == {clock.now + timedelta(seconds=10)}
+
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    assert [(r["status"], r["slot"]) for r in rows(engine)] == [("SUCCEEDED", clock.now)] * 3
+    assert port.starts == []  # every run started in the batch's own task
+    assert [len(batch) for batch in port.batches] == [2]  # the next slot's ticks: together
+    assert len(port.ticks) == 3
+
+
+def test_each_tick_of_a_batch_is_checked_against_its_own_nonce(db: sqlalchemy.Engine, clock: Clock):
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, make(name="a"), make(name="b"))
+    clock.advance(10)
+    (a, a_nonce), (b, b_nonce) = sent(port)
+    engine.tick_many([(a, a_nonce), (b, b_nonce + 1), (a, a_nonce)], start_here=True)
+    assert [(r["job_id"], r["status"]) for r in rows(engine)] == [(a, "SUCCEEDED")]
+    engine.tick_many([(a, a_nonce), (b, b_nonce)], start_here=True)  # a redelivery
+    assert [(r["job_id"], r["status"]) for r in rows(engine)] == [
+        (a, "SUCCEEDED"),
+        (b, "SUCCEEDED"),
+    ]
+
+
+class FailingEngine(Engine):
+    """An engine whose database goes away at its ``fail_at``-th transaction."""
+
+    fail_at = 0
+    transactions = 0
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        self.transactions += 1
+        if self.transactions == self.fail_at:
+            raise TransientError("database unavailable")
+        with super().transaction() as conn:
+            yield conn
+
+
+def test_a_batch_cut_short_sends_what_it_committed(db: sqlalchemy.Engine, clock: Clock):
+    port = RecordingPort()
+    engine = FailingEngine(db, port, default_invokers(port), grace=GRACE, clock=clock, batch=2)
+    apply(engine, make(name="a"), make(name="b"))
+    clock.advance(10)
+    ticks = sent(port)
+    engine.fail_at = engine.transactions + 2  # a's tick commits, b's fails
+    with pytest.raises(TransientError):
+        engine.tick_many(ticks)
+    [a_run] = rows(engine)
+    assert port.starts == [a_run["id"]]  # a's start and next tick went out all the same
+    assert [job_id for job_id, *_ in port.ticks] == [a_run["job_id"]]
+
+    port.clear()
+    engine.tick_many(ticks)  # Celery's retry of the whole batch: a's nonce is stale now
+    assert len(rows(engine)) == 2 and len(port.starts) == 1
+
+
+def test_hops_end_on_a_whole_second_and_travel_together(engine: Engine, port: RecordingPort):
+    engine.clock.advance(0.25)  # type: ignore[attr-defined]
+    apply(engine, make("@daily", name="a"), make("@daily", name="b"))
+    [batch] = port.batches
+    assert len(batch) == 2
+    eta = port.ticks[0][2]
+    assert eta == (engine.clock() + engine.horizon).replace(microsecond=0)
