@@ -1,8 +1,9 @@
 """The baseline: the same load on Celery's own beat, or on RedBeat, sending a no-op task.
 
-``celery -A bench.beat_app beat|worker``. ``BENCH_BROKER``, ``BENCH_JOBS`` and
-``BENCH_PERIOD`` (seconds) describe the load: entry i fires at ``i * period / jobs`` past
-each multiple of the period, the same slots as cronchain's ``every P offset O`` jobs.
+``celery -A bench.beat_app beat|worker``. ``BENCH_BROKER``, ``BENCH_JOBS``,
+``BENCH_PERIOD`` and ``BENCH_STEP`` (seconds) describe the load: entry i fires at
+``bench.load.offset`` past each multiple of the period, the same slots as cronchain's
+``every P offset O`` jobs.
 Beat stamps each message with the slot it fires for as it publishes it; the worker
 records its start time beside that slot, so lag is measured as cronchain's is: start of
 the run minus its slot.
@@ -21,9 +22,12 @@ from celery import Celery
 from celery.schedules import schedstate, schedule
 from celery.signals import before_task_publish
 
+from bench import load
+
 BROKER = os.environ.get("BENCH_BROKER", "redis://127.0.0.1:6379/0")
 JOBS = int(os.environ.get("BENCH_JOBS", "1000"))
 PERIOD = float(os.environ.get("BENCH_PERIOD", "10"))
+STEP = float(os.environ.get("BENCH_STEP", "0"))
 LAGS = "bench:lags"
 
 app = Celery("bench", broker=BROKER)
@@ -40,7 +44,7 @@ app.conf.update(
 
 
 def offset(i: int) -> float:
-    return i * PERIOD / JOBS
+    return load.offset(i, JOBS, PERIOD, STEP)
 
 
 def latest_slot(i: int, t: float) -> float:

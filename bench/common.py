@@ -15,6 +15,7 @@ from pathlib import Path
 
 import sqlalchemy
 
+from bench.load import offset
 from migrations import upgrade
 from scheduler.db import make_engine
 from scheduler.runtime import Runtime
@@ -64,9 +65,9 @@ class Deployment:
     redis: RedisServer
     cluster: Cluster
 
-    def apply_jobs(self, jobs: int, period: float, timeout: float = 120) -> None:
+    def apply_jobs(self, jobs: int, period: float, timeout: float = 120, step: float = 0) -> None:
         path = self.cluster.folder / "jobs.yaml"
-        path.write_text(json.dumps(job_document(jobs, period)))  # JSON is YAML
+        path.write_text(json.dumps(job_document(jobs, period, step)))  # JSON is YAML
         self.cluster.cronchain("apply", str(path), timeout=timeout)
 
     def runtime(self) -> Runtime:
@@ -85,11 +86,11 @@ def deployment(folder: Path, **env: str) -> Iterator[Deployment]:
             c.stop_all()
 
 
-def job_document(jobs: int, period: float) -> dict:
-    """N no-op jobs of one period, spread evenly over it."""
+def job_document(jobs: int, period: float, step: float = 0) -> dict:
+    """N no-op jobs of one period, spread over it (see ``bench.load.offset``)."""
     specs = []
     for i in range(jobs):
-        offset_ms = round(i * period * 1000 / jobs)
+        offset_ms = round(offset(i, jobs, period, step) * 1000)
         schedule = f"every {period:g}s" + (f" offset {offset_ms}ms" if offset_ms else "")
         specs.append({"name": f"noop{i:05d}", "schedule": schedule, "noop": {}})
     return {"project": "bench", "jobs": specs}

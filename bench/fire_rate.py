@@ -1,8 +1,9 @@
 """Sustained fires per second and fire lag, cronchain against Celery beat and RedBeat.
 
-    python -m bench.fire_rate [--jobs 1000] [--period 10] [--window 40]
+    python -m bench.fire_rate [--jobs 1000] [--period 10] [--window 40] [--step 0]
 
-N no-op jobs fire every P seconds, spread evenly over the period (``every P offset O``).
+N no-op jobs fire every P seconds, spread evenly over the period (``every P offset O``);
+with ``--step 1`` on whole seconds, as cron jobs are, so that jobs share instants.
 Each system gets the same slots, a fresh private Redis, and one worker with
 ``--concurrency 2``; lag is the start of each run minus its slot, for every run that
 started inside the measured window. cronchain also records every fire in PostgreSQL;
@@ -71,7 +72,7 @@ def measure(worker_pid: int, beat_pid: int, window: float) -> tuple[float, float
     return t0, time.time(), cpu_seconds(worker_pid) - w0, cpu_seconds(beat_pid) - b0
 
 
-def run_cronchain(folder: Path, jobs: int, period: float, window: float) -> Run:
+def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: float) -> Run:
     with deployment(folder) as d:
         db, redis, c = d.db, d.redis, d.cluster
         # The worker runs before the jobs exist: each job's first slot comes after its
@@ -80,7 +81,7 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float) -> Run:
         c.start_worker(concurrency=2, loglevel="WARNING")
         c.start_beat()
         wait_until(lambda: Celery(broker=redis.url).control.ping(timeout=1), 60, "the worker")
-        d.apply_jobs(jobs, period)
+        d.apply_jobs(jobs, period, step=step)
 
         def recent_lags() -> list[float]:
             since = datetime.now(UTC) - timedelta(seconds=2)
@@ -113,9 +114,16 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float) -> Run:
         return Run(len(rows), lags, worker, beat, rss.peak, warmup, x1 - x0)
 
 
-def run_baseline(folder: Path, jobs: int, period: float, window: float, redbeat: bool) -> Run:
+def run_baseline(
+    folder: Path, jobs: int, period: float, window: float, step: float, redbeat: bool
+) -> Run:
     with redis_server(folder) as redis:
-        env = dict(BENCH_BROKER=redis.url, BENCH_JOBS=str(jobs), BENCH_PERIOD=f"{period:g}")
+        env = dict(
+            BENCH_BROKER=redis.url,
+            BENCH_JOBS=str(jobs),
+            BENCH_PERIOD=f"{period:g}",
+            BENCH_STEP=f"{step:g}",
+        )
         c = cluster(folder, **env)
         app = [sys.executable, "-m", "celery", "-A", "bench.beat_app"]
         c.start("worker", *app, "worker", "--concurrency", "2", "--loglevel", "WARNING")
@@ -171,16 +179,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--period", type=float, default=10)
     parser.add_argument("--window", type=float, default=40, help="seconds measured")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument(
+        "--step", type=float, default=0, help="slots on multiples of this many seconds (1: cron)"
+    )
     args = parser.parse_args(argv)
     label = f"jobs={args.jobs},period={args.period:g}s"
+    label += f",step={args.step:g}s" if args.step else ""
     offered = args.jobs / args.period
     for system in args.systems.split(","):
         with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as tmp:
             folder = Path(tmp)
             if system == "cronchain":
-                run = run_cronchain(folder, args.jobs, args.period, args.window)
+                run = run_cronchain(folder, args.jobs, args.period, args.window, args.step)
             elif system in ("beat", "redbeat"):
-                run = run_baseline(folder, args.jobs, args.period, args.window, system == "redbeat")
+                redbeat = system == "redbeat"
+                run = run_baseline(folder, args.jobs, args.period, args.window, args.step, redbeat)
             else:
                 parser.error(f"unknown system {system!r}; use {', '.join(SYSTEMS)}")
             report(label, system, run, args.window, offered)
