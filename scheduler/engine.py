@@ -35,7 +35,7 @@ from scheduler.errors import TransientError
 from scheduler.invokers import Invoker, celery_task_id
 from scheduler.leases import Leases
 from scheduler.outbox import Fed, Message, Port, SendRevoke, SendStart, SendTick
-from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Runs
+from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Launch, Runs
 from scheduler.schedules import Schedule, parse_schedule
 from scheduler.settings import ETA_HORIZON, TICK_BATCH
 from scheduler.spec import JobSpec
@@ -141,40 +141,49 @@ class Engine(Runs):
         up another's step, then send what they all asked for together: the next ticks of
         jobs that share an instant travel in one message again.
 
-        If the database fails part way, what was committed is still sent (and started)
+        With ``start_here``, a run that is due at once is begun in its tick's own
+        transaction and launched in this process: no start message, no second task, one
+        commit fewer. If this process dies before the launch, the run's lease lapses and
+        the watchdog applies the retry policy, as for any run whose worker died.
+
+        If the database fails part way, what was committed is still sent (and launched)
         before the error is raised; a retry of the whole batch finds the committed ticks'
         nonces stale and ignores them."""
         outgoing: list[Message] = []
-        here: list[tuple[SendStart, int]] = []
+        launches: list[Launch] = []
         try:
             for job_id, nonce in ticks:
+                messages: list[Message] = []
+                launch = None
                 with self.transaction() as conn:
                     job = store.lock_job(conn, job_id)
                     if job is None:
                         log.warning("tick for job %s, which no longer exists", job_id)
                         continue
-                    fed = self.feed(conn, job, Tick(nonce), self.clock())
-                for message in fed.messages:
-                    if start_here and isinstance(message, SendStart) and message.eta is None:
-                        here.append((message, job_id))
-                    else:
-                        outgoing.append(message)
+                    for message in self.feed(conn, job, Tick(nonce), self.clock()).messages:
+                        if start_here and isinstance(message, SendStart) and message.eta is None:
+                            begun = self.begin_attempt(
+                                conn, message.invocation_id, message.attempt, job_id=job_id
+                            )
+                            messages += begun.messages
+                            launch = begun.launch
+                        else:
+                            messages.append(message)
+                outgoing += messages  # committed
+                launches += [launch] if launch else []
         finally:
             self.send(outgoing)
-            for start, job_id in here:
-                self._start_here(start, job_id)
+            for launch in launches:
+                self._launch_here(launch)
 
-    def _start_here(self, start: SendStart, job_id: int) -> None:
-        """Start a run the tick just created in this process, rather than by a message:
-        one message and one task fewer per fire, and no trip through the broker. The
-        invocation is committed STARTING with a deadline, as for a message, so if this
-        process dies now the watchdog sends the start; if the database fails, the start
-        goes out as a message."""
+    def _launch_here(self, launch: Launch) -> None:
+        """One launch's failure to record its outcome must not keep the batch's other
+        runs from theirs: its lease lapses, and the watchdog takes it from there."""
         try:
-            self.start_invocation(start.invocation_id, start.attempt, job_id=job_id)
+            self.launch(launch)
         except TransientError as err:
-            log.warning("invocation %s not started here (%s): sent", start.invocation_id, err)
-            self.send([start])
+            call = launch.call
+            log.warning("invocation %s attempt %s: %s", call.invocation_id, call.attempt, err)
 
     # --- commands ----------------------------------------------------------------------
 

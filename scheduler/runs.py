@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,25 @@ OUTCOME_RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds
 S = InvocationStatus
 STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
 ACTIVE = (STARTING, RUNNING)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """An attempt recorded RUNNING, to be launched once that record is committed."""
+
+    job_id: int
+    kind: str
+    invoker: Invoker
+    lease: Lease
+    call: Call
+
+
+@dataclass(frozen=True)
+class Begun:
+    """What beginning an attempt leaves for after the commit."""
+
+    messages: list[Message] = field(default_factory=list)
+    launch: Launch | None = None
 
 
 class Runs:
@@ -70,43 +90,50 @@ class Runs:
         kinds finish here. A start for any other attempt (a repeated or stale message)
         does nothing: the attempt number is the fencing epoch."""
         with self.transaction() as conn:
-            locked = self.lock(conn, invocation_id, job_id)
-            if locked is None:
-                return
-            inv, job = locked
-            number = inv.attempt + 1
-            if inv.status != STARTING or attempt not in (None, number):
-                return  # already started, or a message from an older attempt
-            now = self.clock()
-            if inv.start_at is not None and inv.start_at > now:  # early: a retry's backoff
-                eta = min(inv.start_at, now + self.horizon)
-                self.send([SendStart(inv.id, number, eta)])
-                return
-            controls = controls_of(job)
-            invoker = self.invokers[job.kind]
-            lease = Lease(inv.id, number, controls.lease)
-            timeout_at = None if controls.timeout is None else now + controls.timeout
-            deadline = now + controls.lease
-            store.update_invocation(
-                conn,
-                inv.id,
-                status=RUNNING,
-                attempt=number,
-                started_at=now,
-                start_at=None,
-                deadline=deadline if timeout_at is None else min(deadline, timeout_at),
-                timeout_at=timeout_at,
-                worker=self.name if invoker.single_stage else None,
-                error=None,
-                reason=None,
-                log=debuglog.append(inv.log, now, f"attempt {number} started"),
-            )
-            fed = (
-                Fed(job.snapshot)  # the machine does not count backfill runs
-                if inv.backfill
-                else self.feed(conn, job, InvocationStarted(inv.id), now)
-            )
-        self.send(fed.messages)
+            begun = self.begin_attempt(conn, invocation_id, attempt, job_id=job_id)
+        self.send(begun.messages)
+        if begun.launch is not None:
+            self.launch(begun.launch)
+
+    def begin_attempt(
+        self, conn: Connection, invocation_id: int, attempt: int | None, *, job_id: int | None
+    ) -> Begun:
+        """Within ``conn``'s transaction: record the next attempt RUNNING, with its lease.
+        What it returns is to be sent and launched once that transaction has committed."""
+        locked = self.lock(conn, invocation_id, job_id)
+        if locked is None:
+            return Begun()
+        inv, job = locked
+        number = inv.attempt + 1
+        if inv.status != STARTING or attempt not in (None, number):
+            return Begun()  # already started, or a message from an older attempt
+        now = self.clock()
+        if inv.start_at is not None and inv.start_at > now:  # early: a retry's backoff
+            return Begun([SendStart(inv.id, number, min(inv.start_at, now + self.horizon))])
+        controls = controls_of(job)
+        invoker = self.invokers[job.kind]
+        lease = Lease(inv.id, number, controls.lease)
+        timeout_at = None if controls.timeout is None else now + controls.timeout
+        deadline = now + controls.lease
+        store.update_invocation(
+            conn,
+            inv.id,
+            status=RUNNING,
+            attempt=number,
+            started_at=now,
+            start_at=None,
+            deadline=deadline if timeout_at is None else min(deadline, timeout_at),
+            timeout_at=timeout_at,
+            worker=self.name if invoker.single_stage else None,
+            error=None,
+            reason=None,
+            log=debuglog.append(inv.log, now, f"attempt {number} started"),
+        )
+        fed = (
+            Fed(job.snapshot)  # the machine does not count backfill runs
+            if inv.backfill
+            else self.feed(conn, job, InvocationStarted(inv.id), now)
+        )
         call = Call(
             inv.id,
             number,
@@ -117,17 +144,23 @@ class Runs:
             controls.timeout,
             lease.lost,
         )
-        if invoker.single_stage:
-            self.leases.hold(lease)
+        return Begun(fed.messages, Launch(job.id, job.kind, invoker, lease, call))
+
+    def launch(self, launch: Launch) -> None:
+        """Make the call of an attempt whose RUNNING row is committed; record the outcome
+        of a single-stage one."""
+        call = launch.call
+        if launch.invoker.single_stage:
+            self.leases.hold(launch.lease)
         try:
-            outcome = invoker.invoke(call)
+            outcome = launch.invoker.invoke(call)
         except Exception as err:  # an invoker bug must not leave the run RUNNING
-            log.exception("invoker %s failed for invocation %s", job.kind, inv.id)
-            outcome = Outcome.failed(f"{job.kind}: {type(err).__name__}: {err}")
+            log.exception("invoker %s failed for invocation %s", launch.kind, call.invocation_id)
+            outcome = Outcome.failed(f"{launch.kind}: {type(err).__name__}: {err}")
         finally:
-            self.leases.release(lease)
+            self.leases.release(launch.lease)
         if outcome is not None:
-            self.record_patiently(inv.id, number, outcome, job_id=job.id)
+            self.record_patiently(call.invocation_id, call.attempt, outcome, job_id=launch.job_id)
 
     def record_patiently(
         self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None

@@ -62,7 +62,8 @@ def test_each_tick_of_a_batch_is_checked_against_its_own_nonce(db: sqlalchemy.En
 
 
 class FailingEngine(Engine):
-    """An engine whose database goes away at its ``fail_at``-th transaction."""
+    """An engine that counts its transactions; the database goes away at the
+    ``fail_at``-th."""
 
     fail_at = 0
     transactions = 0
@@ -101,3 +102,14 @@ def test_hops_end_on_a_whole_second_and_travel_together(engine: Engine, port: Re
     assert len(batch) == 2
     eta = port.ticks[0][2]
     assert eta == (engine.clock() + engine.horizon).replace(microsecond=0)
+
+
+def test_a_fire_started_here_is_two_transactions(db: sqlalchemy.Engine, clock: Clock):
+    port = RecordingPort()
+    engine = FailingEngine(db, port, default_invokers(port), grace=GRACE, clock=clock, batch=2)
+    apply(engine, make(name="a"), make(name="b"))
+    clock.advance(10)
+    before = engine.transactions
+    engine.tick_many(sent(port), start_here=True)
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 2
+    assert engine.transactions - before == 4  # per fire: tick and start, then the outcome

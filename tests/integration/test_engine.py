@@ -95,21 +95,28 @@ def test_the_worker_starts_a_run_where_its_tick_ran(
     assert port.starts == []  # no start message: the run started in this process
 
 
-def test_a_start_here_that_fails_is_sent(db: sqlalchemy.Engine, clock: Clock):
+def test_a_run_started_here_commits_with_its_tick(db: sqlalchemy.Engine, clock: Clock):
     port = RecordingPort()
     engine = Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
     apply(engine, make())
     clock.advance(10)
     [(job_id, nonce, _)] = port.ticks
+    port.clear()
+    begin_attempt = engine.begin_attempt
 
     def database_gone(*_: Any, **__: Any) -> None:
         raise TransientError("database unavailable")
 
-    engine.start_invocation = database_gone  # type: ignore[method-assign]
+    engine.begin_attempt = database_gone  # type: ignore[method-assign]
+    with pytest.raises(TransientError):
+        engine.tick(job_id, nonce, start_here=True)
+    assert rows(engine) == [] and port.ticks == []  # the tick was rolled back with it
+    assert job(engine).snapshot.tick_nonce == nonce  # so Celery's retry fires the slot
+
+    engine.begin_attempt = begin_attempt  # type: ignore[method-assign]
     engine.tick(job_id, nonce, start_here=True)
     [inv] = rows(engine)
-    assert inv["status"] == "STARTING"
-    assert port.starts == [inv["id"]]  # the start went out as a message
+    assert (inv["status"], inv["slot"]) == ("SUCCEEDED", clock.now)
 
 
 def test_stale_and_repeated_ticks_fire_nothing(engine: Engine, port: RecordingPort, clock: Clock):
