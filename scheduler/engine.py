@@ -142,15 +142,15 @@ class Engine(Runs):
         jobs that share an instant travel in one message again.
 
         With ``start_here``, a run that is due at once is begun in its tick's own
-        transaction and launched in this process: no start message, no second task, one
-        commit fewer. If this process dies before the launch, the run's lease lapses and
-        the watchdog applies the retry policy, as for any run whose worker died.
+        transaction and launched in this process right after the commit, before the next
+        job's tick: no start message, no second task, one commit fewer. If this process
+        dies before the launch, the run's lease lapses and the watchdog applies the retry
+        policy, as for any run whose worker died.
 
-        If the database fails part way, what was committed is still sent (and launched)
-        before the error is raised; a retry of the whole batch finds the committed ticks'
-        nonces stale and ignores them."""
+        If the database fails part way, what was committed is still sent before the error
+        is raised; a retry of the whole batch finds the committed ticks' nonces stale and
+        ignores them."""
         outgoing: list[Message] = []
-        launches: list[Launch] = []
         try:
             for job_id, nonce in ticks:
                 messages: list[Message] = []
@@ -170,15 +170,14 @@ class Engine(Runs):
                         else:
                             messages.append(message)
                 outgoing += messages  # committed
-                launches += [launch] if launch else []
+                if launch is not None:
+                    self._launch_here(launch)
         finally:
             self.send(outgoing)
-            for launch in launches:
-                self._launch_here(launch)
 
     def _launch_here(self, launch: Launch) -> None:
-        """One launch's failure to record its outcome must not keep the batch's other
-        runs from theirs: its lease lapses, and the watchdog takes it from there."""
+        """One run's failure to record its outcome must not stop the batch: the run's
+        lease lapses, and the watchdog takes it from there."""
         try:
             self.launch(launch)
         except TransientError as err:
