@@ -5,8 +5,8 @@
 Phase 1, end to end: N no-op jobs spread over the period run on a worker and beat. The
 worker is killed and Redis flushed (every tick message is gone, queued or held by the
 worker), then the worker starts again. Figures: how late the first slot of each job after
-the loss fired (the watchdog's repair, target two watchdog intervals), and how long until
-every job had fired again.
+the loss was handled (the watchdog's repair, target two watchdog intervals), how many of
+those slots fired or were skipped and why, and how long until every job was back.
 
 Phase 2, the watchdog alone: with every chain lost and lapsed, watchdog passes in this
 process until no tick is left to repair, timed: CPU per repaired job and wall time.
@@ -18,30 +18,38 @@ import argparse
 import signal
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, func, select
 
 from bench.common import deployment, figure, percentile
 from scheduler.models import invocations, jobs
 from scheduler.watchdog import run_once
 
 
-def first_fires_after(db, t: datetime) -> list[tuple[datetime, datetime]]:  # type: ignore[no-untyped-def]
-    """(slot, started_at) of each job's first slot after ``t`` that has started."""
+def first_slots_after(db, t: datetime) -> list[Row]:  # type: ignore[no-untyped-def]
+    """Each job's first slot after ``t`` that is recorded: its status, reason, and when
+    it was handled (started, or recorded as skipped)."""
     first = (
         select(invocations.c.job_id, func.min(invocations.c.slot).label("slot"))
-        .where(invocations.c.slot > t, invocations.c.started_at.is_not(None))
+        .where(invocations.c.slot > t)
         .group_by(invocations.c.job_id)
         .subquery()
     )
-    query = select(invocations.c.slot, invocations.c.started_at).join(
+    handled = func.coalesce(invocations.c.started_at, invocations.c.created_at)
+    query = select(
+        invocations.c.slot,
+        invocations.c.status,
+        invocations.c.reason,
+        handled.label("handled"),
+    ).join(
         first,
         (invocations.c.job_id == first.c.job_id) & (invocations.c.slot == first.c.slot),
     )
     with db.connect() as conn:
-        return [(r.slot, r.started_at) for r in conn.execute(query)]
+        return list(conn.execute(query))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,20 +76,25 @@ def main(argv: list[str] | None = None) -> None:
         c.start_worker(concurrency=2)
         deadline = time.monotonic() + args.period + 4 * args.interval
         while time.monotonic() < deadline:
-            fired = first_fires_after(db, lost)
-            if len(fired) == args.jobs:
+            if len(first_slots_after(db, lost)) == args.jobs:
                 break
             time.sleep(1)
         c.stop_all()
-        fired = first_fires_after(db, lost)
-        lags = [(started - slot).total_seconds() for slot, started in fired]
-        figure(name, "jobs_fired_again", len(fired))
+        first = first_slots_after(db, lost)
+        lags = [(r.handled - r.slot).total_seconds() for r in first]
+        figure(name, "jobs_back", len(first))
+        figure(name, "first_slot_fired", sum(r.status != "SKIPPED" for r in first))
+        # A run that was under way when its worker was killed holds its job until its
+        # lease (60 s by default) lapses; the slots meanwhile are skipped as overlaps.
+        skipped = Counter(r.reason for r in first if r.status == "SKIPPED")
+        for reason, count in sorted(skipped.items()):
+            figure(name, f"first_slot_skipped_{reason}", count)
         figure(name, "first_slot_lag_p50", percentile(lags, 0.5), "s")
         figure(name, "first_slot_lag_max", max(lags, default=float("nan")), "s")
         figure(name, "first_slot_lag_max_in_intervals", max(lags, default=0) / args.interval)
-        if fired:
-            everyone = max(started for _, started in fired)
-            figure(name, "every_job_fired_again_after", (everyone - lost).total_seconds(), "s")
+        if first:
+            everyone = max(r.handled for r in first)
+            figure(name, "every_job_back_after", (everyone - lost).total_seconds(), "s")
 
         # Phase 2: every chain lost again, and lapsed; one sweep, in this process.
         redis.client().flushall()
