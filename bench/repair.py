@@ -15,6 +15,7 @@ process until no tick is left to repair, timed: CPU per repaired job and wall ti
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import tempfile
 import time
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         c.kill("worker", signal.SIGKILL)  # with the ETA ticks it held
         redis.client().flushall()  # and every message queued
         lost = datetime.now(UTC)
+        log_mark = len(c.log("worker"))  # the restarted worker appends to the same log
         c.start_worker(concurrency=2)
         deadline = time.monotonic() + args.period + 4 * args.interval
         while time.monotonic() < deadline:
@@ -95,6 +97,9 @@ def main(argv: list[str] | None = None) -> None:
         if first:
             everyone = max(r.handled for r in first)
             figure(name, "every_job_back_after", (everyone - lost).total_seconds(), "s")
+        # More repairs than jobs: some were repaired again while still on their way.
+        reports = re.findall(r"watchdog repaired .*?ticks=(\d+)", c.log("worker")[log_mark:])
+        figure(name, "watchdog_tick_repairs", sum(map(int, reports)))
 
         # Phase 2: every chain lost again, and lapsed; one sweep, in this process.
         redis.client().flushall()

@@ -48,6 +48,7 @@ from statemachine import (
     InvocationStatus,
     JobSnapshot,
     RecordSkipped,
+    Repair,
     StartBuffered,
     StartInvocation,
     Step,
@@ -89,6 +90,7 @@ class Engine(Runs):
         invokers: dict[str, Invoker],
         *,
         grace: timedelta,
+        repair_grace: timedelta | None = None,
         horizon: timedelta = ETA_HORIZON,
         batch: int = TICK_BATCH,
         clock: Callable[[], datetime] = utcnow,
@@ -99,6 +101,8 @@ class Engine(Runs):
         self.port = port
         self.invokers = invokers
         self.grace = grace
+        # Settings give an interval more; with grace half an interval, 3 * grace is that.
+        self.repair_grace = 3 * grace if repair_grace is None else repair_grace
         self.horizon = horizon
         self.batch = batch
         self.clock = clock
@@ -245,6 +249,7 @@ class Engine(Runs):
             return fed
         revision = spec.revision if spec else job.revision
         watchdog_at = job.watchdog_at
+        grace = self.repair_grace if isinstance(event, Repair) else self.grace
 
         for action in result.actions:
             if isinstance(action, TickLater):
@@ -253,7 +258,7 @@ class Engine(Runs):
                 eta = max(min(action.when, (now + self.horizon).replace(microsecond=0)), now)
                 # A tick due in the past (a repair, a late slot) runs as soon as it is
                 # sent: its grace counts from now, or the next sweep would repair it again.
-                watchdog_at = max(eta, now) + self.grace
+                watchdog_at = max(eta, now) + grace
                 fed.messages.append(SendTick(job.id, action.nonce, eta))
             else:
                 self._perform(conn, job, action, fed, now, revision)

@@ -62,7 +62,7 @@ def run_once(engine: Engine, limit: int = BATCH) -> WatchdogReport:
         now = engine.clock()
         # A start that never came is sent again; one UPDATE moves all their deadlines.
         starts = store.claim_lapsed_starts(conn, now, limit)
-        store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.grace)
+        store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.repair_grace)
         messages += [SendStart(inv.id, inv.attempt + 1) for inv in starts]
         lapsed = store.lapsed_runs(conn, now, limit)
     engine.send(messages)

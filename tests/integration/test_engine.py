@@ -178,6 +178,22 @@ def test_a_crash_between_commit_and_send_is_repaired(db: sqlalchemy.Engine, cloc
     ]
 
 
+def test_a_repair_has_longer_to_arrive_than_a_regular_tick(db: sqlalchemy.Engine, clock: Clock):
+    """A mass repair queues thousands of ticks at once: repairing the slowest again, with
+    a new nonce and at the back of the queue, would keep the queue from ever draining."""
+    dropping = Engine(db, DroppingPort(), {}, grace=timedelta(seconds=15), clock=clock)
+    apply(dropping, make())
+    clock.advance(26)
+    port = RecordingPort()
+    engine = Engine(db, port, {}, grace=timedelta(seconds=15), clock=clock)
+    assert engine.repair_grace == timedelta(seconds=45)
+    assert watchdog.run_once(engine).ticks == 1
+    clock.advance(44)  # long past a regular tick's grace: still on its way
+    assert watchdog.run_once(engine).repairs == 0
+    clock.advance(2)  # lost again
+    assert watchdog.run_once(engine).ticks == 1
+
+
 def test_a_sweep_repairs_a_mass_loss_in_one_run(db: sqlalchemy.Engine, clock: Clock):
     dropping = Engine(db, DroppingPort(), {}, grace=timedelta(seconds=15), clock=clock)
     apply(dropping, *(make(name=f"j{i}") for i in range(7)))  # every first tick lost
