@@ -164,10 +164,16 @@ class Engine(Runs):
                     if job is None:
                         log.warning("tick for job %s, which no longer exists", job_id)
                         continue
-                    for message in self.feed(conn, job, Tick(nonce), self.clock()).messages:
+                    fed = self.feed(conn, job, Tick(nonce), self.clock())
+                    for message in fed.messages:
                         if start_here and isinstance(message, SendStart) and message.eta is None:
+                            inv = fed.inserted.get(message.invocation_id)
                             begun = self.begin_attempt(
-                                conn, message.invocation_id, message.attempt, job_id=job_id
+                                conn,
+                                message.invocation_id,
+                                message.attempt,
+                                job_id=job_id,
+                                locked=None if inv is None or fed.job is None else (inv, fed.job),
                             )
                             messages += begun.messages
                             launch = begun.launch
@@ -244,7 +250,7 @@ class Engine(Runs):
             else schedule_of(job.schedule, job.timezone)
         )
         result = self._step(job, job.snapshot, event, now, schedule)
-        fed = Fed(result.snapshot)
+        fed = Fed(result.snapshot, job=job)
         if not result.changed and spec is None and not flags:
             return fed
         revision = spec.revision if spec else job.revision
@@ -264,7 +270,7 @@ class Engine(Runs):
                 self._perform(conn, job, action, fed, now, revision)
         if fed.snapshot.tick_nonce is None:
             watchdog_at = None
-        store.save_job(
+        fed.job = store.save_job(
             conn, job, fed.snapshot, watchdog_at=watchdog_at, now=now, spec=spec, **flags
         )
         return fed
@@ -283,8 +289,9 @@ class Engine(Runs):
                     log.warning("job %s: slot %s already fired", job.ref, slot or trigger_id)
                     self._correct(job, fed, Abandon(), now)
                     return
-                fed.snapshot.invocation_id = fed.started = inv
-                fed.messages.append(SendStart(inv))
+                fed.snapshot.invocation_id = fed.started = inv.id
+                fed.inserted[inv.id] = inv
+                fed.messages.append(SendStart(inv.id))
             case BufferInvocation(slot=slot, trigger_id=trigger_id):
                 inv = insert(slot=slot, trigger_id=trigger_id, status=WAITING)
                 if inv is None:

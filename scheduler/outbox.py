@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from scheduler.store import InvocationRow, JobRow
 from statemachine import JobSnapshot
 
 
@@ -58,3 +59,5 @@ class Fed:
     snapshot: JobSnapshot
     messages: list[Message] = field(default_factory=list)
     started: int | None = None
+    job: JobRow | None = None  # the job as saved, when the step changed only its state
+    inserted: dict[int, InvocationRow] = field(default_factory=dict)

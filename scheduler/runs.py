@@ -96,11 +96,19 @@ class Runs:
             self.launch(begun.launch)
 
     def begin_attempt(
-        self, conn: Connection, invocation_id: int, attempt: int | None, *, job_id: int | None
+        self,
+        conn: Connection,
+        invocation_id: int,
+        attempt: int | None,
+        *,
+        job_id: int | None,
+        locked: tuple[InvocationRow, JobRow] | None = None,
     ) -> Begun:
         """Within ``conn``'s transaction: record the next attempt RUNNING, with its lease.
-        What it returns is to be sent and launched once that transaction has committed."""
-        locked = self.lock(conn, invocation_id, job_id)
+        What it returns is to be sent and launched once that transaction has committed.
+        A step that has just written the invocation and its job passes them as ``locked``,
+        which spares reading them again."""
+        locked = locked or self.lock(conn, invocation_id, job_id)
         if locked is None:
             return Begun()
         inv, job = locked

@@ -6,7 +6,7 @@ decides where transactions begin and end, the store only says what to read and w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -224,9 +224,10 @@ def save_job(
     now: datetime,
     spec: JobSpec | None = None,
     **flags: Any,
-) -> None:
+) -> JobRow | None:
     """Write the machine's snapshot (and optionally a new spec or flags) if the row is
-    still at the generation that was read; bump the generation."""
+    still at the generation that was read; bump the generation. Without a spec or flags,
+    returns the row as saved, so that the same transaction may step it again unread."""
     values = dict(
         state=snapshot.state.value,
         tick_at=snapshot.tick_at,
@@ -255,6 +256,9 @@ def save_job(
     for change in _changes(job, spec, flags):
         reason = flags.get("pause_reason") if change == "paused" else None
         _record_change(conn, job.id, now, change, revision, schedule, timezone, reason)
+    if spec is not None or flags:
+        return None
+    return replace(job, snapshot=snapshot, watchdog_at=watchdog_at, generation=job.generation + 1)
 
 
 def changes_of(conn: Connection, job_id: int) -> list[dict[str, Any]]:
@@ -305,9 +309,10 @@ def insert_invocation(
     deadline: datetime | None = None,
     reason: str | None = None,
     backfill: bool = False,
-) -> int | None:
+) -> InvocationRow | None:
     """Insert a STARTING, WAITING or SKIPPED invocation for a slot or trigger id; None if
-    that slot or trigger id has one already."""
+    that slot or trigger id has one already. The row comes back as inserted (no column
+    of it has a database default), so that a step may start it without reading it."""
     values = dict(
         job_id=job_id,
         slot=slot,
@@ -321,7 +326,11 @@ def insert_invocation(
         deadline=deadline,
         backfill=backfill,
     )
-    return conn.execute(_INSERT_INVOCATION[conn.dialect.name], values).scalar_one_or_none()
+    inv_id = conn.execute(_INSERT_INVOCATION[conn.dialect.name], values).scalar_one_or_none()
+    if inv_id is None:
+        return None
+    fields = InvocationRow.__dataclass_fields__
+    return InvocationRow(**{name: values.get(name) for name in fields if name != "id"}, id=inv_id)
 
 
 def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:

@@ -17,7 +17,7 @@ from scheduler.errors import TransientError
 from scheduler.invokers import Call, Outcome, default_invokers
 from scheduler.models import invocations, jobs
 from scheduler.spec import JobSpec
-from statemachine import InvalidTransition, InvocationStatus
+from statemachine import InvalidTransition, InvocationStatus, Tick
 from tests.conftest import Clock, RecordingPort
 
 pytestmark = pytest.mark.postgres
@@ -266,6 +266,19 @@ def test_the_database_refuses_a_second_invocation_for_a_slot(engine: Engine, clo
                 created_at=clock.now,
             )
         )
+
+
+def test_rows_a_step_writes_are_the_rows_it_would_read(engine: Engine, clock: Clock):
+    """A tick begins its run from the rows it wrote, without reading them back: they
+    must be what the database holds (a column with a database default would break it)."""
+    apply(engine, make())
+    with engine.db.begin() as conn:
+        job_row = store.lock_job(conn, job(engine).id)
+        assert job_row is not None
+        fed = engine.feed(conn, job_row, Tick(job_row.snapshot.tick_nonce), clock.advance(10))
+        [inserted] = fed.inserted.values()
+        assert inserted == store.lock_invocation(conn, inserted.id)
+        assert fed.job == store.lock_job(conn, job_row.id)
 
 
 def test_the_database_ties_states_to_their_fields(engine: Engine):
