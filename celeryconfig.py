@@ -57,8 +57,9 @@ beat_schedule = {
     "cronchain-watchdog": {
         "task": "cronchain.watchdog",
         "schedule": _settings.watchdog_interval,
-        # A watchdog run that waited longer than an interval is superseded by the next.
-        "options": {"expires": _settings.watchdog_interval},
+        # No expiry: when a mass repair queues more than an interval of work, every run
+        # would expire in the queue, and the watchdog would stop just when it is needed.
+        # A run that waited finds the job rows as they are then; an idle pass is cheap.
     },
 }
 if _settings.jobs_dir is not None:

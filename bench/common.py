@@ -8,16 +8,19 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy
+from sqlalchemy import select
 
 from bench.load import offset
 from migrations import upgrade
 from scheduler.db import make_engine
+from scheduler.models import invocations
 from scheduler.runtime import Runtime
 from tests.e2e.harness import ROOT, Cluster
 from tests.services import RedisServer, redis_server
@@ -94,6 +97,33 @@ def job_document(jobs: int, period: float, step: float = 0) -> dict:
         schedule = f"every {period:g}s" + (f" offset {offset_ms}ms" if offset_ms else "")
         specs.append({"name": f"noop{i:05d}", "schedule": schedule, "noop": {}})
     return {"project": "bench", "jobs": specs}
+
+
+def settle(recent_lags: Callable[[], list[float]], period: float) -> float:
+    """Wait for steady state: every fire of the last two seconds less than a second late
+    (startup leaves a backlog: the slots that passed while the worker started). Gives up
+    after a period and a minute, and measures whatever state that is."""
+    started = time.monotonic()
+    deadline = started + period + 60
+    time.sleep(min(period, 10))
+    while time.monotonic() < deadline:
+        lags = recent_lags()
+        if lags and max(lags) < 1.0:
+            break
+        time.sleep(1)
+    return time.monotonic() - started
+
+
+def recent_lags(db: sqlalchemy.Engine) -> list[float]:
+    """How late each cronchain run that started in the last two seconds was."""
+    since = datetime.now(UTC) - timedelta(seconds=2)
+    with db.connect() as conn:
+        rows = conn.execute(
+            select(invocations.c.slot, invocations.c.started_at).where(
+                invocations.c.started_at >= since
+            )
+        ).all()
+    return [(r.started_at - r.slot).total_seconds() for r in rows]
 
 
 def transactions(engine: sqlalchemy.Engine) -> int:

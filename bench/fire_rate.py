@@ -16,9 +16,8 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from celery import Celery
@@ -31,6 +30,8 @@ from bench.common import (
     deployment,
     figure,
     percentile,
+    recent_lags,
+    settle,
     transactions,
 )
 from scheduler.models import invocations
@@ -51,21 +52,6 @@ class Run:
     transactions: int | None = None
 
 
-def settle(recent_lags: Callable[[], list[float]], period: float) -> float:
-    """Wait for steady state: every fire of the last two seconds less than a second late
-    (startup leaves a backlog: the slots that passed while the worker started). Gives up
-    after a period and a minute, and measures whatever state that is."""
-    started = time.monotonic()
-    deadline = started + period + 60
-    time.sleep(min(period, 10))
-    while time.monotonic() < deadline:
-        lags = recent_lags()
-        if lags and max(lags) < 1.0:
-            break
-        time.sleep(1)
-    return time.monotonic() - started
-
-
 def measure(worker_pid: int, beat_pid: int, window: float) -> tuple[float, float, float, float]:
     t0, w0, b0 = time.time(), cpu_seconds(worker_pid), cpu_seconds(beat_pid)
     time.sleep(window)
@@ -83,18 +69,8 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: f
         wait_until(lambda: Celery(broker=redis.url).control.ping(timeout=1), 60, "the worker")
         d.apply_jobs(jobs, period, step=step)
 
-        def recent_lags() -> list[float]:
-            since = datetime.now(UTC) - timedelta(seconds=2)
-            with db.connect() as conn:
-                rows = conn.execute(
-                    select(invocations.c.slot, invocations.c.started_at).where(
-                        invocations.c.started_at >= since
-                    )
-                ).all()
-            return [(r.started_at - r.slot).total_seconds() for r in rows]
-
         try:
-            warmup = settle(recent_lags, period)
+            warmup = settle(lambda: recent_lags(db), period)
             with PeakRss(c.processes["worker"].pid) as rss:
                 x0 = transactions(db)
                 t0, t1, worker, beat = measure(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sqlalchemy import Row, func, select
 
-from bench.common import deployment, figure, percentile
+from bench.common import deployment, figure, percentile, recent_lags, settle
 from scheduler.models import invocations, jobs
 from scheduler.watchdog import run_once
 
@@ -65,11 +65,13 @@ def main(argv: list[str] | None = None) -> None:
         deployment(Path(tmp), CRONCHAIN_WATCHDOG_INTERVAL=f"{args.interval:g}") as d,
     ):
         db, redis, c = d.db, d.redis, d.cluster
-        d.apply_jobs(args.jobs, args.period)
+        # As in fire_rate: the worker first, so that no slot passes before it runs, then
+        # steady state (every fire less than a second late) before anything is lost.
         c.start_worker(concurrency=2)
         c.start_beat()
         c.wait_ready()
-        time.sleep(args.period + 5)  # every chain has fired
+        d.apply_jobs(args.jobs, args.period)
+        settle(lambda: recent_lags(db), args.period)
 
         c.kill("worker", signal.SIGKILL)  # with the ETA ticks it held
         redis.client().flushall()  # and every message queued
@@ -81,7 +83,9 @@ def main(argv: list[str] | None = None) -> None:
             if len(first_slots_after(db, lost)) == args.jobs:
                 break
             time.sleep(1)
+        beat_alive = c.processes["beat"].poll() is None
         c.stop_all()
+        figure(name, "beat_alive_at_end", int(beat_alive))
         first = first_slots_after(db, lost)
         lags = [(r.handled - r.slot).total_seconds() for r in first]
         figure(name, "jobs_back", len(first))
@@ -98,8 +102,14 @@ def main(argv: list[str] | None = None) -> None:
             everyone = max(r.handled for r in first)
             figure(name, "every_job_back_after", (everyone - lost).total_seconds(), "s")
         # More repairs than jobs: some were repaired again while still on their way.
-        reports = re.findall(r"watchdog repaired .*?ticks=(\d+)", c.log("worker")[log_mark:])
+        log = c.log("worker")[log_mark:]
+        reports = re.findall(r"watchdog repaired .*?ticks=(\d+)", log)
         figure(name, "watchdog_tick_repairs", sum(map(int, reports)))
+        figure(name, "watchdog_runs", len(re.findall(r"cronchain\.watchdog\[\S+\] succeeded", log)))
+        figure(name, "watchdog_runs_expired", log.count("revoked task: cronchain.watchdog"))
+        figure(
+            name, "watchdog_runs_failed", len(re.findall(r"cronchain\.watchdog\[\S+\] raised", log))
+        )
 
         # Phase 2: every chain lost again, and lapsed; one sweep, in this process.
         redis.client().flushall()
