@@ -57,9 +57,11 @@ beat_schedule = {
     "cronchain-watchdog": {
         "task": "cronchain.watchdog",
         "schedule": _settings.watchdog_interval,
-        # No expiry: when a mass repair queues more than an interval of work, every run
-        # would expire in the queue, and the watchdog would stop just when it is needed.
-        # A run that waited finds the job rows as they are then; an idle pass is cheap.
+        # A run that waited longer than an interval is superseded by the next. This is
+        # the watchdog's backpressure: behind a queue that deep, ticks are late, not
+        # lost, and resending them with new nonces would double an overloaded worker's
+        # work. The price: a chain lost during such a backlog waits for it to drain.
+        "options": {"expires": _settings.watchdog_interval},
     },
 }
 if _settings.jobs_dir is not None:

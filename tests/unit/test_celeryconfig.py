@@ -5,10 +5,11 @@ from __future__ import annotations
 import importlib
 
 
-def test_watchdog_runs_never_expire_in_the_queue() -> None:
-    """A repair wave deeper than an interval would expire every watchdog run sent
-    meanwhile (bench.repair saw four of seven expire), starving the repairs it needs."""
+def test_watchdog_runs_expire_behind_a_queue_deeper_than_an_interval() -> None:
+    """Without the expiry, an overloaded worker's watchdog took late ticks for lost ones
+    and resent them with new nonces: bench.fire_rate at 10k jobs every 50 s fell to 131
+    fires/s at 5.2 transactions per fire, against 200 fires/s and 2 with it."""
     config = importlib.import_module("celeryconfig")
     entry = config.beat_schedule["cronchain-watchdog"]
     assert entry["task"] == "cronchain.watchdog"
-    assert "expires" not in entry.get("options", {})
+    assert entry["options"]["expires"] == entry["schedule"]
