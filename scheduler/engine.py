@@ -90,7 +90,6 @@ class Engine(Runs):
         invokers: dict[str, Invoker],
         *,
         grace: timedelta,
-        repair_grace: timedelta | None = None,
         horizon: timedelta = ETA_HORIZON,
         batch: int = TICK_BATCH,
         clock: Callable[[], datetime] = utcnow,
@@ -101,8 +100,6 @@ class Engine(Runs):
         self.port = port
         self.invokers = invokers
         self.grace = grace
-        # Settings give an interval more; with grace half an interval, 3 * grace is that.
-        self.repair_grace = 3 * grace if repair_grace is None else repair_grace
         self.horizon = horizon
         self.batch = batch
         self.clock = clock
@@ -110,6 +107,15 @@ class Engine(Runs):
         self.rand = rand
         self.leases = Leases(db, clock)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+
+    @property
+    def repair_grace(self) -> timedelta:
+        """How long a step the watchdog repaired may take: an interval more than any
+        other (grace is half an interval). A mass repair (Redis flushed under 10,000
+        jobs) sends thousands of ticks at once; if the next pass repaired the slowest of
+        them again, each time with a new nonce and at the back of the queue, the queue
+        would never drain."""
+        return 3 * self.grace
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -157,33 +163,38 @@ class Engine(Runs):
         outgoing: list[Message] = []
         try:
             for job_id, nonce in ticks:
-                messages: list[Message] = []
-                launch = None
                 with self.transaction() as conn:
-                    job = store.lock_job(conn, job_id)
-                    if job is None:
-                        log.warning("tick for job %s, which no longer exists", job_id)
-                        continue
-                    fed = self.feed(conn, job, Tick(nonce), self.clock())
-                    for message in fed.messages:
-                        if start_here and isinstance(message, SendStart) and message.eta is None:
-                            inv = fed.inserted.get(message.invocation_id)
-                            begun = self.begin_attempt(
-                                conn,
-                                message.invocation_id,
-                                message.attempt,
-                                job_id=job_id,
-                                locked=None if inv is None or fed.job is None else (inv, fed.job),
-                            )
-                            messages += begun.messages
-                            launch = begun.launch
-                        else:
-                            messages.append(message)
+                    messages, launch = self._tick_one(conn, job_id, nonce, start_here)
                 outgoing += messages  # committed
                 if launch is not None:
                     self._launch_here(launch)
         finally:
             self.send(outgoing)
+
+    def _tick_one(
+        self, conn: Connection, job_id: int, nonce: int, start_here: bool
+    ) -> tuple[list[Message], Launch | None]:
+        """One tick in ``conn``'s transaction, and with ``start_here`` the beginning of
+        the run it makes due now, from the rows the tick has just written."""
+        job = store.lock_job(conn, job_id)
+        if job is None:
+            log.warning("tick for job %s, which no longer exists", job_id)
+            return [], None
+        fed = self.feed(conn, job, Tick(nonce), self.clock())
+        messages: list[Message] = []
+        launch = None
+        for message in fed.messages:
+            if not (start_here and isinstance(message, SendStart) and message.eta is None):
+                messages.append(message)
+                continue
+            inv = fed.inserted.get(message.invocation_id)
+            written = None if inv is None or fed.job is None else (inv, fed.job)
+            begun = self.begin_attempt(
+                conn, message.invocation_id, message.attempt, job_id=job_id, locked=written
+            )
+            messages += begun.messages
+            launch = begun.launch
+        return messages, launch
 
     def _launch_here(self, launch: Launch) -> None:
         """One run's failure to record its outcome must not stop the batch: the run's

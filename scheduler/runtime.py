@@ -41,7 +41,6 @@ class Runtime:
             port,
             default_invokers(port, settings.http_allow),
             grace=settings.watchdog_grace,
-            repair_grace=settings.repair_grace,
             batch=settings.tick_batch,
         )
         return cls(settings, engine)

@@ -48,14 +48,6 @@ class Settings:
         return timedelta(seconds=self.watchdog_interval / 2)
 
     @property
-    def repair_grace(self) -> timedelta:
-        """How long a step the watchdog repaired may take: an interval more than any
-        other. A mass repair (Redis flushed under 10,000 jobs) sends thousands of ticks
-        at once; if the next pass repaired the slowest of them again, each time with a
-        new nonce and at the back of the queue, the queue would never drain."""
-        return timedelta(seconds=self.watchdog_interval) + self.watchdog_grace
-
-    @property
     def broker_folder(self) -> Path:
         return self.home / "broker"
 
