@@ -25,9 +25,10 @@ if _settings.embedded_broker:
         "polling_interval": 0.05,
     }
 else:
-    from scheduler.patches import guard_redis_channel
+    from scheduler.patches import guard_redis_channel, reuse_redis_clients
 
     guard_redis_channel()
+    reuse_redis_clients()
     # ETAs are capped by scheduler.settings.ETA_HORIZON, far below this timeout, so a
     # waiting ETA message is never redelivered as if its worker had died.
     broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT.total_seconds()}
