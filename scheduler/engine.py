@@ -34,8 +34,8 @@ from scheduler.db import write_transaction
 from scheduler.errors import TransientError
 from scheduler.invokers import Invoker, celery_task_id
 from scheduler.leases import Leases
-from scheduler.outbox import Fed, Message, Port, SendRevoke, SendStart, SendTick
-from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Launch, Runs
+from scheduler.outbox import Fed, Launch, Message, Port, SendRevoke, SendStart, SendTick
+from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Runs
 from scheduler.schedules import Schedule, parse_schedule
 from scheduler.settings import ETA_HORIZON, TICK_BATCH
 from scheduler.spec import JobSpec
@@ -45,6 +45,7 @@ from statemachine import (
     AbortActive,
     BufferInvocation,
     Event,
+    InvocationStarted,
     InvocationStatus,
     JobSnapshot,
     RecordSkipped,
@@ -164,37 +165,24 @@ class Engine(Runs):
         try:
             for job_id, nonce in ticks:
                 with self.transaction() as conn:
-                    messages, launch = self._tick_one(conn, job_id, nonce, start_here)
+                    messages, launches = self._tick_one(conn, job_id, nonce, start_here)
                 outgoing += messages  # committed
-                if launch is not None:
+                for launch in launches:
                     self._launch_here(launch)
         finally:
             self.send(outgoing)
 
     def _tick_one(
         self, conn: Connection, job_id: int, nonce: int, start_here: bool
-    ) -> tuple[list[Message], Launch | None]:
-        """One tick in ``conn``'s transaction, and with ``start_here`` the beginning of
-        the run it makes due now, from the rows the tick has just written."""
+    ) -> tuple[list[Message], list[Launch]]:
+        """One tick in ``conn``'s transaction; with ``start_here``, the run it makes due
+        now is created RUNNING, to be launched in this process after the commit."""
         job = store.lock_job(conn, job_id)
         if job is None:
             log.warning("tick for job %s, which no longer exists", job_id)
-            return [], None
-        fed = self.feed(conn, job, Tick(nonce), self.clock())
-        messages: list[Message] = []
-        launch = None
-        for message in fed.messages:
-            if not (start_here and isinstance(message, SendStart) and message.eta is None):
-                messages.append(message)
-                continue
-            inv = fed.inserted.get(message.invocation_id)
-            written = None if inv is None or fed.job is None else (inv, fed.job)
-            begun = self.begin_attempt(
-                conn, message.invocation_id, message.attempt, job_id=job_id, locked=written
-            )
-            messages += begun.messages
-            launch = begun.launch
-        return messages, launch
+            return [], []
+        fed = self.feed(conn, job, Tick(nonce), self.clock(), start_here=start_here)
+        return fed.messages, fed.launches
 
     def _launch_here(self, launch: Launch) -> None:
         """One run's failure to record its outcome must not stop the batch: the run's
@@ -252,16 +240,19 @@ class Engine(Runs):
         now: datetime,
         *,
         spec: JobSpec | None = None,
+        start_here: bool = False,
         **flags: Any,
     ) -> Fed:
-        """Step the machine for ``job`` and write the result in ``conn``'s transaction."""
+        """Step the machine for ``job`` and write the result in ``conn``'s transaction.
+        With ``start_here``, a run the step creates is created RUNNING, its launch left
+        in ``Fed.launches``, rather than STARTING with a start message to send."""
         schedule = (
             schedule_of(spec.schedule, spec.timezone)
             if spec
             else schedule_of(job.schedule, job.timezone)
         )
         result = self._step(job, job.snapshot, event, now, schedule)
-        fed = Fed(result.snapshot, job=job)
+        fed = Fed(result.snapshot)
         if not result.changed and spec is None and not flags:
             return fed
         revision = spec.revision if spec else job.revision
@@ -278,31 +269,49 @@ class Engine(Runs):
                 watchdog_at = max(eta, now) + grace
                 fed.messages.append(SendTick(job.id, action.nonce, eta))
             else:
-                self._perform(conn, job, action, fed, now, revision)
+                self._perform(conn, job, action, fed, now, revision, start_here)
         if fed.snapshot.tick_nonce is None:
             watchdog_at = None
-        fed.job = store.save_job(
+        store.save_job(
             conn, job, fed.snapshot, watchdog_at=watchdog_at, now=now, spec=spec, **flags
         )
         return fed
 
     def _perform(
-        self, conn: Connection, job: JobRow, action: Any, fed: Fed, now: datetime, revision: str
+        self,
+        conn: Connection,
+        job: JobRow,
+        action: Any,
+        fed: Fed,
+        now: datetime,
+        revision: str,
+        start_here: bool = False,
     ) -> None:
         """Carry out one of a step's actions in the step's transaction."""
         insert = partial(store.insert_invocation, conn, job.id, revision=revision, now=now)
         match action:
             case StartInvocation(slot=slot, trigger_id=trigger_id):
-                inv = insert(
-                    slot=slot, trigger_id=trigger_id, status=STARTING, deadline=now + self.grace
+                # Started here, the run is written once, RUNNING; else STARTING, for
+                # a start message to begin it.
+                values = (
+                    self.running(job, 1, None, now)
+                    if start_here
+                    else dict(status=STARTING, deadline=now + self.grace)
                 )
-                if inv is None:  # that slot has its invocation already
+                inv_id = insert(slot=slot, trigger_id=trigger_id, **values)
+                if inv_id is None:  # that slot has its invocation already
                     log.warning("job %s: slot %s already fired", job.ref, slot or trigger_id)
                     self._correct(job, fed, Abandon(), now)
                     return
-                fed.snapshot.invocation_id = fed.started = inv.id
-                fed.inserted[inv.id] = inv
-                fed.messages.append(SendStart(inv.id))
+                fed.snapshot.invocation_id = fed.started = inv_id
+                if not start_here:
+                    fed.messages.append(SendStart(inv_id))
+                    return
+                schedule = schedule_of(job.schedule, job.timezone)
+                fed.snapshot = self._step(
+                    job, fed.snapshot, InvocationStarted(inv_id), now, schedule
+                ).snapshot
+                fed.launches.append(self.launch_of(job, inv_id, 1, slot))
             case BufferInvocation(slot=slot, trigger_id=trigger_id):
                 inv = insert(slot=slot, trigger_id=trigger_id, status=WAITING)
                 if inv is None:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from scheduler.store import InvocationRow, JobRow
+from scheduler.invokers import Call, Invoker
+from scheduler.leases import Lease
 from statemachine import JobSnapshot
 
 
@@ -52,12 +53,23 @@ class SendRevoke:
 Message = SendTick | SendStart | SendRevoke
 
 
+@dataclass(frozen=True)
+class Launch:
+    """An attempt recorded RUNNING, to be launched once that record is committed."""
+
+    job_id: int
+    kind: str
+    invoker: Invoker
+    lease: Lease
+    call: Call
+
+
 @dataclass
 class Fed:
-    """What one step did: the snapshot it saved and the messages to send after commit."""
+    """What one step did: the snapshot it saved, the messages to send after commit and,
+    for a step told to start its runs here, the runs to launch after commit."""
 
     snapshot: JobSnapshot
     messages: list[Message] = field(default_factory=list)
     started: int | None = None
-    job: JobRow | None = None  # the job as saved, when the step changed only its state
-    inserted: dict[int, InvocationRow] = field(default_factory=dict)
+    launches: list[Launch] = field(default_factory=list)

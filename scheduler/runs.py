@@ -23,7 +23,7 @@ from scheduler.controls import controls_of
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Invoker, Outcome, celery_task_id
 from scheduler.leases import Lease, Leases
-from scheduler.outbox import Fed, Message, SendRevoke, SendStart
+from scheduler.outbox import Fed, Launch, Message, SendRevoke, SendStart
 from scheduler.store import InvocationRow, JobRow
 from statemachine import (
     Event,
@@ -40,17 +40,6 @@ OUTCOME_RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds
 S = InvocationStatus
 STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
 ACTIVE = (STARTING, RUNNING)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """An attempt recorded RUNNING, to be launched once that record is committed."""
-
-    job_id: int
-    kind: str
-    invoker: Invoker
-    lease: Lease
-    call: Call
 
 
 @dataclass(frozen=True)
@@ -96,19 +85,11 @@ class Runs:
             self.launch(begun.launch)
 
     def begin_attempt(
-        self,
-        conn: Connection,
-        invocation_id: int,
-        attempt: int | None,
-        *,
-        job_id: int | None,
-        locked: tuple[InvocationRow, JobRow] | None = None,
+        self, conn: Connection, invocation_id: int, attempt: int | None, *, job_id: int | None
     ) -> Begun:
         """Within ``conn``'s transaction: record the next attempt RUNNING, with its lease.
-        What it returns is to be sent and launched once that transaction has committed.
-        A step that has just written the invocation and its job passes them as ``locked``,
-        which spares reading them again."""
-        locked = locked or self.lock(conn, invocation_id, job_id)
+        What it returns is to be sent and launched once that transaction has committed."""
+        locked = self.lock(conn, invocation_id, job_id)
         if locked is None:
             return Begun()
         inv, job = locked
@@ -118,41 +99,52 @@ class Runs:
         now = self.clock()
         if inv.start_at is not None and inv.start_at > now:  # early: a retry's backoff
             return Begun([SendStart(inv.id, number, min(inv.start_at, now + self.horizon))])
+        store.update_invocation(conn, inv.id, **self.running(job, number, inv.log, now))
+        fed = (
+            Fed(job.snapshot)  # the machine does not count backfill runs
+            if inv.backfill
+            else self.feed(conn, job, InvocationStarted(inv.id), now)
+        )
+        return Begun(fed.messages, self.launch_of(job, inv.id, number, inv.slot))
+
+    def running(
+        self, job: JobRow, number: int, log_text: str | None, now: datetime
+    ) -> dict[str, Any]:
+        """The columns of attempt ``number`` of one of ``job``'s runs, starting now: to
+        update a run that waited, or to insert one that starts as it is created."""
         controls = controls_of(job)
-        invoker = self.invokers[job.kind]
-        lease = Lease(inv.id, number, controls.lease)
         timeout_at = None if controls.timeout is None else now + controls.timeout
         deadline = now + controls.lease
-        store.update_invocation(
-            conn,
-            inv.id,
+        return dict(
             status=RUNNING,
             attempt=number,
             started_at=now,
             start_at=None,
             deadline=deadline if timeout_at is None else min(deadline, timeout_at),
             timeout_at=timeout_at,
-            worker=self.name if invoker.single_stage else None,
+            worker=self.name if self.invokers[job.kind].single_stage else None,
             error=None,
             reason=None,
-            log=debuglog.append(inv.log, now, f"attempt {number} started"),
+            log=debuglog.append(log_text, now, f"attempt {number} started"),
         )
-        fed = (
-            Fed(job.snapshot)  # the machine does not count backfill runs
-            if inv.backfill
-            else self.feed(conn, job, InvocationStarted(inv.id), now)
-        )
+
+    def launch_of(
+        self, job: JobRow, invocation_id: int, number: int, slot: datetime | None
+    ) -> Launch:
+        """The call of an attempt that ``running`` recorded, with its lease."""
+        controls = controls_of(job)
+        lease = Lease(invocation_id, number, controls.lease)
         call = Call(
-            inv.id,
+            invocation_id,
             number,
             job.ref,
-            inv.slot,
+            slot,
             job.spec[job.kind],
             lease.length,
             controls.timeout,
             lease.lost,
         )
-        return Begun(fed.messages, Launch(job.id, job.kind, invoker, lease, call))
+        return Launch(job.id, job.kind, self.invokers[job.kind], lease, call)
 
     def launch(self, launch: Launch) -> None:
         """Make the call of an attempt whose RUNNING row is committed; record the outcome

@@ -6,7 +6,7 @@ decides where transactions begin and end, the store only says what to read and w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -224,10 +224,9 @@ def save_job(
     now: datetime,
     spec: JobSpec | None = None,
     **flags: Any,
-) -> JobRow | None:
+) -> None:
     """Write the machine's snapshot (and optionally a new spec or flags) if the row is
-    still at the generation that was read; bump the generation. Without a spec or flags,
-    returns the row as saved, so that the same transaction may step it again unread."""
+    still at the generation that was read; bump the generation."""
     values = dict(
         state=snapshot.state.value,
         tick_at=snapshot.tick_at,
@@ -256,9 +255,6 @@ def save_job(
     for change in _changes(job, spec, flags):
         reason = flags.get("pause_reason") if change == "paused" else None
         _record_change(conn, job.id, now, change, revision, schedule, timezone, reason)
-    if spec is not None or flags:
-        return None
-    return replace(job, snapshot=snapshot, watchdog_at=watchdog_at, generation=job.generation + 1)
 
 
 def changes_of(conn: Connection, job_id: int) -> list[dict[str, Any]]:
@@ -309,10 +305,11 @@ def insert_invocation(
     deadline: datetime | None = None,
     reason: str | None = None,
     backfill: bool = False,
-) -> InvocationRow | None:
-    """Insert a STARTING, WAITING or SKIPPED invocation for a slot or trigger id; None if
-    that slot or trigger id has one already. The row comes back as inserted (no column
-    of it has a database default), so that a step may start it without reading it."""
+    **attempt: Any,
+) -> int | None:
+    """Insert an invocation for a slot or trigger id; None if that slot or trigger id has
+    one already. ``attempt`` holds the columns of a first attempt that starts as the row
+    is created (``Runs.running``)."""
     values = dict(
         job_id=job_id,
         slot=slot,
@@ -326,11 +323,9 @@ def insert_invocation(
         deadline=deadline,
         backfill=backfill,
     )
-    inv_id = conn.execute(_INSERT_INVOCATION[conn.dialect.name], values).scalar_one_or_none()
-    if inv_id is None:
-        return None
-    fields = InvocationRow.__dataclass_fields__
-    return InvocationRow(**{name: values.get(name) for name in fields if name != "id"}, id=inv_id)
+    return conn.execute(
+        _INSERT_INVOCATION[conn.dialect.name], values | attempt
+    ).scalar_one_or_none()
 
 
 def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:

@@ -113,3 +113,27 @@ def test_a_fire_started_here_is_two_transactions(db: sqlalchemy.Engine, clock: C
     engine.tick_many(sent(port), start_here=True)
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 2
     assert engine.transactions - before == 4  # per fire: tick and start, then the outcome
+
+
+def test_a_fire_started_here_writes_each_row_once(db: sqlalchemy.Engine, clock: Clock):
+    """The tick's transaction locks the job, inserts the run already RUNNING and saves
+    the job once; the outcome's locks the job and the run and updates both."""
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, make(name="a"))
+    clock.advance(10)
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *_):  # noqa: ANN001
+        verb = statement.split(None, 1)[0].upper()
+        if verb != "BEGIN":  # SQLite's BEGIN IMMEDIATE
+            statements.append(verb)
+
+    sqlalchemy.event.listen(db, "before_cursor_execute", count)
+    try:
+        engine.tick_many(sent(port), start_here=True)
+    finally:
+        sqlalchemy.event.remove(db, "before_cursor_execute", count)
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"]
+    tick, outcome = ["SELECT", "INSERT", "UPDATE"], ["SELECT", "SELECT", "UPDATE", "UPDATE"]
+    assert statements == tick + outcome
