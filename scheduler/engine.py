@@ -134,11 +134,10 @@ class Engine(Runs):
         the lookup (the hot path does: the tick knows its job, the start passes it on)."""
         if job_id is None:
             job_id = store.invocation_job(conn, invocation_id)
-        job = None if job_id is None else store.lock_job(conn, job_id)
-        inv = None if job is None else store.lock_invocation(conn, invocation_id)
-        if inv is not None and inv.job_id != job_id:  # relocking would break job-first
+        locked = None if job_id is None else store.lock_run(conn, job_id, invocation_id)
+        if locked is not None and locked[0].job_id != job_id:  # a caller's bug
             raise AssertionError(f"invocation {invocation_id} is not job {job_id}'s")
-        return None if inv is None or job is None else (inv, job)
+        return locked
 
     # --- the chain ---------------------------------------------------------------------
 

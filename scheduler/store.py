@@ -10,7 +10,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, case, func, select, update
+from sqlalchemy import (
+    LABEL_STYLE_TABLENAME_PLUS_COL,
+    Connection,
+    Row,
+    bindparam,
+    case,
+    func,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scheduler import debuglog
@@ -46,20 +56,21 @@ class JobRow:
         return f"{self.project}/{self.name}"
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> JobRow:
+    def from_row(cls, row: Row[Any], prefix: str = "") -> JobRow:
+        """From a row of ``jobs``; ``prefix`` is that of its columns' labels in a join."""
         m = row._mapping
         snapshot = JobSnapshot(
-            state=JobState(m["state"]),
-            tick_at=m["tick_at"],
-            tick_nonce=m["tick_nonce"],
-            invocation_id=m["invocation_id"],
-            invocation_running=m["invocation_running"],
-            overruns=m["overruns"],
-            active=m["active"],
-            buffered=m["buffered"],
-            missed_from=m["missed_from"],
+            state=JobState(m[prefix + "state"]),
+            tick_at=m[prefix + "tick_at"],
+            tick_nonce=m[prefix + "tick_nonce"],
+            invocation_id=m[prefix + "invocation_id"],
+            invocation_running=m[prefix + "invocation_running"],
+            overruns=m[prefix + "overruns"],
+            active=m[prefix + "active"],
+            buffered=m[prefix + "buffered"],
+            missed_from=m[prefix + "missed_from"],
         )
-        fields = {k: m[k] for k in cls.__dataclass_fields__ if k != "snapshot"}
+        fields = {k: m[prefix + k] for k in cls.__dataclass_fields__ if k != "snapshot"}
         return cls(**fields, snapshot=snapshot)
 
 
@@ -82,9 +93,9 @@ class InvocationRow:
     backfill: bool
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> InvocationRow:
+    def from_row(cls, row: Row[Any], prefix: str = "") -> InvocationRow:
         m = row._mapping
-        return cls(**{k: m[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: m[prefix + k] for k in cls.__dataclass_fields__})
 
 
 # --- jobs ------------------------------------------------------------------------------
@@ -98,6 +109,17 @@ _SAVE_JOB = update(jobs).where(
 )
 _LOCK_INVOCATION = (
     select(invocations).where(invocations.c.id == bindparam("b_id")).with_for_update()
+)
+# A run and its job, both locked by one statement. PostgreSQL locks each joined row's
+# parts in the order of the FROM list: the job first, as every writer does. The join
+# has no condition so that a run of another job still comes back, for the caller to
+# refuse (Engine.lock).
+_LOCK_RUN = (
+    select(jobs, invocations)
+    .select_from(jobs.join(invocations, true()))
+    .where(jobs.c.id == bindparam("b_job"), invocations.c.id == bindparam("b_inv"))
+    .with_for_update()
+    .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 _INSERT_JOB = jobs.insert().returning(jobs.c.id)
 _INSERT_CHANGE = job_changes.insert()
@@ -326,6 +348,17 @@ def insert_invocation(
     return conn.execute(
         _INSERT_INVOCATION[conn.dialect.name], values | attempt
     ).scalar_one_or_none()
+
+
+def lock_run(
+    conn: Connection, job_id: int, invocation_id: int
+) -> tuple[InvocationRow, JobRow] | None:
+    """An invocation and the job it is said to belong to, both locked; None if either
+    is gone. The caller checks that the invocation is that job's."""
+    row = conn.execute(_LOCK_RUN, {"b_job": job_id, "b_inv": invocation_id}).first()
+    if row is None:
+        return None
+    return InvocationRow.from_row(row, "invocations_"), JobRow.from_row(row, "jobs_")
 
 
 def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:

@@ -3,6 +3,8 @@ each is still checked against its own nonce."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -11,6 +13,8 @@ import pytest
 import sqlalchemy
 from sqlalchemy import Connection
 
+from scheduler import store
+from scheduler.db import make_engine
 from scheduler.engine import Engine
 from scheduler.errors import TransientError
 from scheduler.invokers import default_invokers
@@ -117,7 +121,8 @@ def test_a_fire_started_here_is_two_transactions(db: sqlalchemy.Engine, clock: C
 
 def test_a_fire_started_here_writes_each_row_once(db: sqlalchemy.Engine, clock: Clock):
     """The tick's transaction locks the job, inserts the run already RUNNING and saves
-    the job once; the outcome's locks the job and the run and updates both."""
+    the job once; the outcome's locks the job and the run in one statement and updates
+    both."""
     port = RecordingPort()
     engine = batching_engine(db, clock, port)
     apply(engine, make(name="a"))
@@ -135,5 +140,37 @@ def test_a_fire_started_here_writes_each_row_once(db: sqlalchemy.Engine, clock: 
     finally:
         sqlalchemy.event.remove(db, "before_cursor_execute", count)
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"]
-    tick, outcome = ["SELECT", "INSERT", "UPDATE"], ["SELECT", "SELECT", "UPDATE", "UPDATE"]
+    tick, outcome = ["SELECT", "INSERT", "UPDATE"], ["SELECT", "UPDATE", "UPDATE"]
     assert statements == tick + outcome
+
+
+def test_one_statement_locks_the_job_before_the_run(pg_url: str, clock: Clock):
+    """Every writer locks a job before its runs, or two could deadlock. With the run
+    held elsewhere, ``lock_run`` must already hold the job while it waits for the run."""
+    db = make_engine(pg_url)
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, make(name="a"))
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    [run] = rows(engine)
+    with db.connect() as holder, db.connect() as prober:
+        holder.begin()
+        holder.exec_driver_sql("SELECT 1 FROM invocations WHERE id = %s FOR UPDATE", (run["id"],))
+        waiter = threading.Thread(target=lambda: lock_both(db, run["job_id"], run["id"]))
+        waiter.start()
+        time.sleep(0.5)  # the waiter is blocked on the run by now
+        prober.begin()
+        with pytest.raises(sqlalchemy.exc.OperationalError, match="could not obtain lock"):
+            prober.exec_driver_sql(
+                "SELECT 1 FROM jobs WHERE id = %s FOR UPDATE NOWAIT", (run["job_id"],)
+            )
+        prober.rollback()
+        holder.rollback()
+        waiter.join(timeout=5)
+    db.dispose()
+
+
+def lock_both(db: sqlalchemy.Engine, job_id: int, invocation_id: int) -> None:
+    with db.begin() as conn:
+        assert store.lock_run(conn, job_id, invocation_id) is not None
