@@ -42,6 +42,7 @@ class Leases:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+        self._wakes_at: datetime | None = None  # while the thread waits
 
     def hold(self, lease: Lease) -> Lease:
         with self._lock:
@@ -51,7 +52,10 @@ class Leases:
                 self._thread = threading.Thread(target=self._run, name="cronchain-leases")
                 self._thread.daemon = True
                 self._thread.start()
-            self._wake.notify()
+            elif self._wakes_at is not None and lease.due < self._wakes_at:
+                # Waking the thread for every lease would cost a thread switch per
+                # run, and most runs end before their first renewal.
+                self._wake.notify()
         return lease
 
     def release(self, lease: Lease) -> None:
@@ -88,7 +92,10 @@ class Leases:
                         ((lease.due - now).total_seconds() for lease in self._held if lease.due),
                         default=1.0,
                     )
-                    self._wake.wait(timeout=max(0.05, min(wait, 1.0)))
+                    timeout = max(0.05, min(wait, 1.0))
+                    self._wakes_at = now + timedelta(seconds=timeout)
+                    self._wake.wait(timeout=timeout)
+                    self._wakes_at = None
                     continue
             for lease in due:
                 self.renew(lease)
