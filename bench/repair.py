@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
         reports = re.findall(r"watchdog repaired .*?ticks=(\d+)", log)
         figure(name, "watchdog_tick_repairs", sum(map(int, reports)))
         figure(name, "watchdog_runs", len(re.findall(r"cronchain\.watchdog\[\S+\] succeeded", log)))
+        waits = [float(w) for w in re.findall(r"watchdog repaired .*\(it waited ([\d.]+) s\)", log)]
+        figure(name, "watchdog_repairing_runs_max_wait", max(waits, default=0), "s")
         figure(name, "watchdog_runs_expired", log.count("revoked task: cronchain.watchdog"))
         figure(
             name, "watchdog_runs_failed", len(re.findall(r"cronchain\.watchdog\[\S+\] raised", log))

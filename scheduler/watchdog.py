@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from scheduler import store
 from scheduler.engine import Engine, Message, SendStart
@@ -36,32 +37,41 @@ class WatchdogReport:
         )
 
 
-def sweep(engine: Engine, budget: float, limit: int = BATCH) -> WatchdogReport:
+def sweep(
+    engine: Engine, budget: float, limit: int = BATCH, backlog: timedelta = timedelta(0)
+) -> WatchdogReport:
     """Passes of at most ``limit`` each until nothing lapsed is left or ``budget``
     seconds are spent: a mass loss (Redis flushed under 10,000 jobs) is then repaired by
     one watchdog run, not one batch per interval."""
     deadline = time.monotonic() + budget
     total = WatchdogReport()
     while True:
-        report = run_once(engine, limit)
+        report = run_once(engine, limit, backlog)
         total += report
         full = max(report.ticks, report.starts, report.expired) >= limit
         if not full or time.monotonic() >= deadline:
             return total
 
 
-def run_once(engine: Engine, limit: int = BATCH) -> WatchdogReport:
-    """One pass over what has lapsed, at most ``limit`` jobs and ``limit`` invocations."""
+def run_once(
+    engine: Engine, limit: int = BATCH, backlog: timedelta = timedelta(0)
+) -> WatchdogReport:
+    """One pass over what has lapsed, at most ``limit`` jobs and ``limit`` invocations.
+
+    ``backlog`` is how long this watchdog run waited in the queue. Ticks and starts wait
+    in the same queue, so one whose deadline passed less than that long ago is taken
+    for late rather than lost, and left alone: resent, it would be done twice, and under
+    load the extra work would make every tick later still."""
     messages: list[Message] = []
     with engine.transaction() as conn:
         now = engine.clock()
-        jobs = store.claim_lapsed_jobs(conn, now, limit)
+        jobs = store.claim_lapsed_jobs(conn, now - backlog, limit)
         for job in jobs:
             messages += engine.feed(conn, job, Repair(), now).messages
     with engine.transaction() as conn:
         now = engine.clock()
         # A start that never came is sent again; one UPDATE moves all their deadlines.
-        starts = store.claim_lapsed_starts(conn, now, limit)
+        starts = store.claim_lapsed_starts(conn, now - backlog, limit)
         store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.repair_grace)
         messages += [SendStart(inv.id, inv.attempt + 1) for inv in starts]
         lapsed = store.lapsed_runs(conn, now, limit)
@@ -69,3 +79,16 @@ def run_once(engine: Engine, limit: int = BATCH) -> WatchdogReport:
     # A lease (or timeout) that lapsed ends its attempt; each locks its own job first.
     expired = sum(engine.expire(inv_id) for inv_id in lapsed)
     return WatchdogReport(ticks=len(jobs), starts=len(starts), expired=expired)
+
+
+def waited(expires: datetime | str | None, lifetime: float, now: datetime) -> timedelta:
+    """How long a watchdog run waited in the queue, from the expiry its beat entry gives
+    it: ``lifetime`` seconds after it was sent. Zero if it was sent without one."""
+    if expires is None:
+        return timedelta(0)
+    if isinstance(expires, str):
+        expires = datetime.fromisoformat(expires)
+    if expires.tzinfo is None:  # Celery's are aware; cronchain's clock is UTC
+        expires = expires.replace(tzinfo=UTC)
+    sent = expires - timedelta(seconds=lifetime)
+    return max(now - sent, timedelta(0))

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery import Task
+
 from scheduler.declarative import reconcile_folder
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
 from scheduler.runtime import Runtime
-from scheduler.watchdog import sweep
+from scheduler.watchdog import sweep, waited
 from statemachine import InvocationStatus
 from tasks import app
 
@@ -94,11 +96,15 @@ def reconcile() -> dict[str, Any]:
     return {"applied": len(report.applied), "changed": changed, "failed": report.failed}
 
 
-@app.task(name="cronchain.watchdog", **RETRY)
-def watchdog() -> dict[str, int]:
+@app.task(name="cronchain.watchdog", bind=True, **RETRY)
+def watchdog(self: Task) -> dict[str, int]:
     rt = runtime()
+    interval = rt.settings.watchdog_interval
+    # Beat gives each run an interval to live (celeryconfig): that tells how long it
+    # waited behind the ticks, which were held up as long.
+    backlog = waited(self.request.expires, interval, rt.engine.clock())
     # Half an interval at most, so that runs do not pile up behind a slow database.
-    report = sweep(rt.engine, budget=rt.settings.watchdog_interval / 2)
+    report = sweep(rt.engine, budget=interval / 2, backlog=backlog)
     if report.repairs:
-        log.warning("watchdog repaired %s", report)
+        log.warning("watchdog repaired %s (it waited %.1f s)", report, backlog.total_seconds())
     return {"ticks": report.ticks, "starts": report.starts, "expired": report.expired}

@@ -196,6 +196,22 @@ def test_a_repair_has_longer_to_arrive_than_a_regular_tick(db: sqlalchemy.Engine
     assert watchdog.run_once(engine).ticks == 1
 
 
+def test_a_watchdog_that_waited_holds_back_repairs_of_ticks_as_late_as_itself(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """Behind a backlog, ticks and the watchdog's own run wait in the same queue: a tick
+    overdue by less than the watchdog waited is late, not lost. Resent with a new
+    nonce, it would be done twice and the backlog would grow."""
+    dropping = Engine(db, DroppingPort(), {}, grace=timedelta(seconds=15), clock=clock)
+    apply(dropping, make())
+    port = RecordingPort()
+    engine = Engine(db, port, {}, grace=timedelta(seconds=15), clock=clock)
+    clock.advance(30)  # overdue since 5 s (eta 10 s + grace 15 s)
+    assert watchdog.run_once(engine, backlog=timedelta(seconds=8)).repairs == 0
+    assert watchdog.sweep(engine, budget=60, backlog=timedelta(seconds=8)).repairs == 0
+    assert watchdog.run_once(engine, backlog=timedelta(seconds=4)).ticks == 1
+
+
 def test_a_sweep_repairs_a_mass_loss_in_one_run(db: sqlalchemy.Engine, clock: Clock):
     dropping = Engine(db, DroppingPort(), {}, grace=timedelta(seconds=15), clock=clock)
     apply(dropping, *(make(name=f"j{i}") for i in range(7)))  # every first tick lost
