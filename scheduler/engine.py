@@ -37,7 +37,7 @@ from scheduler.leases import Leases
 from scheduler.outbox import Fed, Launch, Message, Port, SendRevoke, SendStart, SendTick
 from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Runs
 from scheduler.schedules import Schedule, parse_schedule
-from scheduler.settings import ETA_HORIZON, TICK_BATCH
+from scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
 from scheduler.spec import JobSpec
 from scheduler.store import InvocationRow, JobRow
 from statemachine import (
@@ -62,6 +62,7 @@ from statemachine import (
 __all__ = ["Engine", "Fed", "Message", "Port", "SendRevoke", "SendStart", "SendTick"]
 
 log = logging.getLogger("cronchain.engine")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 S = InvocationStatus
 
 
@@ -71,6 +72,14 @@ def utcnow() -> datetime:
 
 def random_nonce() -> int:
     return secrets.randbits(62) + 1
+
+
+def round_up(when: datetime, step: timedelta) -> datetime:
+    """The first multiple of ``step`` (counted from the Unix epoch) at or after ``when``."""
+    if not step:
+        return when
+    late = (when - EPOCH) % step
+    return when + (step - late) if late else when
 
 
 @lru_cache(maxsize=8192)
@@ -93,6 +102,7 @@ class Engine(Runs):
         grace: timedelta,
         horizon: timedelta = ETA_HORIZON,
         batch: int = TICK_BATCH,
+        slack: timedelta = TICK_SLACK,
         clock: Callable[[], datetime] = utcnow,
         nonces: Callable[[], int] = random_nonce,
         rand: Callable[[], float] = random.random,
@@ -103,6 +113,7 @@ class Engine(Runs):
         self.grace = grace
         self.horizon = horizon
         self.batch = batch
+        self.slack = slack
         self.clock = clock
         self.nonces = nonces
         self.rand = rand
@@ -260,9 +271,10 @@ class Engine(Runs):
 
         for action in result.actions:
             if isinstance(action, TickLater):
-                # Hops end on a whole second and past ticks go out now, so that the
-                # ticks of one step's jobs share ETAs and leave in few messages.
-                eta = max(min(action.when, (now + self.horizon).replace(microsecond=0)), now)
+                # Slots a few ms apart, hops (which end on a whole second) and past
+                # ticks (which go out now) share ETAs, and so messages.
+                when = round_up(action.when, self.slack)
+                eta = max(min(when, (now + self.horizon).replace(microsecond=0)), now)
                 # A tick due in the past (a repair, a late slot) runs as soon as it is
                 # sent: its grace counts from now, or the next sweep would repair it again.
                 watchdog_at = max(eta, now) + grace

@@ -42,6 +42,7 @@ class Runtime:
             default_invokers(port, settings.http_allow),
             grace=settings.watchdog_grace,
             batch=settings.tick_batch,
+            slack=settings.tick_slack,
         )
         return cls(settings, engine)
 

@@ -20,6 +20,11 @@ VISIBILITY_TIMEOUT = timedelta(hours=1)
 # Ticks due at the same instant share a message, this many at most: enough to spare
 # Celery most of its per-task cost, few enough that the batch's last job is not late.
 TICK_BATCH = 20
+# A tick goes out at the next multiple of this at or after its slot, so that ticks due a
+# few milliseconds apart share a message (and Celery's per-task cost) as well: a fire may
+# start this much later than its slot, never earlier. It divides a second, so that
+# cron's whole-second slots go out on time.
+TICK_SLACK = timedelta(milliseconds=20)
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class Settings:
     jobs_dir: Path | None = None  # job files that beat reconciles on an interval
     reconcile_interval: float = 60.0
     tick_batch: int = TICK_BATCH
+    tick_slack: timedelta = TICK_SLACK
 
     @property
     def embedded_broker(self) -> bool:
@@ -66,6 +72,12 @@ class Settings:
         tick_batch = int(env.get("CRONCHAIN_TICK_BATCH") or TICK_BATCH)
         if tick_batch < 1:
             raise ValueError("CRONCHAIN_TICK_BATCH must be a positive number of ticks")
+        slack_ms = int(env.get("CRONCHAIN_TICK_SLACK_MS") or TICK_SLACK.total_seconds() * 1000)
+        if not 0 <= slack_ms <= 1000 or (slack_ms and 1000 % slack_ms):
+            raise ValueError(
+                "CRONCHAIN_TICK_SLACK_MS must divide a second (0, 1, 2, 4, 5, 8, 10, 20, 25,"
+                " 40, 50, 100, 125, 200, 250, 500 or 1000 milliseconds)"
+            )
         return cls(
             database_url=env.get("CRONCHAIN_DATABASE_URL") or f"sqlite:///{home}/cronchain.db",
             broker_url=env.get("CRONCHAIN_BROKER_URL") or "filesystem://",
@@ -77,4 +89,5 @@ class Settings:
             jobs_dir=Path(jobs_dir).resolve() if jobs_dir else None,
             reconcile_interval=reconcile,
             tick_batch=tick_batch,
+            tick_slack=timedelta(milliseconds=slack_ms),
         )

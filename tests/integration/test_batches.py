@@ -19,7 +19,7 @@ from scheduler.engine import Engine
 from scheduler.errors import TransientError
 from scheduler.invokers import default_invokers
 from tests.conftest import Clock, RecordingPort
-from tests.integration.test_engine import apply, make, rows
+from tests.integration.test_engine import apply, job, make, rows
 
 pytestmark = pytest.mark.postgres
 GRACE = timedelta(seconds=15)
@@ -174,3 +174,39 @@ def test_one_statement_locks_the_job_before_the_run(pg_url: str, clock: Clock):
 def lock_both(db: sqlalchemy.Engine, job_id: int, invocation_id: int) -> None:
     with db.begin() as conn:
         assert store.lock_run(conn, job_id, invocation_id) is not None
+
+
+def test_ticks_due_within_the_slack_share_a_message(db: sqlalchemy.Engine, clock: Clock):
+    """Ticks go out at the next multiple of the slack at or after their slot: jobs due a
+    few milliseconds apart share a message, none fires before its slot, and whole
+    seconds stay whole."""
+    port = RecordingPort()
+    slack = timedelta(milliseconds=20)
+    engine = Engine(db, port, default_invokers(port), grace=GRACE, clock=clock, slack=slack)
+    offsets = {"a": 3, "b": 17, "c": 23, "d": 0}
+    apply(
+        engine,
+        *(
+            make(f"every 10s offset {ms}ms" if ms else "every 10s", name=n)
+            for n, ms in offsets.items()
+        ),
+    )
+    second = clock.now  # a, b and c are due just after it, d ten seconds later
+    etas = {job(engine, f"p/{n}").id: n for n in offsets}
+    sent_at = {etas[job_id]: eta for job_id, _, eta in port.ticks}
+    ms = timedelta(milliseconds=1)
+    assert sent_at == {
+        "a": second + 20 * ms,
+        "b": second + 20 * ms,
+        "c": second + 40 * ms,
+        "d": second + timedelta(seconds=10),
+    }
+    assert [len(batch) for batch in port.batches] == [2]  # a and b; c and d on their own
+
+    clock.now = second + 20 * ms
+    engine.tick_many([(j, n) for j, n, eta in port.ticks if eta <= clock.now], start_here=True)
+    ran = {r["job_id"]: (r["slot"], r["started_at"]) for r in rows(engine)}
+    assert ran == {
+        job(engine, "p/a").id: (second + 3 * ms, clock.now),
+        job(engine, "p/b").id: (second + 17 * ms, clock.now),
+    }
