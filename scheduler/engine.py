@@ -305,7 +305,7 @@ class Engine(Runs):
                 # Started here, the run is written once, RUNNING; else STARTING, for
                 # a start message to begin it.
                 values = (
-                    self.running(job, 1, None, now)
+                    self.attempt_columns(job, 1, None, now)
                     if start_here
                     else dict(status=STARTING, deadline=now + self.grace)
                 )

@@ -37,8 +37,8 @@ def reuse_redis_clients() -> None:
 
     kombu 5.7 builds a new ``redis.Redis`` for every message it publishes and every
     acknowledgement, and redis-py 8 copies its table of some 170 response callbacks into
-    each new client (redis-py issue 3624). That was about a quarter of a worker's main
-    process CPU at 125 fires/s. A client is thread-safe and holds no connection of its
+    each new client (redis-py issue 3624): about 0.1 ms of CPU per message sent and per
+    acknowledgement, measured alone. A client is thread-safe and holds no connection of its
     own (it borrows from the pool), so one per channel and pool is enough; a new pool
     (after a reconnection) gets a new client."""
     from kombu.transport import redis as transport

@@ -99,7 +99,7 @@ class Runs:
         now = self.clock()
         if inv.start_at is not None and inv.start_at > now:  # early: a retry's backoff
             return Begun([SendStart(inv.id, number, min(inv.start_at, now + self.horizon))])
-        store.update_invocation(conn, inv.id, **self.running(job, number, inv.log, now))
+        store.update_invocation(conn, inv.id, **self.attempt_columns(job, number, inv.log, now))
         fed = (
             Fed(job.snapshot)  # the machine does not count backfill runs
             if inv.backfill
@@ -107,7 +107,7 @@ class Runs:
         )
         return Begun(fed.messages, self.launch_of(job, inv.id, number, inv.slot))
 
-    def running(
+    def attempt_columns(
         self, job: JobRow, number: int, log_text: str | None, now: datetime
     ) -> dict[str, Any]:
         """The columns of attempt ``number`` of one of ``job``'s runs, starting now: to
@@ -131,7 +131,7 @@ class Runs:
     def launch_of(
         self, job: JobRow, invocation_id: int, number: int, slot: datetime | None
     ) -> Launch:
-        """The call of an attempt that ``running`` recorded, with its lease."""
+        """The call of an attempt that ``attempt_columns`` recorded, with its lease."""
         controls = controls_of(job)
         lease = Lease(invocation_id, number, controls.lease)
         call = Call(

@@ -331,7 +331,7 @@ def insert_invocation(
 ) -> int | None:
     """Insert an invocation for a slot or trigger id; None if that slot or trigger id has
     one already. ``attempt`` holds the columns of a first attempt that starts as the row
-    is created (``Runs.running``)."""
+    is created (``Runs.attempt_columns``)."""
     values = dict(
         job_id=job_id,
         slot=slot,
