@@ -312,26 +312,23 @@ class Engine(Runs):
                 inv_id = insert(slot=slot, trigger_id=trigger_id, **values)
                 if inv_id is None:  # that slot has its invocation already
                     log.warning("job %s: slot %s already fired", job.ref, slot or trigger_id)
-                    self._correct(job, fed, Abandon(), now)
+                    self._follow_up(job, fed, Abandon(), now)
                     return
                 fed.snapshot.invocation_id = fed.started = inv_id
                 if not start_here:
                     fed.messages.append(SendStart(inv_id))
                     return
-                schedule = schedule_of(job.schedule, job.timezone)
-                fed.snapshot = self._step(
-                    job, fed.snapshot, InvocationStarted(inv_id), now, schedule
-                ).snapshot
+                self._follow_up(job, fed, InvocationStarted(inv_id), now)
                 fed.launches.append(self.launch_of(job, inv_id, 1, slot))
             case BufferInvocation(slot=slot, trigger_id=trigger_id):
-                inv = insert(slot=slot, trigger_id=trigger_id, status=WAITING)
-                if inv is None:
-                    self._correct(job, fed, Unbuffer(), now)
+                inv_id = insert(slot=slot, trigger_id=trigger_id, status=WAITING)
+                if inv_id is None:
+                    self._follow_up(job, fed, Unbuffer(), now)
             case StartBuffered():
                 waiting = next(iter(store.oldest_waiting(conn, job.id)), None)
                 if waiting is None:
                     log.error("job %s counted a waiting run it does not have", job.ref)
-                    self._correct(job, fed, Abandon(), now)
+                    self._follow_up(job, fed, Abandon(), now)
                     return
                 store.update_invocation(
                     conn, waiting.id, status=STARTING, deadline=now + self.grace
@@ -345,8 +342,9 @@ class Engine(Runs):
             case _:
                 raise AssertionError(f"unknown action {action!r}")
 
-    def _correct(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> None:
-        """Undo a count the machine made for a row that could not be written."""
+    def _follow_up(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> None:
+        """Feed the snapshot being built an event that follows from the step's own writes:
+        a row that could not be written (the count is undone), or a run begun here."""
         schedule = schedule_of(job.schedule, job.timezone)
         fed.snapshot = self._step(job, fed.snapshot, event, now, schedule).snapshot
 

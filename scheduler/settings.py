@@ -74,7 +74,8 @@ class Settings:
         tick_batch = int(env.get("CRONCHAIN_TICK_BATCH") or TICK_BATCH)
         if tick_batch < 1:
             raise ValueError("CRONCHAIN_TICK_BATCH must be a positive number of ticks")
-        slack_ms = int(env.get("CRONCHAIN_TICK_SLACK_MS") or TICK_SLACK.total_seconds() * 1000)
+        ms = timedelta(milliseconds=1)
+        slack_ms = int(env.get("CRONCHAIN_TICK_SLACK_MS") or TICK_SLACK // ms)
         if not 0 <= slack_ms <= 1000 or (slack_ms and 1000 % slack_ms):
             raise ValueError(
                 "CRONCHAIN_TICK_SLACK_MS must divide a second (0, 1, 2, 4, 5, 8, 10, 20, 25,"
