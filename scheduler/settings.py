@@ -27,6 +27,9 @@ TICK_BATCH = 20
 # spread over milliseconds, lag p50/p99: 10 ms 8/170, 20 ms 17/86, 25 ms 21/31, 40 ms
 # 33/41 (the fewer messages, the less CPU and queueing; the wider, the later).
 TICK_SLACK = timedelta(milliseconds=25)
+# Runs of the noop and http kinds wait on endpoints: they run on the work path, a worker
+# of its own with a pool of threads, so that no endpoint can make a tick late.
+WORK_CONCURRENCY = 100
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class Settings:
     home: Path
     watchdog_interval: float
     queue: str = "cronchain"
+    work_queue: str = "cronchain.work"  # the work path: runs of the noop and http kinds
+    work_concurrency: int = WORK_CONCURRENCY  # threads of the work path's worker
     imports: tuple[str, ...] = ()
     http_allow: str = ""  # addresses/networks the http kind may call besides public ones
     jobs_dir: Path | None = None  # job files that beat reconciles on an interval
@@ -81,12 +86,17 @@ class Settings:
                 "CRONCHAIN_TICK_SLACK_MS must divide a second (0, 1, 2, 4, 5, 8, 10, 20, 25,"
                 " 40, 50, 100, 125, 200, 250, 500 or 1000 milliseconds)"
             )
+        work_concurrency = int(env.get("CRONCHAIN_WORK_CONCURRENCY") or WORK_CONCURRENCY)
+        if work_concurrency < 1:
+            raise ValueError("CRONCHAIN_WORK_CONCURRENCY must be a positive number of threads")
         return cls(
             database_url=env.get("CRONCHAIN_DATABASE_URL") or f"sqlite:///{home}/cronchain.db",
             broker_url=env.get("CRONCHAIN_BROKER_URL") or "filesystem://",
             home=home,
             watchdog_interval=interval,
             queue=env.get("CRONCHAIN_QUEUE") or "cronchain",
+            work_queue=env.get("CRONCHAIN_WORK_QUEUE") or "cronchain.work",
+            work_concurrency=work_concurrency,
             imports=tuple(m.strip() for m in imports),
             http_allow=env.get("CRONCHAIN_HTTP_ALLOW") or "",
             jobs_dir=Path(jobs_dir).resolve() if jobs_dir else None,

@@ -28,3 +28,14 @@ def test_a_slack_that_would_move_whole_seconds_is_refused(value: str):
 def test_a_batch_of_nothing_is_refused():
     with pytest.raises(ValueError, match="CRONCHAIN_TICK_BATCH"):
         Settings.from_env({"CRONCHAIN_TICK_BATCH": "0"})
+
+
+def test_the_work_path_has_a_queue_and_threads_of_its_own():
+    settings = Settings.from_env({"CRONCHAIN_WORK_CONCURRENCY": "250"})
+    assert settings.work_queue == "cronchain.work" != settings.queue
+    assert settings.work_concurrency == 250
+
+
+def test_a_work_path_without_threads_is_refused():
+    with pytest.raises(ValueError, match="CRONCHAIN_WORK_CONCURRENCY"):
+        Settings.from_env({"CRONCHAIN_WORK_CONCURRENCY": "0"})
