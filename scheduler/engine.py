@@ -17,6 +17,7 @@ import os
 import random
 import secrets
 import socket
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -43,6 +44,7 @@ from scheduler.store import InvocationRow, JobRow
 from statemachine import (
     Abandon,
     AbortActive,
+    Action,
     BufferInvocation,
     Event,
     InvocationStarted,
@@ -72,6 +74,10 @@ def utcnow() -> datetime:
 
 def random_nonce() -> int:
     return secrets.randbits(62) + 1
+
+
+def _is_tick(message: Message, nonce: int | None) -> bool:
+    return isinstance(message, SendTick) and message.nonce == nonce
 
 
 def round_up(when: datetime, step: timedelta) -> datetime:
@@ -266,21 +272,16 @@ class Engine(Runs):
         if not result.changed and spec is None and not flags:
             return fed
         revision = spec.revision if spec else job.revision
-        watchdog_at = job.watchdog_at
         grace = self.repair_grace if isinstance(event, Repair) else self.grace
-
-        for action in result.actions:
-            if isinstance(action, TickLater):
-                # Slots a few ms apart, hops (which end on a whole second) and past
-                # ticks (which go out now) share ETAs, and so messages.
-                when = round_up(action.when, self.slack)
-                eta = max(min(when, (now + self.horizon).replace(microsecond=0)), now)
-                # A tick due in the past (a repair, a late slot) runs as soon as it is
-                # sent: its grace counts from now, or the next sweep would repair it again.
-                watchdog_at = max(eta, now) + grace
-                fed.messages.append(SendTick(job.id, action.nonce, eta))
-            else:
-                self._perform(conn, job, action, fed, now, revision, start_here)
+        pending = deque(result.actions)
+        while pending:  # a follow-up step's actions join the queue
+            pending += self._perform(conn, job, pending.popleft(), fed, now, revision, start_here)
+        # A follow-up may have replaced the tick: only the current nonce's goes out.
+        tick = next((m for m in fed.messages if _is_tick(m, fed.snapshot.tick_nonce)), None)
+        fed.messages = [m for m in fed.messages if not isinstance(m, SendTick) or m is tick]
+        # A tick due in the past (a repair, a late slot) is sent to run now: its grace
+        # counts from then, or the next sweep would repair it again.
+        watchdog_at = job.watchdog_at if tick is None else tick.eta + grace
         if fed.snapshot.tick_nonce is None:
             watchdog_at = None
         store.save_job(
@@ -297,39 +298,30 @@ class Engine(Runs):
         now: datetime,
         revision: str,
         start_here: bool = False,
-    ) -> None:
-        """Carry out one of a step's actions in the step's transaction."""
+    ) -> list[Action]:
+        """Carry out one of a step's actions in the step's transaction; returns the
+        actions of the follow-up step it fed, if any, to be carried out in turn."""
         insert = partial(store.insert_invocation, conn, job.id, revision=revision, now=now)
         match action:
-            case StartInvocation(slot=slot, trigger_id=trigger_id):
-                # Started here, the run is written once, RUNNING; else STARTING, for
-                # a start message to begin it.
-                values = (
-                    self.attempt_columns(job, 1, None, now)
-                    if start_here
-                    else dict(status=STARTING, deadline=now + self.grace)
+            case TickLater(when=when, nonce=nonce):
+                # Slots a few ms apart, hops (which end on a whole second) and past
+                # ticks (which go out now) share ETAs, and so messages.
+                eta = max(
+                    min(round_up(when, self.slack), (now + self.horizon).replace(microsecond=0)),
+                    now,
                 )
-                inv_id = insert(slot=slot, trigger_id=trigger_id, **values)
-                if inv_id is None:  # that slot has its invocation already
-                    log.warning("job %s: slot %s already fired", job.ref, slot or trigger_id)
-                    self._follow_up(job, fed, Abandon(), now)
-                    return
-                fed.snapshot.invocation_id = fed.started = inv_id
-                if not start_here:
-                    fed.messages.append(SendStart(inv_id))
-                    return
-                self._follow_up(job, fed, InvocationStarted(inv_id), now)
-                fed.launches.append(self.launch_of(job, inv_id, 1, slot))
+                fed.messages.append(SendTick(job.id, nonce, eta))
+            case StartInvocation(slot=slot, trigger_id=trigger_id):
+                return self._start_new(job, slot, trigger_id, fed, now, insert, start_here)
             case BufferInvocation(slot=slot, trigger_id=trigger_id):
                 inv_id = insert(slot=slot, trigger_id=trigger_id, status=WAITING)
                 if inv_id is None:
-                    self._follow_up(job, fed, Unbuffer(), now)
+                    return self._follow_up(job, fed, Unbuffer(), now)
             case StartBuffered():
                 waiting = next(iter(store.oldest_waiting(conn, job.id)), None)
                 if waiting is None:
                     log.error("job %s counted a waiting run it does not have", job.ref)
-                    self._follow_up(job, fed, Abandon(), now)
-                    return
+                    return self._follow_up(job, fed, Abandon(), now)
                 store.update_invocation(
                     conn, waiting.id, status=STARTING, deadline=now + self.grace
                 )
@@ -341,12 +333,44 @@ class Engine(Runs):
                 insert(slot=slot, trigger_id=trigger_id, status=S.SKIPPED.value, reason=reason)
             case _:
                 raise AssertionError(f"unknown action {action!r}")
+        return []
 
-    def _follow_up(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> None:
-        """Feed the snapshot being built an event that follows from the step's own writes:
-        a row that could not be written (the count is undone), or a run begun here."""
+    def _start_new(
+        self,
+        job: JobRow,
+        slot: datetime | None,
+        trigger_id: str | None,
+        fed: Fed,
+        now: datetime,
+        insert: Callable[..., int | None],
+        start_here: bool,
+    ) -> list[Action]:
+        """Create the run a step started. Started here, it is written once, RUNNING;
+        else STARTING, for a start message to begin it."""
+        values = (
+            self.attempt_columns(job, 1, None, now)
+            if start_here
+            else dict(status=STARTING, deadline=now + self.grace)
+        )
+        inv_id = insert(slot=slot, trigger_id=trigger_id, **values)
+        if inv_id is None:  # that slot has its invocation already
+            log.warning("job %s: slot %s already fired", job.ref, slot or trigger_id)
+            return self._follow_up(job, fed, Abandon(), now)
+        fed.snapshot.invocation_id = fed.started = inv_id
+        if not start_here:
+            fed.messages.append(SendStart(inv_id))
+            return []
+        fed.launches.append(self.launch_of(job, inv_id, 1, slot))
+        return self._follow_up(job, fed, InvocationStarted(inv_id), now)
+
+    def _follow_up(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> list[Action]:
+        """Feed the snapshot being built an event that follows from the step's own writes
+        (a row that could not be written, so the count is undone; a run begun here), and
+        return that step's actions for the caller to carry out like any other."""
         schedule = schedule_of(job.schedule, job.timezone)
-        fed.snapshot = self._step(job, fed.snapshot, event, now, schedule).snapshot
+        result = self._step(job, fed.snapshot, event, now, schedule)
+        fed.snapshot = result.snapshot
+        return list(result.actions)
 
     def _step(
         self, job: JobRow, snapshot: JobSnapshot, event: Event, now: datetime, schedule: Schedule
