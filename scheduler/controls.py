@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 E = TypeVar("E", bound=StrEnum)
 KEYS = (
+    "schedule_to_start",
     "lease",
     "timeout",
     "retries",
@@ -35,6 +36,8 @@ KEYS = (
     "catchup_limit",
 )
 DEFAULT_LEASE = 60.0
+# Long enough that a worker outage of minutes, or a deep queue, never fails a run.
+DEFAULT_SCHEDULE_TO_START = 3600.0
 MIN_LEASE = 1.0
 _RETRY_DEFAULTS: dict[str, Any] = {
     "max_attempts": 1,
@@ -46,6 +49,11 @@ _RETRY_DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Controls:
+    """The three timeouts, after Temporal's: ``schedule_to_start`` (how long an attempt
+    may wait for a worker to claim it), ``timeout`` (how long it may run once claimed)
+    and ``lease`` (the heartbeat lease while it runs, from the claim)."""
+
+    schedule_to_start: timedelta = timedelta(seconds=DEFAULT_SCHEDULE_TO_START)
     lease: timedelta = timedelta(seconds=DEFAULT_LEASE)
     timeout: timedelta | None = None
     retry: RetryPolicy = RetryPolicy()
@@ -60,6 +68,9 @@ class Controls:
         timeout = spec.get("timeout")
         grace = spec.get("misfire_grace")
         return cls(
+            schedule_to_start=timedelta(
+                seconds=spec.get("schedule_to_start", DEFAULT_SCHEDULE_TO_START)
+            ),
             lease=timedelta(seconds=spec.get("lease", DEFAULT_LEASE)),
             timeout=None if timeout is None else timedelta(seconds=timeout),
             retry=RetryPolicy(
@@ -98,6 +109,12 @@ def controls_of(job: JobRow) -> Controls:
 def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
     """Validate the control keys of a job entry; keep those that are not defaults."""
     out: dict[str, Any] = {}
+    if data.get("schedule_to_start") is not None:
+        wait = parse_seconds(data["schedule_to_start"], "schedule_to_start")
+        if wait < MIN_LEASE:
+            raise SpecError("schedule_to_start", f"must be at least {MIN_LEASE:g}s")
+        if wait != DEFAULT_SCHEDULE_TO_START:
+            out["schedule_to_start"] = wait
     if "lease" in data:
         lease = parse_seconds(data["lease"], "lease")
         if lease < MIN_LEASE:

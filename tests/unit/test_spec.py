@@ -143,8 +143,25 @@ def test_misfire_controls_reach_the_policy():
     assert (default.misfire.mode, default.misfire.grace) == (Misfire.LATEST, None)
 
 
+def test_the_three_timeouts_have_their_own_names_and_defaults():
+    from scheduler.controls import Controls
+
+    spec = JobSpec("p", "j", "every 5s", controls={"schedule_to_start": "10m", "lease": "20s"})
+    assert spec.controls == {"schedule_to_start": 600.0, "lease": 20.0}
+    controls = Controls.of(spec.controls)
+    assert (controls.schedule_to_start, controls.lease, controls.timeout) == (
+        timedelta(minutes=10),
+        timedelta(seconds=20),
+        None,
+    )
+    default = Controls.of({})
+    assert default.schedule_to_start == timedelta(hours=1)  # a worker outage of minutes waits
+    assert JobSpec("p", "j", "every 5s", controls={"schedule_to_start": "1h"}).controls == {}
+
+
 BAD_CONTROLS = [
     ({"lease": "0.5s"}, "lease: must be at least 1s"),
+    ({"schedule_to_start": "0.5s"}, "schedule_to_start: must be at least 1s"),
     ({"overlap": "queue"}, "overlap: 'queue' is not one of"),
     ({"max_buffered": 5}, "max_buffered: only applies with overlap: buffer_all"),
     ({"overlap": "allow", "max_concurrent": 0}, "max_concurrent: must be a whole number"),
