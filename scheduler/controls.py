@@ -108,6 +108,19 @@ def controls_of(job: JobRow) -> Controls:
 
 def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
     """Validate the control keys of a job entry; keep those that are not defaults."""
+    out: dict[str, Any] = _timeouts(data)
+    if data.get("retries") is not None:
+        retries = _retries(data["retries"])
+        if retries:
+            out["retries"] = retries
+    out |= _overlap(data)
+    out |= _misfire(data)
+    if data.get("triggers"):
+        out["triggers"] = _triggers(data["triggers"])
+    return out
+
+
+def _timeouts(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if data.get("schedule_to_start") is not None:
         wait = parse_seconds(data["schedule_to_start"], "schedule_to_start")
@@ -126,14 +139,6 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         if timeout <= 0:
             raise SpecError("timeout", "must be longer than 0s")
         out["timeout"] = timeout
-    if data.get("retries") is not None:
-        retries = _retries(data["retries"])
-        if retries:
-            out["retries"] = retries
-    out |= _overlap(data)
-    out |= _misfire(data)
-    if data.get("triggers"):
-        out["triggers"] = _triggers(data["triggers"])
     return out
 
 
