@@ -1,6 +1,6 @@
 """The README is the manual, and a manual that lags the code misleads: these tests fail
-when the code accepts a job field, reads a setting or the README points to a section
-that the README does not have.
+when the code accepts a job field or reads a setting that the README does not document,
+and when the README points to a section it does not have.
 
 Every list is read from the code, none is written out here: the job fields are whatever
 the spec's validator accepts (probed, see ``accepted_job_fields``), the variables are
