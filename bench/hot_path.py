@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     name = f"hot_path[jobs={args.jobs}]"
     with database() as (_, db):
         clock, port = Clock(), RecordingPort()
-        engine = Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
+        engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
         specs = [
             JobSpec.from_dict("bench", {"name": f"j{i}", "schedule": "every 10s", "noop": {}})
             for i in range(args.jobs)

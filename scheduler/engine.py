@@ -35,7 +35,7 @@ from scheduler.db import write_transaction
 from scheduler.errors import TransientError
 from scheduler.invokers import Invoker, celery_task_id
 from scheduler.leases import Leases
-from scheduler.outbox import Fed, Launch, Message, Port, SendRevoke, SendStart, SendTick
+from scheduler.outbox import Fed, Message, Port, SendRevoke, SendRun, SendStart, SendTick
 from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Runs
 from scheduler.schedules import Schedule, parse_schedule
 from scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
@@ -94,8 +94,9 @@ def schedule_of(text: str, timezone: str) -> Schedule:
 
 
 class Engine(Runs):
-    """Feeds events to job machines and runs invocations. Build one per process; it is
-    thread-safe.
+    """Feeds events to job machines and records runs. Build one per process; it is
+    thread-safe. ``invokers`` are the kinds whose calls this process makes if it serves
+    the work path (``scheduler.work``).
 
     ``clock`` and ``rand`` are the only seams: tests pass fixed ones and drive every step."""
 
@@ -160,7 +161,7 @@ class Engine(Runs):
 
     def tick(self, job_id: int, nonce: int, *, start_here: bool = False) -> None:
         """Feed a tick to its job. With ``start_here`` (as the worker's task does), a run
-        it creates is started in this process at once, rather than by a message."""
+        it makes due is begun in the tick's transaction, rather than by a start message."""
         self.tick_many([(job_id, nonce)], start_here=start_here)
 
     def tick_many(self, ticks: Sequence[tuple[int, int]], *, start_here: bool = False) -> None:
@@ -169,10 +170,8 @@ class Engine(Runs):
         jobs that share an instant travel in one message again.
 
         With ``start_here``, a run that is due at once is begun in its tick's own
-        transaction and launched in this process right after the commit, before the next
-        job's tick: no start message, no second task, one commit fewer. If this process
-        dies before the launch, the run's lease lapses and the watchdog applies the retry
-        policy, as for any run whose worker died.
+        transaction, and its attempt sent straight to the worker that will claim it: no
+        start message, no second task. The tick never waits for the run.
 
         If the database fails part way, what was committed is still sent before the error
         is raised; a retry of the whole batch finds the committed ticks' nonces stale and
@@ -181,33 +180,14 @@ class Engine(Runs):
         try:
             for job_id, nonce in ticks:
                 with self.transaction() as conn:
-                    messages, launches = self._tick_one(conn, job_id, nonce, start_here)
-                outgoing += messages  # committed
-                for launch in launches:
-                    self._launch_here(launch)
+                    job = store.lock_job(conn, job_id)
+                    if job is None:
+                        log.warning("tick for job %s, which no longer exists", job_id)
+                        continue
+                    fed = self.feed(conn, job, Tick(nonce), self.clock(), start_here=start_here)
+                outgoing += fed.messages  # committed
         finally:
             self.send(outgoing)
-
-    def _tick_one(
-        self, conn: Connection, job_id: int, nonce: int, start_here: bool
-    ) -> tuple[list[Message], list[Launch]]:
-        """One tick in ``conn``'s transaction; with ``start_here``, the run it makes due
-        now is created RUNNING, to be launched in this process after the commit."""
-        job = store.lock_job(conn, job_id)
-        if job is None:
-            log.warning("tick for job %s, which no longer exists", job_id)
-            return [], []
-        fed = self.feed(conn, job, Tick(nonce), self.clock(), start_here=start_here)
-        return fed.messages, fed.launches
-
-    def _launch_here(self, launch: Launch) -> None:
-        """One run's failure to record its outcome must not stop the batch: the run's
-        lease lapses, and the watchdog takes it from there."""
-        try:
-            self.launch(launch)
-        except TransientError as err:
-            call = launch.call
-            log.warning("invocation %s attempt %s: %s", call.invocation_id, call.attempt, err)
 
     # --- commands ----------------------------------------------------------------------
 
@@ -260,8 +240,8 @@ class Engine(Runs):
         **flags: Any,
     ) -> Fed:
         """Step the machine for ``job`` and write the result in ``conn``'s transaction.
-        With ``start_here``, a run the step creates is created RUNNING, its launch left
-        in ``Fed.launches``, rather than STARTING with a start message to send."""
+        With ``start_here``, a run the step creates is created RUNNING and sent to its
+        worker, rather than STARTING with a start message to send."""
         schedule = (
             schedule_of(spec.schedule, spec.timezone)
             if spec
@@ -345,8 +325,9 @@ class Engine(Runs):
         insert: Callable[..., int | None],
         start_here: bool,
     ) -> list[Action]:
-        """Create the run a step started. Started here, it is written once, RUNNING;
-        else STARTING, for a start message to begin it."""
+        """Create the run a step started. Started here, it is written once, RUNNING and
+        not yet claimed, and sent to its worker; else STARTING, for a start message to
+        begin it."""
         values = (
             self.attempt_columns(job, 1, None, now)
             if start_here
@@ -360,7 +341,7 @@ class Engine(Runs):
         if not start_here:
             fed.messages.append(SendStart(inv_id))
             return []
-        fed.launches.append(self.launch_of(job, inv_id, 1, slot))
+        fed.messages.append(SendRun(self.call_of(job, inv_id, 1, slot)))
         return self._follow_up(job, fed, InvocationStarted(inv_id), now)
 
     def _follow_up(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> list[Action]:
@@ -405,7 +386,7 @@ class Engine(Runs):
                 deadline=None,
                 log=debuglog.append(inv.log, now, error),
             )
-            if inv.status == RUNNING and not self.invokers[job.kind].single_stage:
+            if inv.status == RUNNING and job.kind == "celery" and inv.worker is not None:
                 messages.append(SendRevoke(celery_task_id(inv.id, inv.attempt)))
         return messages
 
@@ -420,6 +401,8 @@ class Engine(Runs):
                         ticks.setdefault(eta, []).append((job_id, nonce))
                     case SendStart(invocation_id=invocation_id, attempt=attempt, eta=eta):
                         self.port.start_invocation(invocation_id, attempt, eta)
+                    case SendRun(call=call):
+                        self.port.run(call)
                     case SendRevoke(task_id=task_id):
                         self.port.revoke(task_id)
                     case _:

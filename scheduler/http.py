@@ -111,12 +111,10 @@ def accepted(status: int, accept: list[int | str]) -> bool:
 
 
 class HttpInvoker:
-    single_stage = True
-
     def __init__(self, allow: tuple[netguard.Network, ...] = ()):
         self.allow = allow
 
-    def invoke(self, call: Call) -> Outcome | None:
+    def invoke(self, call: Call) -> Outcome:
         o = call.options
         headers, secrets, missing = _headers(o["headers"])
         redact = Redactor(secrets)

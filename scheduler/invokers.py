@@ -1,9 +1,9 @@
-"""Invokers: how an invocation's work is launched, one per job kind.
+"""Invokers: how the work path makes a run's call, one per kind it runs (noop, http).
 
-Single-stage invokers (noop, http) return the outcome from ``invoke``; the engine records
-it in one more commit. Multi-stage ones (celery) return None; the worker that runs the
-task claims the attempt, heartbeats and reports the outcome (``scheduler.worker``). An
-invoker is called only after the RUNNING state that describes the call is committed.
+Every attempt is sent as a message after the RUNNING record that describes it commits,
+and claimed by the worker that takes it: ``cronchain.run`` on the work path for these
+kinds (``scheduler.work``), the job's own task for the ``celery`` kind
+(``scheduler.worker``). ``invoke`` runs in a work-path thread and returns the outcome.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ class Call:
     lease: timedelta = timedelta(seconds=60)
     timeout: timedelta | None = None
     lost: threading.Event = field(default_factory=threading.Event)  # set: stop, it is over
+    kind: str = "noop"
+    job_id: int | None = None  # saves the outcome a lookup of the job to lock first
 
     @property
     def task_id(self) -> str:
@@ -52,57 +54,23 @@ class Outcome:
 SUCCEEDED = Outcome(InvocationStatus.SUCCEEDED)
 
 
-class Dispatcher(Protocol):
-    """Sends a named Celery task that reports back for an invocation's attempt."""
-
-    def send_task(self, call: Call) -> None: ...
-
-    def revoke(self, task_id: str) -> None: ...
-
-
 class Invoker(Protocol):
-    single_stage: bool
-    """True: ``invoke`` returns the outcome, and this process holds the lease meanwhile.
-    False: the outcome and the heartbeats come from another process."""
-
-    def invoke(self, call: Call) -> Outcome | None: ...
+    def invoke(self, call: Call) -> Outcome: ...
 
 
 class NoopInvoker:
     """Does nothing (after ``sleep`` seconds), or fails if ``fail`` is set: for tests,
     demos and measuring cronchain itself."""
 
-    single_stage = True
-
-    def invoke(self, call: Call) -> Outcome | None:
+    def invoke(self, call: Call) -> Outcome:
         if call.options["sleep"] and call.lost.wait(call.options["sleep"]):
             return Outcome.failed("noop: stopped, the attempt is no longer current")
         return Outcome.failed("noop: fail is set") if call.options["fail"] else SUCCEEDED
 
 
-class CeleryInvoker:
-    """``send_task`` of a named task on a named queue; the worker's outcome finishes the
-    invocation through the link callbacks the dispatcher attaches."""
-
-    single_stage = False
-
-    def __init__(self, dispatcher: Dispatcher):
-        self.dispatcher = dispatcher
-
-    def invoke(self, call: Call) -> Outcome | None:
-        try:
-            self.dispatcher.send_task(call)
-        except Exception as err:  # the broker refused: a launch failure, recorded as such
-            return Outcome.failed(f"celery: could not send {call.options['task']}: {err}", "launch")
-        return None
-
-
-def default_invokers(dispatcher: Dispatcher, http_allow: str = "") -> dict[str, Invoker]:
+def default_invokers(http_allow: str = "") -> dict[str, Invoker]:
+    """The kinds the work path runs; ``celery`` runs on the user's own workers."""
     from scheduler.http import HttpInvoker
     from scheduler.netguard import parse_allow
 
-    return {
-        "noop": NoopInvoker(),
-        "http": HttpInvoker(parse_allow(http_allow)),
-        "celery": CeleryInvoker(dispatcher),
-    }
+    return {"noop": NoopInvoker(), "http": HttpInvoker(parse_allow(http_allow))}

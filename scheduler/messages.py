@@ -14,11 +14,13 @@ from scheduler.invokers import Call
 
 
 class CeleryPort:
-    """Sends ``tick_later``/``tick_batch``/``start_invocation`` and a ``celery`` job's own task."""
+    """Sends ``tick_later``/``tick_batch``/``start_invocation`` on the control path, and
+    each attempt to the worker that will run it."""
 
-    def __init__(self, app: Celery, queue: str):
+    def __init__(self, app: Celery, queue: str, work_queue: str = "cronchain.work"):
         self.app = app
         self.queue = queue
+        self.work_queue = work_queue
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self.app.send_task("cronchain.tick_later", args=(job_id, nonce), eta=eta, queue=self.queue)
@@ -33,8 +35,18 @@ class CeleryPort:
             "cronchain.start_invocation", args=(invocation_id, attempt), eta=eta, queue=self.queue
         )
 
-    def send_task(self, call: Call) -> None:
-        """The job's own task, with the attempt in a header for the worker side to claim."""
+    def run(self, call: Call) -> None:
+        """A ``celery`` attempt is the job's own task; any other kind's is
+        ``cronchain.run`` on the work path. Under the attempt's task id, so that a repeated
+        send is one task to revoke, and only one of its deliveries can claim it."""
+        if call.kind != "celery":
+            self.app.send_task(
+                "cronchain.run",
+                args=(call.invocation_id, call.attempt),
+                queue=self.work_queue,
+                task_id=call.task_id,
+            )
+            return
         o = call.options
         header = {
             "invocation": call.invocation_id,

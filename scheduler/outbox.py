@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from scheduler.invokers import Call, Invoker
-from scheduler.leases import Lease
+from scheduler.invokers import Call
 from statemachine import JobSnapshot
 
 
@@ -25,6 +24,10 @@ class Port(Protocol):
     def start_invocation(
         self, invocation_id: int, attempt: int | None = None, eta: datetime | None = None
     ) -> None: ...
+
+    def run(self, call: Call) -> None:
+        """Send an attempt to the worker that will claim and run it: a ``celery`` job's
+        own task on its queue, or ``cronchain.run`` on the work path."""
 
     def revoke(self, task_id: str) -> None: ...
 
@@ -50,26 +53,20 @@ class SendRevoke:
     task_id: str
 
 
-Message = SendTick | SendStart | SendRevoke
-
-
 @dataclass(frozen=True)
-class Launch:
-    """An attempt recorded RUNNING, to be launched once that record is committed."""
+class SendRun:
+    """An attempt recorded RUNNING and not yet claimed: for a worker to claim and run."""
 
-    job_id: int
-    kind: str
-    invoker: Invoker
-    lease: Lease
     call: Call
+
+
+Message = SendTick | SendStart | SendRevoke | SendRun
 
 
 @dataclass
 class Fed:
-    """What one step did: the snapshot it saved, the messages to send after commit and,
-    for a step told to start its runs here, the runs to launch after commit."""
+    """What one step did: the snapshot it saved and the messages to send after commit."""
 
     snapshot: JobSnapshot
     messages: list[Message] = field(default_factory=list)
     started: int | None = None
-    launches: list[Launch] = field(default_factory=list)

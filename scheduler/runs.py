@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +21,8 @@ from scheduler import backfill, debuglog, store
 from scheduler.controls import controls_of
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Invoker, Outcome, celery_task_id
-from scheduler.leases import Lease, Leases
-from scheduler.outbox import Fed, Launch, Message, SendRevoke, SendStart
+from scheduler.leases import Leases
+from scheduler.outbox import Fed, Message, SendRevoke, SendRun, SendStart
 from scheduler.store import InvocationRow, JobRow
 from statemachine import (
     Event,
@@ -40,14 +39,12 @@ OUTCOME_RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds
 S = InvocationStatus
 STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
 ACTIVE = (STARTING, RUNNING)
-
-
-@dataclass(frozen=True)
-class Begun:
-    """What beginning an attempt leaves for after the commit."""
-
-    messages: list[Message] = field(default_factory=list)
-    launch: Launch | None = None
+# Why an attempt that cronchain ended (not its worker) may still run: a ``celery`` task
+# is revoked for these.
+ENDED_HERE = ("timeout", "lease expired", "aborted")
+# An attempt that no worker took in time is not retried: a retry would wait in the same
+# queue (Temporal's schedule-to-start timeout is not retried either).
+NOT_RETRIED = ("schedule_to_start",)
 
 
 class Runs:
@@ -75,92 +72,99 @@ class Runs:
     def start_invocation(
         self, invocation_id: int, attempt: int | None = None, *, job_id: int | None = None
     ) -> None:
-        """Record RUNNING for the next attempt and commit, then launch it; single-stage
-        kinds finish here. A start for any other attempt (a repeated or stale message)
-        does nothing: the attempt number is the fencing epoch."""
+        """Record the next attempt RUNNING and commit, then send it to the worker that
+        will claim it. A start for any other attempt (a repeated or stale message) does
+        nothing: the attempt number is the fencing epoch."""
         with self.transaction() as conn:
-            begun = self.begin_attempt(conn, invocation_id, attempt, job_id=job_id)
-        self.send(begun.messages)
-        if begun.launch is not None:
-            self.launch(begun.launch)
+            messages = self.begin_attempt(conn, invocation_id, attempt, job_id=job_id)
+        self.send(messages)
 
     def begin_attempt(
         self, conn: Connection, invocation_id: int, attempt: int | None, *, job_id: int | None
-    ) -> Begun:
-        """Within ``conn``'s transaction: record the next attempt RUNNING, with its lease.
-        What it returns is to be sent and launched once that transaction has committed."""
+    ) -> list[Message]:
+        """Within ``conn``'s transaction: record the next attempt RUNNING, not yet
+        claimed. What it returns is to be sent once that transaction has committed."""
         locked = self.lock(conn, invocation_id, job_id)
         if locked is None:
-            return Begun()
+            return []
         inv, job = locked
         number = inv.attempt + 1
         if inv.status != STARTING or attempt not in (None, number):
-            return Begun()  # already started, or a message from an older attempt
+            return []  # already started, or a message from an older attempt
         now = self.clock()
         if inv.start_at is not None and inv.start_at > now:  # early: a retry's backoff
-            return Begun([SendStart(inv.id, number, min(inv.start_at, now + self.horizon))])
+            return [SendStart(inv.id, number, min(inv.start_at, now + self.horizon))]
         store.update_invocation(conn, inv.id, **self.attempt_columns(job, number, inv.log, now))
         fed = (
             Fed(job.snapshot)  # the machine does not count backfill runs
             if inv.backfill
             else self.feed(conn, job, InvocationStarted(inv.id), now)
         )
-        return Begun(fed.messages, self.launch_of(job, inv.id, number, inv.slot))
+        return [*fed.messages, SendRun(self.call_of(job, inv.id, number, inv.slot))]
 
     def attempt_columns(
         self, job: JobRow, number: int, log_text: str | None, now: datetime
     ) -> dict[str, Any]:
-        """The columns of attempt ``number`` of one of ``job``'s runs, starting now: to
-        update a run that waited, or to insert one that starts as it is created."""
-        controls = controls_of(job)
-        timeout_at = None if controls.timeout is None else now + controls.timeout
-        deadline = now + controls.lease
+        """The columns of attempt ``number`` of one of ``job``'s runs, sent now and not
+        yet claimed: to update a run that waited, or to insert one that starts as it is
+        created. Until a worker claims it, ``timeout_at`` is when schedule-to-start runs
+        out, and ``deadline`` when the watchdog sends it again."""
         return dict(
             status=RUNNING,
             attempt=number,
             started_at=now,
             start_at=None,
-            deadline=deadline if timeout_at is None else min(deadline, timeout_at),
-            timeout_at=timeout_at,
-            worker=self.name if self.invokers[job.kind].single_stage else None,
+            deadline=now + self.grace,
+            timeout_at=now + controls_of(job).schedule_to_start,
+            worker=None,
             error=None,
             reason=None,
-            log=debuglog.append(log_text, now, f"attempt {number} started"),
+            log=debuglog.append(log_text, now, f"attempt {number} sent"),
         )
 
-    def launch_of(
-        self, job: JobRow, invocation_id: int, number: int, slot: datetime | None
-    ) -> Launch:
-        """The call of an attempt that ``attempt_columns`` recorded, with its lease."""
+    def call_of(self, job: JobRow, invocation_id: int, number: int, slot: datetime | None) -> Call:
+        """The call of an attempt that ``attempt_columns`` recorded."""
         controls = controls_of(job)
-        lease = Lease(invocation_id, number, controls.lease)
-        call = Call(
+        return Call(
             invocation_id,
             number,
             job.ref,
             slot,
             job.spec[job.kind],
-            lease.length,
+            controls.lease,
             controls.timeout,
-            lease.lost,
+            kind=job.kind,
+            job_id=job.id,
         )
-        return Launch(job.id, job.kind, self.invokers[job.kind], lease, call)
 
-    def launch(self, launch: Launch) -> None:
-        """Make the call of an attempt whose RUNNING row is committed; record the outcome
-        of a single-stage one."""
-        call = launch.call
-        if launch.invoker.single_stage:
-            self.leases.hold(launch.lease)
-        try:
-            outcome = launch.invoker.invoke(call)
-        except Exception as err:  # an invoker bug must not leave the run RUNNING
-            log.exception("invoker %s failed for invocation %s", launch.kind, call.invocation_id)
-            outcome = Outcome.failed(f"{launch.kind}: {type(err).__name__}: {err}")
-        finally:
-            self.leases.release(launch.lease)
-        if outcome is not None:
-            self.record_patiently(call.invocation_id, call.attempt, outcome, job_id=launch.job_id)
+    def claim(self, invocation_id: int, attempt: int, worker: str) -> Call | None:
+        """Take an attempt for ``worker``, before its work begins: only the current
+        attempt, and only one delivery of it, can be claimed. From now on its lease and
+        its timeout count. None: it is not current, or was claimed already."""
+        with self.transaction() as conn:
+            now = self.clock()
+            locked = store.lock_attempt(conn, invocation_id)
+            if locked is None:
+                return None
+            inv, job = locked
+            if inv.status != RUNNING or inv.attempt != attempt or inv.worker is not None:
+                return None
+            call = self.call_of(job, inv.id, attempt, inv.slot)
+            timeout_at = None if call.timeout is None else now + call.timeout
+            deadline = now + call.lease
+            waited = (now - inv.started_at).total_seconds() if inv.started_at else 0.0
+            store.update_invocation(
+                conn,
+                inv.id,
+                worker=worker,
+                started_at=now,
+                deadline=deadline if timeout_at is None else min(deadline, timeout_at),
+                timeout_at=timeout_at,
+                log=debuglog.append(
+                    inv.log, now, f"attempt {attempt} claimed by {worker} after {waited:.3f}s"
+                ),
+            )
+        return call
 
     def record_patiently(
         self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
@@ -221,11 +225,12 @@ class Runs:
             text = debuglog.append(text, now, line)
         controls = controls_of(job)
         revoke = (
-            []
-            if self.invokers[job.kind].single_stage or outcome.reason in (None, "launch")
-            else [SendRevoke(celery_task_id(inv.id, inv.attempt))]
+            [SendRevoke(celery_task_id(inv.id, inv.attempt))]
+            if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE
+            else []
         )
-        delay = controls.retry.delay(inv.attempt, self.rand()) if status == S.FAILED else None
+        retried = status == S.FAILED and outcome.reason not in NOT_RETRIED
+        delay = controls.retry.delay(inv.attempt, self.rand()) if retried else None
         if delay is not None:
             start_at = now + delay
             earlier = [*(inv.attempts or []), _attempt_record(inv, outcome, now)]
@@ -343,24 +348,64 @@ class Runs:
         event: Event = Unbuffer() if inv.status == WAITING else InvocationFinished(inv.id, now)
         return self.feed(conn, job, event, now)
 
-    def expire(self, invocation_id: int) -> bool:
-        """End a RUNNING attempt whose lease or timeout lapsed (the watchdog's repair)."""
+    def repair_run(self, invocation_id: int) -> str | None:
+        """The watchdog's repair of a RUNNING attempt past its deadline: one that no
+        worker has claimed is sent again under the same attempt number ("resent") until
+        schedule-to-start runs out; a claimed one whose lease or timeout lapsed is ended
+        ("expired"), and the retry policy applies. None: renewed or ended meanwhile."""
         with self.transaction() as conn:
             now = self.clock()
             locked = self.lock(conn, invocation_id)
             if locked is None:
-                return False
+                return None
             inv, job = locked
             if inv.status != RUNNING or inv.deadline is None or inv.deadline >= now:
-                return False  # renewed or finished meanwhile
-            if inv.timeout_at is not None and inv.timeout_at <= now:
-                timeout = controls_of(job).timeout
-                outcome = Outcome.failed(f"timed out after {timeout}", "timeout")
+                return None
+            outcome = _lapsed(inv, job, now)
+            if outcome is None:
+                messages = self._resend(conn, inv, job, now)
             else:
-                outcome = Outcome.failed("lease expired", "lease expired")
-            fed = self.record_outcome(conn, inv, job, outcome, now)
-        self.send(fed.messages)
-        return True
+                messages = self.record_outcome(conn, inv, job, outcome, now).messages
+        self.send(messages)
+        return "expired" if outcome else "resent"
+
+    def _resend(
+        self, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
+    ) -> list[Message]:
+        """Send an unclaimed attempt again: its message may have been lost (Redis
+        flushed), or may still wait behind others. Only one delivery can claim it, and
+        each resend waits as long as it has waited so far, so that a queue with no
+        consumer for an hour holds a dozen copies, not hundreds."""
+        assert inv.started_at is not None and inv.timeout_at is not None  # unclaimed
+        waited = now - inv.started_at
+        deadline = min(now + max(self.grace, waited), inv.timeout_at)  # then it ends
+        store.update_invocation(conn, inv.id, deadline=deadline)
+        where = f"queue {job.spec['celery']['queue']}" if job.kind == "celery" else "the work path"
+        log.warning(
+            "%s invocation %s attempt %s: no worker has claimed it in %.0f s; sent again."
+            " Is a worker consuming %s?",
+            job.ref,
+            inv.id,
+            inv.attempt,
+            waited.total_seconds(),
+            where,
+        )
+        return [SendRun(self.call_of(job, inv.id, inv.attempt, inv.slot))]
+
+
+def _lapsed(inv: InvocationRow, job: JobRow, now: datetime) -> Outcome | None:
+    """How an attempt past its deadline ends, by the timeout that ran out; None for
+    one that is still waiting to be claimed within its schedule-to-start."""
+    controls = controls_of(job)
+    ran_out = inv.timeout_at is not None and inv.timeout_at <= now
+    if inv.worker is None:
+        if not ran_out:
+            return None
+        wait = controls.schedule_to_start
+        return Outcome.failed(f"no worker claimed it within {wait}", "schedule_to_start")
+    if ran_out:
+        return Outcome.failed(f"timed out after {controls.timeout}", "timeout")
+    return Outcome.failed("lease expired", "lease expired")
 
 
 def _attempt_record(inv: InvocationRow, outcome: Outcome, now: datetime) -> dict[str, Any]:

@@ -4,6 +4,7 @@ turns the environment into live objects, for workers and for the CLI alike."""
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from celery import Celery
@@ -23,11 +24,12 @@ class Runtime:
     @classmethod
     def current(cls, app: Celery) -> Runtime:
         """One runtime per worker process, made after the fork (connections do not
-        survive it)."""
+        survive it), and one only for all the threads of a work-path worker."""
         global _current
-        if _current is None or _current[0] != os.getpid():
-            _current = (os.getpid(), cls.from_env(app))
-        return _current[1]
+        with _making:
+            if _current is None or _current[0] != os.getpid():
+                _current = (os.getpid(), cls.from_env(app))
+            return _current[1]
 
     @classmethod
     def from_env(cls, app: Celery | None = None) -> Runtime:
@@ -35,11 +37,11 @@ class Runtime:
         if app is None:
             app = Celery("cronchain")
             app.config_from_object("celeryconfig")
-        port = CeleryPort(app, settings.queue)
+        port = CeleryPort(app, settings.queue, settings.work_queue)
         engine = Engine(
             make_engine(settings.database_url),
             port,
-            default_invokers(port, settings.http_allow),
+            default_invokers(settings.http_allow),
             grace=settings.watchdog_grace,
             batch=settings.tick_batch,
             slack=settings.tick_slack,
@@ -48,3 +50,4 @@ class Runtime:
 
 
 _current: tuple[int, Runtime] | None = None
+_making = threading.Lock()

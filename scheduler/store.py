@@ -121,6 +121,15 @@ _LOCK_RUN = (
     .with_for_update()
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
+# A worker's claim locks the run alone: it never waits on the job, so it cannot take the
+# two locks in the other order than the writers that lock the job first.
+_LOCK_ATTEMPT = (
+    select(jobs, invocations)
+    .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
+    .where(invocations.c.id == bindparam("b_inv"))
+    .with_for_update(of=invocations)
+    .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
+)
 _INSERT_JOB = jobs.insert().returning(jobs.c.id)
 _INSERT_CHANGE = job_changes.insert()
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
@@ -361,6 +370,15 @@ def lock_run(
     return InvocationRow.from_row(row, "invocations_"), JobRow.from_row(row, "jobs_")
 
 
+def lock_attempt(conn: Connection, invocation_id: int) -> tuple[InvocationRow, JobRow] | None:
+    """An invocation, locked, and its job as it stands (not locked): what a worker needs
+    to claim an attempt and make its call."""
+    row = conn.execute(_LOCK_ATTEMPT, {"b_inv": invocation_id}).first()
+    if row is None:
+        return None
+    return InvocationRow.from_row(row, "invocations_"), JobRow.from_row(row, "jobs_")
+
+
 def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:
     row = conn.execute(_LOCK_INVOCATION, {"b_id": invocation_id}).first()
     return None if row is None else InvocationRow.from_row(row)
@@ -434,31 +452,18 @@ def count_backfill(conn: Connection, job_id: int, statuses: tuple[str, ...]) -> 
     return conn.execute(query).scalar_one()
 
 
-def renew_lease(
-    conn: Connection,
-    invocation_id: int,
-    attempt: int,
-    deadline: datetime,
-    *,
-    claim: str | None = None,
-) -> bool:
-    """Move a RUNNING attempt's lease deadline (never past its timeout); with ``claim``,
-    also take the attempt
-    for a worker, which only one delivery of its message can do. False: the attempt is
-    not (or no longer) the current one: it was retried, aborted, timed out or claimed."""
+def renew_lease(conn: Connection, invocation_id: int, attempt: int, deadline: datetime) -> bool:
+    """Move a claimed attempt's lease deadline (never past its timeout). False: the
+    attempt is not (or no longer) the current one: it was retried, aborted or timed out."""
     query = update(invocations).where(
         invocations.c.id == invocation_id,
         invocations.c.attempt == attempt,
         invocations.c.status == "RUNNING",
+        invocations.c.worker.isnot(None),
     )
     timeout_at = invocations.c.timeout_at
-    values: dict[str, Any] = {
-        "deadline": case((timeout_at < deadline, timeout_at), else_=deadline),
-    }
-    if claim is not None:
-        query = query.where(invocations.c.worker.is_(None))
-        values["worker"] = claim
-    return conn.execute(query.values(values)).rowcount == 1
+    deadline_value = case((timeout_at < deadline, timeout_at), else_=deadline)
+    return conn.execute(query.values(deadline=deadline_value)).rowcount == 1
 
 
 def extend_deadlines(conn: Connection, invocation_ids: list[int], deadline: datetime) -> None:

@@ -9,6 +9,7 @@ is stale; the unique (job, slot) key means a repair can never fire a slot twice.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -21,19 +22,24 @@ BATCH = 500
 
 @dataclass(frozen=True)
 class WatchdogReport:
-    """What one pass repaired: ticks re-sent, starts re-sent, leases expired."""
+    """What one pass repaired: ticks re-sent, starts re-sent, attempts ended (a lease or
+    a timeout lapsed), attempts that no worker had claimed sent again."""
 
     ticks: int = 0
     starts: int = 0
     expired: int = 0
+    resent: int = 0
 
     @property
     def repairs(self) -> int:
-        return self.ticks + self.starts + self.expired
+        return self.ticks + self.starts + self.expired + self.resent
 
     def __add__(self, other: WatchdogReport) -> WatchdogReport:
         return WatchdogReport(
-            self.ticks + other.ticks, self.starts + other.starts, self.expired + other.expired
+            self.ticks + other.ticks,
+            self.starts + other.starts,
+            self.expired + other.expired,
+            self.resent + other.resent,
         )
 
 
@@ -48,7 +54,7 @@ def sweep(
     while True:
         report = run_once(engine, limit, backlog)
         total += report
-        full = max(report.ticks, report.starts, report.expired) >= limit
+        full = max(report.ticks, report.starts, report.expired + report.resent) >= limit
         if not full or time.monotonic() >= deadline:
             return total
 
@@ -76,9 +82,15 @@ def run_once(
         messages += [SendStart(inv.id, inv.attempt + 1) for inv in starts]
         lapsed = store.lapsed_runs(conn, now, limit)
     engine.send(messages)
-    # A lease (or timeout) that lapsed ends its attempt; each locks its own job first.
-    expired = sum(engine.expire(inv_id) for inv_id in lapsed)
-    return WatchdogReport(ticks=len(jobs), starts=len(starts), expired=expired)
+    # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
+    # each locks its own job first.
+    repaired = Counter(engine.repair_run(inv_id) for inv_id in lapsed)
+    return WatchdogReport(
+        ticks=len(jobs),
+        starts=len(starts),
+        expired=repaired["expired"],
+        resent=repaired["resent"],
+    )
 
 
 def waited(expires: datetime | str | None, lifetime: float, now: datetime) -> timedelta:

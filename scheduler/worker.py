@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import timedelta
 from typing import Any
 
 import celery
 from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
-from scheduler import store
 from scheduler.invokers import Outcome
 from scheduler.leases import Lease
 from scheduler.runtime import Runtime
@@ -66,19 +64,14 @@ def _ints(*values: Any) -> bool:
 
 def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
     fields = header if isinstance(header, dict) else {}
-    invocation_id, attempt, length = (fields.get(k) for k in ("invocation", "attempt", "lease"))
-    if not _ints(invocation_id, attempt) or not isinstance(length, int | float) or length <= 0:
+    invocation_id, attempt = fields.get("invocation"), fields.get("attempt")
+    if not _ints(invocation_id, attempt):
         log.error("task %s has a malformed cronchain header %r: not run", task_id, header)
         return False
     engine = Runtime.current(task.app).engine
-    lease = Lease(invocation_id, attempt, timedelta(seconds=length))
     worker = f"{task.request.hostname or 'worker'}:{os.getpid()}"
-    with engine.transaction() as conn:
-        now = engine.clock()
-        claimed = store.renew_lease(conn, invocation_id, attempt, now + lease.length, claim=worker)
-        if claimed:
-            store.append_log(conn, invocation_id, now, f"attempt {attempt} claimed by {worker}")
-    if not claimed:
+    call = engine.claim(invocation_id, attempt, worker)
+    if call is None:
         log.warning(
             "invocation %s attempt %s is not current or was claimed already: task %s not run",
             invocation_id,
@@ -86,7 +79,7 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
             task_id,
         )
         return False
-    _held[task_id] = engine.leases.hold(lease)
+    _held[task_id] = engine.leases.hold(Lease(invocation_id, attempt, call.lease))
     return True
 
 

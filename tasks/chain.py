@@ -8,15 +8,20 @@ retries with backoff; if retries run out, the watchdog repairs the step anyway.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from typing import Any
 
 from celery import Task
+from celery.signals import worker_ready
 
 from scheduler.declarative import reconcile_folder
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
 from scheduler.runtime import Runtime
+from scheduler.settings import Settings
 from scheduler.watchdog import sweep, waited
+from scheduler.work import execute
 from statemachine import InvocationStatus
 from tasks import app
 
@@ -60,6 +65,33 @@ def start_invocation(invocation_id: int, attempt: int | None = None) -> None:
         log.error("malformed start_invocation message dropped: %r %r", invocation_id, attempt)
         return
     runtime().engine.start_invocation(invocation_id, attempt)
+
+
+@app.task(name="cronchain.run", bind=True, **RETRY)
+def run(self: Task, invocation_id: int, attempt: int) -> None:
+    """The work path: claim an attempt of a noop or http run, make its call, record it."""
+    if not _ints(invocation_id, attempt):
+        log.error("malformed run message dropped: %r %r", invocation_id, attempt)
+        return
+    worker = f"{self.request.hostname or 'worker'}:{os.getpid()}:{threading.get_ident()}"
+    execute(runtime().engine, invocation_id, attempt, worker)
+
+
+@worker_ready.connect
+def _say_what_is_missing(sender: Any, **_: Any) -> None:
+    """A worker of the control path alone runs no noop or http run: say so at start,
+    rather than leave the runs to wait silently."""
+    settings = Settings.from_env()  # not the runtime: no database in the main process
+    consumed = set(sender.app.amqp.queues.consume_from or ())
+    if settings.queue in consumed and settings.work_queue not in consumed:
+        log.warning(
+            "this worker consumes %s but not %s: noop and http runs need a worker of the"
+            " work path (celery -A tasks worker --queues %s --pool threads --concurrency %s)",
+            settings.queue,
+            settings.work_queue,
+            settings.work_queue,
+            settings.work_concurrency,
+        )
 
 
 # Link callbacks of celery runs sent by cronchain before leases (0.1): kept so that
@@ -107,4 +139,9 @@ def watchdog(self: Task) -> dict[str, int]:
     report = sweep(rt.engine, budget=interval / 2, backlog=backlog)
     if report.repairs:
         log.warning("watchdog repaired %s (it waited %.1f s)", report, backlog.total_seconds())
-    return {"ticks": report.ticks, "starts": report.starts, "expired": report.expired}
+    return {
+        "ticks": report.ticks,
+        "starts": report.starts,
+        "expired": report.expired,
+        "resent": report.resent,
+    }

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,24 @@ class Clock:
         return self.now
 
 
+class WorkerDied(BaseException):
+    """Raised by a test's invoker to leave its attempt claimed and never reported, as a
+    work-path worker killed mid-run does (not an Exception: the work path records those)."""
+
+
+def deliver_runs(engine: Engine, port: RecordingPort) -> int:
+    """Do what a work-path worker does with each ``cronchain.run`` message sent so far
+    (``celery`` attempts are the user's workers'); returns how many."""
+    from scheduler import work
+
+    calls = [call for call in port.runs if call.kind != "celery"]
+    port.runs[:] = [call for call in port.runs if call.kind == "celery"]
+    for call in calls:
+        with contextlib.suppress(WorkerDied):
+            work.execute(engine, call.invocation_id, call.attempt, "work@test")
+    return len(calls)
+
+
 @dataclass
 class RecordingPort:
     """An enqueue port that keeps messages in lists instead of sending them."""
@@ -38,6 +57,7 @@ class RecordingPort:
     starts: list[int] = field(default_factory=list)
     start_messages: list[tuple[int, int | None, datetime | None]] = field(default_factory=list)
     tasks: list[tuple[str, int, int]] = field(default_factory=list)
+    runs: list[Call] = field(default_factory=list)
     revoked: list[str] = field(default_factory=list)
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
@@ -54,8 +74,11 @@ class RecordingPort:
         self.starts.append(invocation_id)
         self.start_messages.append((invocation_id, attempt, eta))
 
-    def send_task(self, call: Call) -> None:
-        self.tasks.append((call.options["task"], call.invocation_id, call.attempt))
+    def run(self, call: Call) -> None:
+        """Every attempt sent; a ``celery`` one is also kept as its task in ``tasks``."""
+        self.runs.append(call)
+        if call.kind == "celery":
+            self.tasks.append((call.options["task"], call.invocation_id, call.attempt))
 
     def revoke(self, task_id: str) -> None:
         self.revoked.append(task_id)
@@ -66,6 +89,7 @@ class RecordingPort:
         self.starts.clear()
         self.start_messages.clear()
         self.tasks.clear()
+        self.runs.clear()
         self.revoked.clear()
 
 
@@ -116,4 +140,4 @@ def port() -> RecordingPort:
 
 @pytest.fixture
 def engine(db: sqlalchemy.Engine, port: RecordingPort, clock: Clock) -> Engine:
-    return Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
+    return Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)

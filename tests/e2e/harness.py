@@ -27,6 +27,14 @@ ROOT = Path(__file__).resolve().parents[2]
 WATCHDOG_INTERVAL = 5
 
 
+class Endpoint(ThreadingHTTPServer):
+    """A local HTTP server that takes as many connections at once as the work path
+    makes: with the standard library's listen backlog of 5, the sixth concurrent
+    connection's SYN is dropped and retried a second later, which looks like a slow run."""
+
+    request_queue_size = 256
+
+
 class HitCounter:
     """An HTTP endpoint on loopback; counts requests per ``X-Cronchain-Invocation``."""
 
@@ -46,7 +54,7 @@ class HitCounter:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = Endpoint(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hit"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -123,12 +131,15 @@ class Cluster:
         queues: str = "cronchain",
         concurrency: int = 2,
         loglevel: str = "INFO",
+        pool: str = "prefork",
     ) -> None:
         self.start_celery(
             name,
             "worker",
             "--queues",
             queues,
+            "--pool",
+            pool,
             "--concurrency",
             str(concurrency),
             "--loglevel",
@@ -136,6 +147,12 @@ class Cluster:
             "--hostname",
             f"{name}@%h",
         )
+
+    def start_work_worker(
+        self, name: str = "work", concurrency: int = 20, loglevel: str = "INFO"
+    ) -> None:
+        """The work path, as the README runs it: noop and http runs, on threads."""
+        self.start_worker(name, "cronchain.work", concurrency, loglevel, pool="threads")
 
     def wait_ready(self, name: str = "worker", timeout: float = 60) -> None:
         """Wait for celery's own "ready." line in the worker's log."""

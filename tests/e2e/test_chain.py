@@ -51,6 +51,7 @@ def cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster
 
 def run_jobs(cluster: Cluster, hits: HitCounter) -> None:
     cluster.start_worker()
+    cluster.start_work_worker()
     cluster.start_beat()
     cluster.wait_ready()
     cluster.cronchain("apply", str(job_file(cluster.folder / "jobs.yaml", hits.url, JOBS)))

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,11 @@ from scheduler.engine import Engine
 from scheduler.invokers import default_invokers
 from scheduler.messages import CeleryPort
 from tests import services
-from tests.e2e.harness import ROOT, WATCHDOG_INTERVAL, Cluster, database, wait_until
+from tests.e2e.harness import ROOT, WATCHDOG_INTERVAL, Cluster, Endpoint, database, wait_until
 from tests.services import RedisServer, redis_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
-WORKER_PROCESSES = 8  # the noop runs sleep in worker processes: room for all that overlap
+WORKER_PROCESSES = 8  # the etl queue's tasks (one sleeps a minute) beside the control path
 
 POLICIES = """
 project: overlap
@@ -71,6 +71,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, redis: RedisServer, pg: st
         PYTHONPATH=str(ROOT),
     )
     c.start_worker(queues="cronchain,etl", concurrency=WORKER_PROCESSES)
+    c.start_work_worker()
     c.start_beat()
     c.wait_ready()
     yield c
@@ -83,7 +84,7 @@ def sched(cluster: Cluster, redis: RedisServer, pg: str) -> Scheduler:
     app = Celery("test", broker=redis.url)
     app.conf.task_serializer = "json"
     port = CeleryPort(app, "cronchain")
-    engine = Engine(database(pg), port, default_invokers(port), grace=timedelta(seconds=2.5))
+    engine = Engine(database(pg), port, default_invokers(), grace=timedelta(seconds=2.5))
     return Scheduler(engine)
 
 
@@ -181,7 +182,7 @@ class Flaky:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = Endpoint(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -221,6 +222,39 @@ jobs:
     flaky.server.shutdown()
 
 
+def test_a_run_whose_queue_has_no_consumer_waits_and_runs_once_when_one_comes(
+    cluster: Cluster, sched: Scheduler, tmp_path: Path
+):
+    """Longer than its lease and than two watchdog intervals without a consumer: the
+    attempt is sent again, never failed; when a worker starts, its body runs once."""
+    apply(
+        cluster,
+        tmp_path,
+        f"""
+project: queue
+jobs:
+  - name: later
+    schedule: triggered
+    celery: {{task: sample.slow_once, queue: later, args: ["{tmp_path}", 0]}}
+    lease: 2s
+    retries: {{max_attempts: 2, backoff: 1s, jitter: 0}}
+""",
+    )
+    inv = sched.trigger("queue/later")["invocation"]
+    time.sleep(2 + 3 * WATCHDOG_INTERVAL)
+    waiting = sched.invocation(inv)
+    assert (waiting["status"], waiting["attempt"], waiting["worker"]) == ("RUNNING", 1, None)
+    assert "sent again" in cluster.log("worker")  # the watchdog's resend, and its warning
+    cluster.start_worker("later", queues="later", concurrency=2)
+    try:
+        [run] = settled(sched, "queue/later", 1, timeout=60)
+    finally:
+        cluster.kill("later")
+    assert (run["status"], run["attempt"], run["error"]) == ("SUCCEEDED", 1, None)
+    assert len((tmp_path / "runs").read_text().split()) == 1  # every other copy refused
+    assert not sched.invocation(inv)["attempts"]  # no attempt was failed for waiting
+
+
 def test_a_killed_worker_loses_its_lease_and_the_retry_runs_on_a_new_one(
     cluster: Cluster, sched: Scheduler, tmp_path: Path, redis: RedisServer
 ):
@@ -256,8 +290,12 @@ jobs:
     detail = sched.invocation(inv)
     assert (detail["status"], detail["attempt"]) == ("SUCCEEDED", 2)
     assert len((tmp_path / "runs").read_text().split()) == 2
+    shown = cluster.cronchain("history", "--invocation", str(inv))
+    assert "attempt 1: FAILED" in shown and "lease expired" in shown  # every attempt's reason
     # The first attempt's message is delivered again, to a worker that has not seen its
-    # revoke (revoked ids live in worker memory): the database fence refuses it.
+    # revoke (revoked ids live in worker memory, and a starting worker learns them from
+    # the others: none is left to tell it): the database fence refuses it.
+    cluster.kill("work", signal.SIGKILL)
     cluster.kill("worker", signal.SIGTERM)
     cluster.start_worker(queues="cronchain,etl", concurrency=WORKER_PROCESSES)
     cluster.wait_ready()

@@ -47,6 +47,7 @@ def test_flower_lists_cronchain_tasks(tmp_path: Path, pg_url: str):
                 "--basic-auth=ops:secret",
             )
             cluster.start_worker()
+            cluster.start_work_worker()
             cluster.cronchain("apply", str(job_file(tmp_path / "jobs.yaml", hits.url, 2)))
             base = f"http://127.0.0.1:{port}/api"
 

@@ -57,6 +57,7 @@ def history(url: str) -> dict[str, list[dict[str, Any]]]:
 
 def start(cluster: Cluster) -> None:
     cluster.start_worker()
+    cluster.start_work_worker()
     cluster.start_beat()
     cluster.wait_ready()
 

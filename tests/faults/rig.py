@@ -37,9 +37,10 @@ NOOP_JOBS = 50
 SLOW_JOBS = 3
 WATCHDOG_INTERVAL = 2.0
 LEASE = 3.0  # seconds; how long the rig must be quiet before nothing may be unfinished
-# cronchain's own tasks and the user's slow task run on workers of their own, as the
-# README advises: slow runs on cronchain's pool would delay every tick behind them.
-WORKERS = {"worker": "cronchain", "tasks": "slow"}
+# cronchain's control path, its work path (noop and http runs, on threads) and the
+# user's slow task run on workers of their own, as the README advises.
+WORKERS = {"worker": "cronchain", "work": "cronchain.work", "tasks": "slow"}
+POOLS = {"work": ("threads", 20)}  # the others: prefork, two processes
 SUMMARY: list[str] = []  # one line per fault, printed at the end of the run
 FINAL = ("SUCCEEDED", "SKIPPED", "FAILED", "ABORTED")
 
@@ -107,7 +108,10 @@ class Rig:
         """Start a worker and wait until it consumes (its log says "ready." once more)."""
         path = self.folder / f"{name}.log"
         before = path.read_text(errors="replace").count(" ready.") if path.exists() else 0
-        self.cluster.start_worker(name, queues=queues or WORKERS[name], concurrency=2)
+        pool, concurrency = POOLS.get(name, ("prefork", 2))
+        self.cluster.start_worker(
+            name, queues=queues or WORKERS[name], concurrency=concurrency, pool=pool
+        )
         wait_until(
             lambda: self.cluster.log(name).count(" ready.") > before, 60, f"{name} to be ready"
         )

@@ -18,7 +18,7 @@ from scheduler.db import make_engine
 from scheduler.engine import Engine
 from scheduler.errors import TransientError
 from scheduler.invokers import default_invokers
-from tests.conftest import Clock, RecordingPort
+from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import apply, job, make, rows
 
 pytestmark = pytest.mark.postgres
@@ -26,7 +26,7 @@ GRACE = timedelta(seconds=15)
 
 
 def batching_engine(db: sqlalchemy.Engine, clock: Clock, port: RecordingPort) -> Engine:
-    return Engine(db, port, default_invokers(port), grace=GRACE, clock=clock, batch=2)
+    return Engine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=2)
 
 
 def sent(port: RecordingPort) -> list[tuple[int, int]]:
@@ -44,10 +44,12 @@ def test_jobs_due_together_tick_together(db: sqlalchemy.Engine, clock: Clock):
 
     clock.advance(10)
     engine.tick_many(sent(port), start_here=True)
-    assert [(r["status"], r["slot"]) for r in rows(engine)] == [("SUCCEEDED", clock.now)] * 3
-    assert port.starts == []  # every run started in the batch's own task
+    assert port.starts == []  # every run was begun in the batch's own task
+    assert len(port.runs) == 3  # and sent to the work path
     assert [len(batch) for batch in port.batches] == [2]  # the next slot's ticks: together
     assert len(port.ticks) == 3
+    deliver_runs(engine, port)
+    assert [(r["status"], r["slot"]) for r in rows(engine)] == [("SUCCEEDED", clock.now)] * 3
 
 
 def test_each_tick_of_a_batch_is_checked_against_its_own_nonce(db: sqlalchemy.Engine, clock: Clock):
@@ -57,8 +59,10 @@ def test_each_tick_of_a_batch_is_checked_against_its_own_nonce(db: sqlalchemy.En
     clock.advance(10)
     (a, a_nonce), (b, b_nonce) = sent(port)
     engine.tick_many([(a, a_nonce), (b, b_nonce + 1), (a, a_nonce)], start_here=True)
+    deliver_runs(engine, port)
     assert [(r["job_id"], r["status"]) for r in rows(engine)] == [(a, "SUCCEEDED")]
     engine.tick_many([(a, a_nonce), (b, b_nonce)], start_here=True)  # a redelivery
+    deliver_runs(engine, port)
     assert [(r["job_id"], r["status"]) for r in rows(engine)] == [
         (a, "SUCCEEDED"),
         (b, "SUCCEEDED"),
@@ -83,7 +87,7 @@ class FailingEngine(Engine):
 
 def test_a_batch_cut_short_sends_what_it_committed(db: sqlalchemy.Engine, clock: Clock):
     port = RecordingPort()
-    engine = FailingEngine(db, port, default_invokers(port), grace=GRACE, clock=clock, batch=2)
+    engine = FailingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=2)
     apply(engine, make(name="a"), make(name="b"))
     clock.advance(10)
     ticks = sent(port)
@@ -108,21 +112,23 @@ def test_hops_end_on_a_whole_second_and_travel_together(engine: Engine, port: Re
     assert eta == (engine.clock() + engine.horizon).replace(microsecond=0)
 
 
-def test_a_fire_started_here_is_two_transactions(db: sqlalchemy.Engine, clock: Clock):
+def test_a_fire_started_here_is_three_transactions(db: sqlalchemy.Engine, clock: Clock):
     port = RecordingPort()
-    engine = FailingEngine(db, port, default_invokers(port), grace=GRACE, clock=clock, batch=2)
+    engine = FailingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=2)
     apply(engine, make(name="a"), make(name="b"))
     clock.advance(10)
     before = engine.transactions
     engine.tick_many(sent(port), start_here=True)
+    assert engine.transactions - before == 2  # the control path: one per tick
+    deliver_runs(engine, port)
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 2
-    assert engine.transactions - before == 4  # per fire: tick and start, then the outcome
+    assert engine.transactions - before == 6  # per fire: tick and start, claim, outcome
 
 
 def test_a_fire_started_here_writes_each_row_once(db: sqlalchemy.Engine, clock: Clock):
     """The tick's transaction locks the job, inserts the run already RUNNING and saves
-    the job once; the outcome's locks the job and the run in one statement and updates
-    both."""
+    the job once; the claim locks the run and updates it; the outcome's locks the job
+    and the run in one statement and updates both."""
     port = RecordingPort()
     engine = batching_engine(db, clock, port)
     apply(engine, make(name="a"))
@@ -137,11 +143,13 @@ def test_a_fire_started_here_writes_each_row_once(db: sqlalchemy.Engine, clock: 
     sqlalchemy.event.listen(db, "before_cursor_execute", count)
     try:
         engine.tick_many(sent(port), start_here=True)
+        deliver_runs(engine, port)
     finally:
         sqlalchemy.event.remove(db, "before_cursor_execute", count)
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"]
-    tick, outcome = ["SELECT", "INSERT", "UPDATE"], ["SELECT", "UPDATE", "UPDATE"]
-    assert statements == tick + outcome
+    tick, claim = ["SELECT", "INSERT", "UPDATE"], ["SELECT", "UPDATE"]
+    outcome = ["SELECT", "UPDATE", "UPDATE"]
+    assert statements == tick + claim + outcome
 
 
 def test_one_statement_locks_the_job_before_the_run(pg_url: str, clock: Clock):
@@ -182,7 +190,7 @@ def test_ticks_due_within_the_slack_share_a_message(db: sqlalchemy.Engine, clock
     seconds stay whole."""
     port = RecordingPort()
     slack = timedelta(milliseconds=20)
-    engine = Engine(db, port, default_invokers(port), grace=GRACE, clock=clock, slack=slack)
+    engine = Engine(db, port, default_invokers(), grace=GRACE, clock=clock, slack=slack)
     offsets = {"a": 3, "b": 17, "c": 23, "d": 0}
     apply(
         engine,

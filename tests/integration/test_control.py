@@ -17,7 +17,7 @@ from scheduler.invokers import Call, Outcome, default_invokers
 from scheduler.models import invocations
 from scheduler.spec import JobSpec
 from statemachine import InvocationStatus
-from tests.conftest import Clock, RecordingPort
+from tests.conftest import Clock, RecordingPort, WorkerDied, deliver_runs
 from tests.integration.test_engine import deliver_ticks, job
 
 pytestmark = pytest.mark.postgres
@@ -25,25 +25,26 @@ S = InvocationStatus
 
 
 class Scripted:
-    """A single-stage invoker that answers from a script: one outcome per attempt, or
-    None to hang like a worker that died."""
-
-    single_stage = True
+    """A work-path invoker that answers from a script: one outcome per attempt, or None
+    to hang like a worker that died."""
 
     def __init__(self, *outcomes: Outcome | None):
         self.outcomes = list(outcomes)
         self.calls: list[Call] = []
 
-    def invoke(self, call: Call) -> Outcome | None:
+    def invoke(self, call: Call) -> Outcome:
         self.calls.append(call)
-        return self.outcomes.pop(0) if self.outcomes else Outcome(S.SUCCEEDED)
+        outcome = self.outcomes.pop(0) if self.outcomes else Outcome(S.SUCCEEDED)
+        if outcome is None:
+            raise WorkerDied
+        return outcome
 
 
 def engine_with(
     db: sqlalchemy.Engine, clock: Clock, invoker: Any = None
 ) -> tuple[Engine, RecordingPort]:
     port = RecordingPort()
-    invokers = default_invokers(port)
+    invokers = default_invokers()
     if invoker is not None:
         invokers["noop"] = invoker
     engine = Engine(db, port, invokers, grace=timedelta(seconds=15), clock=clock, rand=lambda: 0.5)
@@ -73,13 +74,22 @@ def rows(engine: Engine, name: str | None = None) -> list[dict[str, Any]]:
 
 
 def deliver(engine: Engine, port: RecordingPort, clock: Clock | None = None) -> int:
-    """Deliver the start messages whose ETA has come; returns how many."""
+    """Deliver the start messages whose ETA has come, then the runs sent to the work
+    path; returns how many starts."""
     due = [m for m in port.start_messages if clock is None or m[2] is None or m[2] <= clock.now]
     for m in due:
         port.start_messages.remove(m)
         engine.start_invocation(m[0], m[1])
     port.starts.clear()
+    deliver_runs(engine, port)
     return len(due)
+
+
+def claim_tasks(engine: Engine, port: RecordingPort) -> None:
+    """What the user's worker does before a ``celery`` attempt's task body runs."""
+    for call in port.runs:
+        assert engine.claim(call.invocation_id, call.attempt, "celery@test") is not None
+    port.runs.clear()
 
 
 def fire(engine: Engine, port: RecordingPort, clock: Clock, slots: int) -> None:
@@ -147,6 +157,8 @@ def test_a_run_past_its_timeout_fails_and_its_celery_task_is_revoked(
     add(engine, spec(kind="celery", options={"task": "etl.run"}, timeout="30s", lease="60s"))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
+    clock.advance(5)  # in the queue: the timeout counts from the claim
+    claim_tasks(engine, port)
     assert rows(engine)[0]["deadline"] == clock.now + timedelta(seconds=30)
     clock.advance(31)
     assert watchdog.run_once(engine).expired == 1
@@ -162,6 +174,7 @@ def test_abort_ends_the_running_invocation_and_revokes_its_task(
     add(engine, spec(kind="celery", options={"task": "etl.run"}))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
+    claim_tasks(engine, port)
     assert Scheduler(engine).abort("p/a") == [inv]
     row = rows(engine)[0]
     assert (row["status"], row["reason"]) == ("ABORTED", "aborted")

@@ -17,7 +17,7 @@ from scheduler.engine import Engine
 from scheduler.invokers import Call, Outcome
 from scheduler.spec import JobSpec
 from statemachine import InvocationStatus
-from tests.conftest import Clock, RecordingPort
+from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.services import PostgresServer, postgres_server
 
 pytestmark = pytest.mark.postgres
@@ -45,9 +45,7 @@ class RestartingInvoker:
         self.server = server
         self.mode = mode
 
-    single_stage = True
-
-    def invoke(self, call: Call) -> Outcome | None:
+    def invoke(self, call: Call) -> Outcome:
         self.server.stop(self.mode)
         threading.Timer(1.5, self.server.start).start()
         return Outcome(InvocationStatus.SUCCEEDED)
@@ -68,7 +66,8 @@ def test_an_outcome_survives_a_database_restart(
     sched = Scheduler(engine)
     sched.apply([JobSpec("p", "a", "triggered")], project="p")
     invocation = sched.trigger("p/a")["invocation"]
-    engine.start_invocation(invocation)  # the database goes away during the run
+    engine.start_invocation(invocation)
+    deliver_runs(engine, port)  # the database goes away during the run
     [run] = sched.history("p/a")
     assert (run["id"], run["status"], run["error"]) == (invocation, "SUCCEEDED", None)
     assert sched.jobs()[0]["state"] == "SCHEDULED"

@@ -18,7 +18,7 @@ from scheduler.invokers import Call, Outcome, default_invokers
 from scheduler.models import invocations, jobs
 from scheduler.spec import JobSpec
 from statemachine import InvalidTransition, InvocationStatus
-from tests.conftest import Clock, RecordingPort
+from tests.conftest import Clock, RecordingPort, WorkerDied, deliver_runs
 
 pytestmark = pytest.mark.postgres
 
@@ -52,10 +52,12 @@ def deliver_ticks(engine: Engine, port: RecordingPort) -> None:
 
 
 def deliver_starts(engine: Engine, port: RecordingPort) -> None:
+    """Deliver the start messages, then the runs they sent to the work path."""
     starts = list(port.starts)
     port.starts.clear()
     for invocation_id in starts:
         engine.start_invocation(invocation_id)
+    deliver_runs(engine, port)
 
 
 def test_apply_commits_the_job_then_sends_its_first_tick(
@@ -82,24 +84,33 @@ def test_one_fire_is_one_tick_and_one_start(engine: Engine, port: RecordingPort,
     assert job(engine).snapshot.tick_at == clock.now + timedelta(seconds=10)
 
 
-def test_the_worker_starts_a_run_where_its_tick_ran(
+def test_the_tick_begins_its_run_and_sends_it_to_the_work_path(
     db: sqlalchemy.Engine, port: RecordingPort, clock: Clock
 ):
-    engine = Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
-    apply(engine, make())
+    engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
+    apply(engine, make(sleep=5))
     clock.advance(10)
     [(job_id, nonce, _)] = port.ticks
-    engine.tick(job_id, nonce, start_here=True)
+    engine.tick(job_id, nonce, start_here=True)  # returns at once: the run is not made here
     [inv] = rows(engine)
-    assert (inv["status"], inv["slot"]) == ("SUCCEEDED", clock.now)
-    assert port.starts == []  # no start message: the run started in this process
+    assert (inv["status"], inv["attempt"], inv["worker"]) == ("RUNNING", 1, None)  # unclaimed
+    assert port.starts == []  # no start message: the tick began the run
+    assert [(c.invocation_id, c.attempt, c.kind) for c in port.runs] == [(inv["id"], 1, "noop")]
+    clock.advance(0.5)
+    make_instant = update(jobs).values(spec={"noop": {"sleep": 0, "fail": False}})
+    with engine.transaction() as conn:
+        conn.execute(make_instant)
+    deliver_runs(engine, port)
+    [inv] = rows(engine)
+    assert (inv["status"], inv["worker"]) == ("SUCCEEDED", "work@test")
+    assert inv["started_at"] == clock.now  # claimed now: the lease counts from here
 
 
 def test_a_run_started_here_commits_with_its_tick(
     db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ):
     port = RecordingPort()
-    engine = Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
+    engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
     apply(engine, make())
     clock.advance(10)
     [(job_id, nonce, _)] = port.ticks
@@ -117,6 +128,7 @@ def test_a_run_started_here_commits_with_its_tick(
 
     monkeypatch.setattr(store, "save_job", save_job)
     engine.tick(job_id, nonce, start_here=True)
+    deliver_runs(engine, port)
     [inv] = rows(engine)
     assert (inv["status"], inv["slot"], inv["attempt"]) == ("SUCCEEDED", clock.now, 1)
 
@@ -239,12 +251,10 @@ def test_a_lost_start_is_sent_again(engine: Engine, port: RecordingPort, clock: 
 
 
 class HangingInvoker:
-    """Launches and never reports, like a worker that died mid-run."""
+    """Claims and never reports, like a worker that died mid-run."""
 
-    single_stage = True
-
-    def invoke(self, call: Call) -> Outcome | None:
-        return None
+    def invoke(self, call: Call) -> Outcome:
+        raise WorkerDied
 
 
 def test_a_lapsed_lease_fails_the_run_and_frees_the_job(db: sqlalchemy.Engine, clock: Clock):
@@ -384,7 +394,7 @@ class CommittedCheckingPort(RecordingPort):
 
 def test_every_message_is_sent_after_its_state_is_committed(db: sqlalchemy.Engine, clock: Clock):
     port = CommittedCheckingPort(db)
-    engine = Engine(db, port, default_invokers(port), grace=timedelta(seconds=15), clock=clock)
+    engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
     apply(engine, make())
     for _ in range(3):
         clock.advance(10)

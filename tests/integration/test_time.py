@@ -12,7 +12,7 @@ from scheduler import watchdog
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
 from scheduler.spec import JobSpec
-from tests.conftest import Clock, RecordingPort
+from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import deliver_starts, deliver_ticks, job, rows
 
 pytestmark = pytest.mark.postgres
@@ -175,6 +175,7 @@ def test_backfill_keeps_max_concurrent_in_flight(engine: Engine, port: Recording
     while port.starts:
         in_flight.append(sum(r["status"] in ("STARTING", "RUNNING") for r in rows(engine)))
         engine.start_invocation(port.starts.pop(0))
+        deliver_runs(engine, port)
     assert max(in_flight) == 3 and len(in_flight) == 10
 
 

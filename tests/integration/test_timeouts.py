@@ -1,0 +1,103 @@
+"""The three timeouts, each with its own name and reason: schedule-to-start (waiting for a
+worker to claim the attempt), the lease (from the claim) and the run's timeout (from the
+claim). An attempt that waits is sent again, never failed for waiting."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import sqlalchemy
+
+from scheduler import watchdog
+from scheduler.api import Scheduler
+from scheduler.invokers import SUCCEEDED
+from tests.conftest import Clock, deliver_runs
+from tests.integration.test_control import add, deliver, engine_with, rows, spec
+
+pytestmark = pytest.mark.postgres
+CELERY = dict(kind="celery", options={"task": "etl.run", "queue": "etl"})
+
+
+def test_an_attempt_no_worker_takes_is_sent_again_under_the_same_number(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """Its queue has no consumer for far longer than its lease: the watchdog sends it
+    again, each time after waiting as long as it has waited, and never fails it."""
+    engine, port = engine_with(db, clock)
+    add(engine, spec(lease="6s", retries={"max_attempts": 2}, **CELERY))
+    inv = Scheduler(engine).trigger("p/a")["invocation"]
+    deliver(engine, port)
+    assert [(c.invocation_id, c.attempt) for c in port.runs] == [(inv, 1)]
+    port.runs.clear()
+    resent_at = []
+    for _ in range(60):  # ten minutes, far past the 6 s lease
+        clock.advance(10)
+        if watchdog.run_once(engine).resent:
+            resent_at.append(clock.now)
+    assert [(c.invocation_id, c.attempt) for c in port.runs] == [(inv, 1)] * len(resent_at)
+    assert 4 <= len(resent_at) <= 7  # 15 s, then each wait about doubles: not 60 copies
+    [row] = rows(engine)
+    assert (row["status"], row["attempt"], row["worker"]) == ("RUNNING", 1, None)
+    assert port.revoked == []
+
+    clock.advance(1)
+    # A consumer starts at last: the first copy claims the attempt, the others are refused.
+    claims = [engine.claim(c.invocation_id, c.attempt, "celery@test") for c in port.runs]
+    assert [c is not None for c in claims] == [True] + [False] * (len(claims) - 1)
+    [row] = rows(engine)
+    assert row["deadline"] == clock.now + timedelta(seconds=6)  # the lease counts from here
+    assert engine.finish_invocation(inv, SUCCEEDED, attempt=1)
+    [row] = rows(engine)
+    assert (row["status"], row["attempt"], row["attempts"]) == ("SUCCEEDED", 1, None)
+
+
+def test_schedule_to_start_ends_an_attempt_nobody_took_without_a_retry(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = engine_with(db, clock)
+    add(engine, spec(schedule_to_start="1m", retries={"max_attempts": 3}, **CELERY))
+    inv = Scheduler(engine).trigger("p/a")["invocation"]
+    deliver(engine, port)
+    for _ in range(7):
+        clock.advance(10)
+        watchdog.run_once(engine)
+    [row] = rows(engine)
+    assert (row["status"], row["reason"], row["attempt"]) == ("FAILED", "schedule_to_start", 1)
+    assert "within 0:01:00" in row["error"]
+    assert port.starts == [] and port.revoked == []  # no retry; no task to stop
+    assert engine.claim(inv, 1, "celery@late") is None  # a late delivery is fenced off
+
+
+def test_a_run_claimed_late_has_its_whole_timeout(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock)
+    add(engine, spec(timeout="30s", lease="60s", **CELERY))
+    Scheduler(engine).trigger("p/a")
+    deliver(engine, port)
+    clock.advance(40)  # longer than the timeout, waiting in the queue
+    assert watchdog.run_once(engine).resent == 1
+    clock.advance(1)
+    assert engine.claim(port.runs[0].invocation_id, 1, "celery@test") is not None
+    [row] = rows(engine)
+    assert (row["status"], row["timeout_at"]) == ("RUNNING", clock.now + timedelta(seconds=30))
+    clock.advance(31)
+    assert watchdog.run_once(engine).expired == 1
+    [row] = rows(engine)
+    assert (row["status"], row["reason"]) == ("FAILED", "timeout")
+
+
+def test_a_work_path_run_waits_for_its_worker_too(db: sqlalchemy.Engine, clock: Clock):
+    """A noop run sent while no work-path worker runs is sent again, and runs when one
+    comes: its lease was never counted while it waited."""
+    engine, port = engine_with(db, clock)
+    add(engine, spec(lease="5s"))
+    Scheduler(engine).trigger("p/a")
+    engine.start_invocation(port.starts.pop())
+    for _ in range(12):  # two minutes without a work-path worker
+        clock.advance(10)
+        watchdog.run_once(engine)
+    assert rows(engine)[0]["status"] == "RUNNING"
+    assert deliver_runs(engine, port) >= 2  # the first copy runs it, the others are fenced
+    [row] = rows(engine)
+    assert (row["status"], row["attempt"]) == ("SUCCEEDED", 1)
+    assert row["log"].count("claimed by") == 1
