@@ -30,6 +30,14 @@ class Lease:
     length: timedelta
     lost: threading.Event = field(default_factory=threading.Event)
     due: datetime | None = None
+    failures: int = 0  # renewals in a row that could not reach the database
+
+
+def retry_delay(failures: int, length: timedelta) -> timedelta:
+    """How long after its ``failures``-th failed renewal in a row a lease is tried again:
+    from a quarter second, doubling, never more than the usual third of its length, so
+    that a database outage costs a few attempts per lease rather than a busy loop."""
+    return min(timedelta(seconds=0.25 * 2 ** min(failures - 1, 16)), length / 3)
 
 
 class Leases:
@@ -73,9 +81,17 @@ class Leases:
                 )
                 if current and note:
                     store.append_log(conn, lease.invocation_id, now, note)
-        except Exception as err:  # the database is away: try again at the next beat
-            log.warning("renewing the lease of invocation %s: %s", lease.invocation_id, err)
+        except Exception as err:  # the database is away: try again, less and less often
+            lease.failures += 1
+            lease.due = now + retry_delay(lease.failures, lease.length)
+            log.warning(
+                "renewing the lease of invocation %s: %s; again in %.1f s",
+                lease.invocation_id,
+                err,
+                (lease.due - now).total_seconds(),
+            )
             return not lease.lost.is_set()
+        lease.failures = 0
         if not current:
             lease.lost.set()
             self.release(lease)
