@@ -29,11 +29,11 @@ from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
 from scheduler import backfill as backfills
-from scheduler import debuglog, store
+from scheduler import debuglog, revokes, store
 from scheduler.controls import controls_of
 from scheduler.db import write_transaction
 from scheduler.errors import TransientError
-from scheduler.invokers import Invoker, celery_task_id
+from scheduler.invokers import Invoker
 from scheduler.leases import Leases
 from scheduler.outbox import Fed, Message, Port, SendRevoke, SendRun, SendStart, SendTick
 from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Runs
@@ -387,13 +387,15 @@ class Engine(Runs):
                 log=debuglog.append(inv.log, now, error),
             )
             if inv.status == RUNNING and job.kind == "celery" and inv.worker is not None:
-                messages.append(SendRevoke(celery_task_id(inv.id, inv.attempt)))
+                messages.append(self.revoke(conn, inv, now))
         return messages
 
     def send(self, messages: list[Message]) -> None:
         """Send after commit. A failed send is logged, not raised: the state is committed
-        and the watchdog repeats the step when its deadline lapses."""
+        and the watchdog repeats the step when its deadline lapses (a revoke: when its
+        row in ``revokes`` is due), so a revoke that was sent is forgotten."""
         ticks: dict[datetime, list[tuple[int, int]]] = {}
+        revoked: list[str] = []
         for message in messages:
             try:
                 match message:
@@ -405,6 +407,7 @@ class Engine(Runs):
                         self.port.run(call)
                     case SendRevoke(task_id=task_id):
                         self.port.revoke(task_id)
+                        revoked.append(task_id)
                     case _:
                         raise AssertionError(f"unknown message {message!r}")
             except AssertionError:
@@ -413,6 +416,15 @@ class Engine(Runs):
                 log.exception("could not send %s; the watchdog will repeat it", message)
         for eta, pairs in ticks.items():
             self._send_ticks(pairs, eta)
+        if revoked:
+            self._forget_revokes(revoked)
+
+    def _forget_revokes(self, task_ids: list[str]) -> None:
+        try:
+            with self.transaction() as conn:
+                revokes.forget(conn, task_ids)
+        except TransientError as err:  # sent again when due: a second revoke is harmless
+            log.warning("could not forget the revokes sent of %s: %s", task_ids, err)
 
     def _send_ticks(self, pairs: list[tuple[int, int]], eta: datetime) -> None:
         """Ticks due at the same instant go in batches of at most ``batch``: one message

@@ -175,3 +175,19 @@ job_changes = Table(
     CheckConstraint(_one_of("change", JOB_CHANGES), name="change"),
 )
 Index("ix_job_changes_job_id_at", job_changes.c.job_id, job_changes.c.at)
+
+# A celery task that cronchain ended (abort, timeout, lapsed lease) is revoked after the
+# commit that ended it. The row, written in that commit, is the promise: it is deleted
+# once the revoke is sent or the task has ended, and the watchdog sends what is due.
+revokes = Table(
+    "revokes",
+    metadata,
+    Column("task_id", String(200), primary_key=True),
+    Column(
+        "invocation_id",
+        BigInteger().with_variant(Integer, "sqlite"),
+        ForeignKey("invocations.id", ondelete="CASCADE"),
+    ),
+    Column("due_at", UTCDateTime, nullable=False),
+)
+Index("ix_revokes_due_at", revokes.c.due_at)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from scheduler import backfill, debuglog, store
+from scheduler import backfill, debuglog, revokes, store
 from scheduler.controls import controls_of
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Invoker, Outcome, celery_task_id
@@ -195,6 +195,8 @@ class Runs:
             locked = self.lock(conn, invocation_id, job_id)
             inv = locked and locked[0]
             if locked is None or inv.status != RUNNING or attempt not in (None, inv.attempt):
+                if attempt is not None:  # that attempt's task has ended: no need to stop it
+                    revokes.forget(conn, [celery_task_id(invocation_id, attempt)])
                 log.info(
                     "outcome %s of invocation %s attempt %s ignored: it is %s (attempt %s)",
                     outcome.status,
@@ -225,7 +227,7 @@ class Runs:
             text = debuglog.append(text, now, line)
         controls = controls_of(job)
         revoke = (
-            [SendRevoke(celery_task_id(inv.id, inv.attempt))]
+            [self.revoke(conn, inv, now)]
             if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE
             else []
         )
@@ -283,6 +285,14 @@ class Runs:
             for target in controls.triggers:
                 fed.messages += self._trigger_other(conn, job, target, inv.id, now)
         return fed
+
+    def revoke(self, conn: Connection, inv: InvocationRow, now: datetime) -> SendRevoke:
+        """Stop the task of ``inv``'s current attempt, which cronchain ended. Recorded in
+        ``conn``'s transaction, so that a revoke that cannot be sent now is sent by the
+        watchdog later, until it is sent or the task reports that it has ended."""
+        task_id = celery_task_id(inv.id, inv.attempt)
+        revokes.record(conn, task_id, inv.id, now + self.grace)
+        return SendRevoke(task_id)
 
     def _trigger_other(
         self, conn: Connection, source: JobRow, target: str, invocation_id: int, now: datetime

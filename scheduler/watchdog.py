@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from scheduler import store
-from scheduler.engine import Engine, Message, SendStart
+from scheduler import revokes, store
+from scheduler.engine import Engine, Message, SendRevoke, SendStart
 from statemachine import Repair
 
 BATCH = 500
@@ -23,16 +23,18 @@ BATCH = 500
 @dataclass(frozen=True)
 class WatchdogReport:
     """What one pass repaired: ticks re-sent, starts re-sent, attempts ended (a lease or
-    a timeout lapsed), attempts that no worker had claimed sent again."""
+    a timeout lapsed), attempts that no worker had claimed sent again, revokes sent
+    again."""
 
     ticks: int = 0
     starts: int = 0
     expired: int = 0
     resent: int = 0
+    revokes: int = 0
 
     @property
     def repairs(self) -> int:
-        return self.ticks + self.starts + self.expired + self.resent
+        return self.ticks + self.starts + self.expired + self.resent + self.revokes
 
     def __add__(self, other: WatchdogReport) -> WatchdogReport:
         return WatchdogReport(
@@ -40,6 +42,7 @@ class WatchdogReport:
             self.starts + other.starts,
             self.expired + other.expired,
             self.resent + other.resent,
+            self.revokes + other.revokes,
         )
 
 
@@ -54,7 +57,8 @@ def sweep(
     while True:
         report = run_once(engine, limit, backlog)
         total += report
-        full = max(report.ticks, report.starts, report.expired + report.resent) >= limit
+        most = max(report.ticks, report.starts, report.expired + report.resent, report.revokes)
+        full = most >= limit
         if not full or time.monotonic() >= deadline:
             return total
 
@@ -81,6 +85,9 @@ def run_once(
         store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.repair_grace)
         messages += [SendStart(inv.id, inv.attempt + 1) for inv in starts]
         lapsed = store.lapsed_runs(conn, now, limit)
+        # Revokes not sent yet: the send forgets each that goes out.
+        due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
+        messages += [SendRevoke(task_id) for task_id in due]
     engine.send(messages)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.
@@ -90,6 +97,7 @@ def run_once(
         starts=len(starts),
         expired=repaired["expired"],
         resent=repaired["resent"],
+        revokes=len(due),
     )
 
 

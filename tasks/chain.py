@@ -144,4 +144,5 @@ def watchdog(self: Task) -> dict[str, int]:
         "starts": report.starts,
         "expired": report.expired,
         "resent": report.resent,
+        "revokes": report.revokes,
     }

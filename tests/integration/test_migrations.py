@@ -28,7 +28,7 @@ def test_up_down_up_matches_the_models(db: sqlalchemy.Engine):
     downgrade(db, "base")
     assert tables(db) == set()
     upgrade(db)
-    assert tables(db) == {"jobs", "invocations", "job_changes"}
+    assert tables(db) == {"jobs", "invocations", "job_changes", "revokes"}
     assert differences(db) == []
 
 
