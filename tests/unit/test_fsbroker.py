@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from time import monotonic
 
 import pytest
-from kombu import Connection
+from kombu import Connection, Queue
+from kombu.asynchronous import Hub
+from kombu.message import Message
 
 import scheduler.fsbroker  # noqa: F401  (registers the transport)
 
@@ -46,3 +49,31 @@ def test_an_unreadable_or_unfinished_message_is_not_fatal(connection, tmp_path, 
     assert queue.get(timeout=1).payload == {"n": 2}
     assert not broken.exists()
     assert staging.exists()
+
+
+def test_a_worker_event_loop_polls_the_folder_and_stops_when_closed(connection, queue_name):  # type: ignore[no-untyped-def]
+    """Celery gives a worker its event loop and asynchronous pool only on a transport that
+    says it is asynchronous (scheduler.fsbroker.Transport says why that matters); the
+    loop must then deliver the folder's messages, and stop polling with the connection."""
+    assert connection.transport.implements.asynchronous
+    received: list[dict[str, int]] = []
+
+    def on_message(body: dict[str, int], message: Message) -> None:
+        received.append(body)
+        message.ack()
+
+    hub = Hub()
+    queue = Queue(queue_name)
+    with connection.Consumer(queue, callbacks=[on_message]):
+        connection.transport.register_with_event_loop(connection.connection, hub)
+        with connection.Producer() as producer:
+            for n in range(3):
+                producer.publish({"n": n}, routing_key=queue_name, declare=[queue])
+        loop = hub.create_loop()
+        deadline = monotonic() + 5
+        while len(received) < 3 and monotonic() < deadline:
+            next(loop)
+        # Names sort by millisecond, then at random: no order within a millisecond.
+        assert sorted(r["n"] for r in received) == [0, 1, 2]
+        connection.transport.close_connection(connection.connection)
+        assert [s.entry.canceled for s in hub.timer.queue] == [True]
