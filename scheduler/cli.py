@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -45,6 +44,12 @@ def _time(text: str) -> datetime:
     if value.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add Z or an offset")
     return value.astimezone(UTC)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
 
 
 def _print(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
@@ -227,8 +232,14 @@ def _offset(delta: timedelta) -> str:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """Migrate, apply the given job files, then run worker and beat in one process tree."""
+    """Migrate, apply the given job files, then run both paths until stopped: the control
+    path (a worker with beat embedded) and the work path (a worker of threads).
+
+    Exit status: 0 when SIGINT or SIGTERM, to ``up`` alone or to its process group,
+    stopped both paths (in time, or by force at the third signal); 1 when a path exited
+    on its own or did not stop in time (scheduler.supervise)."""
     from scheduler.settings import Settings
+    from scheduler.supervise import supervise
 
     settings = Settings.from_env()
     sched = _scheduler()
@@ -239,25 +250,30 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"{path}: created {len(report.created)}, updated {len(report.updated)}, "
             f"disabled {len(report.disabled)}, unchanged {len(report.unchanged)}"
         )
+    # Beat keeps its schedule file there, whichever the database and broker.
+    settings.home.mkdir(parents=True, exist_ok=True)
     queues = ",".join([settings.queue, *args.queues])
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "tasks",
-        "worker",
-        "--beat",
-        "--queues",
-        queues,
-        "--concurrency",
-        str(args.concurrency),
-        "--loglevel",
-        args.loglevel,
-    ]
-    print(f"cronchain: database {settings.database_url}, broker {settings.broker_url}", flush=True)
-    os.execv(sys.executable, command)
-    return 0  # not reached
+    threads = args.work_concurrency or settings.work_concurrency
+    celery = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", args.loglevel]
+    commands = {
+        "control": [
+            *celery,
+            *("--beat", "--queues", queues, "--concurrency", str(args.concurrency)),
+            *("--hostname", "control@%h"),
+        ],
+        "work": [
+            *celery,
+            *("--queues", settings.work_queue, "--pool", "threads"),
+            *("--concurrency", str(threads), "--hostname", "work@%h"),
+        ],
+    }
+    print(f"cronchain: database {settings.database_url}, broker {settings.broker_url}")
+    print(
+        f"cronchain: control path on {queues} (prefork, {args.concurrency} processes, beat); "
+        f"work path on {settings.work_queue} (threads, {threads})",
+        flush=True,
+    )
+    return supervise(commands)
 
 
 # --- the parser ------------------------------------------------------------------------
@@ -335,14 +351,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--count", type=int, default=5)
     c.add_argument("--json", action="store_true")
 
-    c = command("up", cmd_up, "migrate, apply job files, run worker and beat together")
+    c = command("up", cmd_up, "migrate, apply job files, run both paths' workers and beat")
     c.add_argument("files", nargs="*", metavar="FILE", help="job files to apply first")
-    c.add_argument("--concurrency", type=int, default=2)
+    c.add_argument("--concurrency", type=int, default=2, help="processes of the control path")
     c.add_argument(
         "--queues",
         type=lambda s: s.split(","),
         default=[],
-        help="more queues for this worker (for celery jobs), comma-separated",
+        help="more queues for the control path's worker (for celery jobs), comma-separated",
+    )
+    c.add_argument(
+        "--work-concurrency",
+        type=_positive,
+        metavar="N",
+        help="threads of the work path (default CRONCHAIN_WORK_CONCURRENCY, or 100)",
     )
     c.add_argument("--loglevel", default="INFO")
     return p
