@@ -6,7 +6,8 @@
   on to another origin.
 - ``accept`` lists the status codes that succeed (default ``2xx``).
 - The invocation id goes out as ``Idempotency-Key`` (the same on every attempt, so the
-  endpoint can deduplicate retries) and ``X-Cronchain-Invocation``.
+  endpoint can deduplicate retries) and ``X-Cronchain-Invocation``; the attempt's
+  number as ``X-Cronchain-Attempt``.
 - Secret header values (``{secret: ...}`` or ``{env: NAME}``) are replaced by
   ``[secret]`` in everything written to history and logs, response bodies included.
 """
@@ -130,6 +131,7 @@ class HttpInvoker:
             request.add_header(name, value)
         request.add_header("Idempotency-Key", f"cronchain-{call.invocation_id}")
         request.add_header("X-Cronchain-Invocation", str(call.invocation_id))
+        request.add_header("X-Cronchain-Attempt", str(call.attempt))
         secret_names = {n for n, v in o["headers"].items() if not isinstance(v, str)}
         opener = _opener(self.allow, o.get("max_redirects", DEFAULT_REDIRECTS), secret_names)
         answer = _send(opener, request, timeout)

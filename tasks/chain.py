@@ -85,9 +85,9 @@ def _say_what_is_missing(sender: Any, **_: Any) -> None:
     consumed = set(sender.app.amqp.queues.consume_from or ())
     if settings.queue in consumed and settings.work_queue not in consumed:
         log.warning(
-            "this worker consumes %s but not %s: noop and http runs need a worker of the"
-            " work path (celery -A tasks worker --queues %s --pool threads --concurrency %s)",
-            settings.queue,
+            "this worker does not consume %s, where noop and http runs go: they wait until"
+            " a worker of the work path takes them (cronchain up starts one; elsewhere run"
+            " celery -A tasks worker --queues %s --pool threads --concurrency %s)",
             settings.work_queue,
             settings.work_queue,
             settings.work_concurrency,

@@ -1,9 +1,10 @@
 """One private deployment per fault test, the faults themselves, and the ledger.
 
 A rig is a PostgreSQL cluster and a Redis server of the test's own (so it can kill them),
-a celery worker and beat as real processes, 50 noop jobs firing every 1 s or 2 s and a
-few slow ``celery`` jobs. A fault is a function of the rig; the ledger then checks the
-whole window against each job's own schedule.
+celery workers (control path, work path, the user's queue) and beat as real processes,
+50 noop jobs firing every 1 s or 2 s, a few slow ``celery`` jobs and a few slow ``http``
+jobs against an endpoint of the rig's own. A fault is a function of the rig; the ledger
+then checks the whole window against each job's own schedule.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import redis
 import sqlalchemy
@@ -30,11 +34,12 @@ from migrations import upgrade
 from scheduler.db import make_engine
 from scheduler.models import UTCDateTime, invocations, jobs
 from scheduler.schedules import parse_schedule
-from tests.e2e.harness import ROOT, Cluster, now, wait_until
+from tests.e2e.harness import ROOT, Cluster, Endpoint, now, wait_until
 from tests.services import PostgresServer, RedisServer
 
 NOOP_JOBS = 50
 SLOW_JOBS = 3
+HTTP_JOBS = 3  # http runs of 1.5 s against an endpoint of the rig's own, on the work path
 WATCHDOG_INTERVAL = 2.0
 LEASE = 3.0  # seconds; how long the rig must be quiet before nothing may be unfinished
 # cronchain's control path, its work path (noop and http runs, on threads) and the
@@ -45,7 +50,42 @@ SUMMARY: list[str] = []  # one line per fault, printed at the end of the run
 FINAL = ("SUCCEEDED", "SKIPPED", "FAILED", "ABORTED")
 
 
-def job_file(path: Path, slow_log: Path) -> Path:
+class SlowEndpoint:
+    """An HTTP endpoint that answers after 1.5 s and counts the calls of each attempt
+    (a call made twice for one attempt is a duplicate; a retry is a new attempt)."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[tuple[str, str]] = Counter()
+        lock = threading.Lock()
+        calls = self.calls
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                with lock:
+                    key = (
+                        self.headers["X-Cronchain-Invocation"],
+                        self.headers["X-Cronchain-Attempt"],
+                    )
+                    calls[key] += 1
+                time.sleep(1.5)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = Endpoint(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/slow"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def job_file(path: Path, slow_log: Path, slow_url: str) -> Path:
     controls = {"lease": f"{LEASE:g}s", "retries": {"max_attempts": 5, "backoff": "1s"}}
     specs = [
         {"name": f"noop{i:02d}", "schedule": f"every {1 + i % 2}s", "noop": {}, **controls}
@@ -63,6 +103,15 @@ def job_file(path: Path, slow_log: Path) -> Path:
             **controls,
         }
         for i in range(SLOW_JOBS)
+    ]
+    specs += [
+        {
+            "name": f"http{i}",
+            "schedule": "every 2s",
+            "http": {"url": slow_url, "method": "POST", "timeout": "10s"},
+            **controls,
+        }
+        for i in range(HTTP_JOBS)
     ]
     path.write_text(json.dumps({"project": "faults", "jobs": specs}))  # JSON is YAML
     return path
@@ -87,13 +136,15 @@ class Rig:
             PYTHONPATH=str(ROOT),
         )
         self.db = make_engine(self.pg.url)
+        self.endpoint = SlowEndpoint()
 
     def up(self) -> None:
         """Migrate, start a worker and beat, apply the jobs, and let them run a while."""
         upgrade(self.db)
         self.start_beat()
         self.start_workers()
-        self.cluster.cronchain("apply", str(job_file(self.folder / "jobs.yaml", self.slow_log)))
+        jobs_file = job_file(self.folder / "jobs.yaml", self.slow_log, self.endpoint.url)
+        self.cluster.cronchain("apply", str(jobs_file))
         self.fired_since(now(), 20)
 
     def start_workers(self) -> None:
@@ -124,7 +175,7 @@ class Rig:
 
     def fired_since(self, t: datetime, timeout: float) -> float:
         """Seconds from ``t`` until every job had started a run after it."""
-        count = NOOP_JOBS + SLOW_JOBS
+        count = NOOP_JOBS + SLOW_JOBS + HTTP_JOBS
         query = (
             select(invocations.c.job_id, func.min(invocations.c.started_at, type_=UTCDateTime))
             .where(invocations.c.started_at >= t)
@@ -145,6 +196,7 @@ class Rig:
     def down(self) -> None:
         self.cluster.stop_all()
         self.db.dispose()
+        self.endpoint.close()
 
 
 def fault_seed() -> int:
@@ -259,6 +311,8 @@ def malformed_messages(rig: Rig, rng: random.Random) -> datetime:
     producer.send_task("cronchain.tick_later", args=["not-a-job", None], queue="cronchain")
     producer.send_task("cronchain.tick_later", args=[1], queue="cronchain")  # arity
     producer.send_task("cronchain.start_invocation", args=[10**12], queue="cronchain")
+    for args in (["1", 1], [1], [10**12, 1], [1, 10**6]):  # types, arity, no such run/attempt
+        producer.send_task("cronchain.run", args=args, queue="cronchain.work")
     for ticks in ([[1, 2, 3]], [], "1,2", [[1, None]], [[10**12, 1], [10**12, 2]]):
         producer.send_task("cronchain.tick_batch", args=[ticks], queue="cronchain")
     producer.send_task("faults.slow", kwargs={"log": "x"}, queue="slow")  # arity, no header
@@ -333,7 +387,8 @@ class Ledger:
 
 def check_ledger(rig: Rig, end: datetime) -> Ledger:
     """Every slot of every job, from its first to ``end``, against history: exactly once,
-    as SUCCEEDED or SKIPPED with a reason; no celery body run twice for one attempt."""
+    as SUCCEEDED or SKIPPED with a reason; no celery body run twice for one attempt, no
+    http call made twice for one attempt."""
     ledger = Ledger()
     with rig.db.connect() as conn:
         job_rows = conn.execute(
@@ -369,6 +424,7 @@ def check_ledger(rig: Rig, end: datetime) -> Ledger:
             ledger.unfinished += 1
     runs = Counter(rig.slow_log.read_text().split("\n")) if rig.slow_log.exists() else Counter()
     ledger.duplicates += sum(n - 1 for line, n in runs.items() if line and n > 1)
+    ledger.duplicates += sum(n - 1 for n in rig.endpoint.calls.values() if n > 1)
     return ledger
 
 

@@ -105,6 +105,7 @@ def test_allowed_addresses_are_called_with_an_idempotency_key(server: Server):
     assert outcome is not None and outcome.status == "SUCCEEDED"
     [(_, headers)] = server.requests
     assert headers["Idempotency-Key"] == "cronchain-7"
+    assert (headers["X-Cronchain-Invocation"], headers["X-Cronchain-Attempt"]) == ("7", "1")
 
 
 def test_a_redirect_to_a_refused_address_is_not_followed(server: Server):
