@@ -129,8 +129,9 @@ def _invocation_text(d: dict[str, Any]) -> str:
     ]
     lines = [f"{k}: {d[k]}" for k in keys if d[k] is not None]
     for a in d["attempts"]:
+        reason = f" ({a['reason']})" if a.get("reason") else ""
         lines.append(
-            f"attempt {a['attempt']}: {a['status']} {a['started_at']} -> "
+            f"attempt {a['attempt']}: {a['status']}{reason} {a['started_at']} -> "
             f"{a['finished_at']}: {a['error']}"
         )
     return "\n".join([*lines, "log:", d["log"].rstrip() or "(empty)"])
