@@ -1,19 +1,20 @@
 """``cronchain up`` runs both paths and stops cleanly, however it is asked to.
 
-Each broker (the embedded default and Redis with PostgreSQL) x SIGINT or SIGTERM x sent to
-``up`` alone (``kill PID``, ``docker stop``) or to its whole process group (a terminal,
-``timeout``, supervisors): ``up`` must exit 0 within STOP_WITHIN seconds and leave no
-process of its session alive (the workers run in process groups of their own). With the
-embedded broker, a SIGTERM to the group of a worker hung it before scheduler.fsbroker's
-transport drove the worker's event loop (billiard's blocking pool, see its docstring).
+Each broker (the embedded default and Redis with PostgreSQL) x SIGINT or SIGTERM x sent
+to ``up`` alone (``kill PID``, ``docker stop``) or to its whole process group (a
+terminal, ``timeout``, supervisors): ``up`` must exit 0 within STOP_WITHIN seconds and
+leave no process of its session alive (the workers run in process groups of their own).
+With the embedded broker, a SIGTERM to the group of a worker hung it before cronchain's
+filesystem transport drove the worker's event loop (fsbroker.Transport says why).
 
-The job file's noop job is only there to keep both paths busy; whether its runs succeed
-is the chain's tests' business. One database (and home) per broker serves every case.
+Each case signals once a run of the job file's noop job has succeeded through both paths.
+One database (and home) per broker serves every case.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -27,7 +28,7 @@ import sqlalchemy
 
 from scheduler.supervise import Supervisor
 from tests import services
-from tests.e2e.harness import Cluster, wait_until
+from tests.e2e.harness import Cluster, now, wait_until
 
 pytestmark = pytest.mark.e2e
 STOP_WITHIN = 10
@@ -81,8 +82,10 @@ def job_file(folder: Path, count: int = 1) -> Path:
 
 
 def start_up(cluster: Cluster) -> subprocess.Popen[bytes]:
-    """``cronchain up`` with a noop job every second; returns once both workers are ready
-    and beat has started."""
+    """``cronchain up`` with a noop job every second; returns once both workers are ready,
+    beat has started and a run has succeeded (through both paths), so that the signal
+    does not land in the burst of tasks a start sends."""
+    since = now().isoformat()
     jobs = str(job_file(cluster.folder))
     cluster.start("up", sys.executable, "-m", "scheduler.cli", "up", jobs)
     up = cluster.processes["up"]
@@ -90,9 +93,12 @@ def start_up(cluster: Cluster) -> subprocess.Popen[bytes]:
     def ready() -> bool:
         if up.poll() is not None:
             raise AssertionError(f"up exited early:\n{cluster.log('up')[-3000:]}")
-        return all(re.search(pattern, cluster.log("up")) for pattern in READY)
+        if not all(re.search(pattern, cluster.log("up")) for pattern in READY):
+            return False
+        runs = json.loads(cluster.cronchain("history", "--json", "--since", since))
+        return any(run["status"] == "SUCCEEDED" for run in runs)
 
-    wait_until(ready, 60, "both workers to be ready and beat to start")
+    wait_until(ready, 60, "both workers to be ready, beat to start and a run to succeed")
     return up
 
 
