@@ -5,14 +5,14 @@ message. Nothing here is specific to one process.
 """
 
 from scheduler.settings import VISIBILITY_TIMEOUT, Settings
-from scheduler.worker import ANNOTATIONS
+from scheduler.workers.hooks import ANNOTATIONS
 
 _settings = Settings.from_env()
 
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True
 if _settings.embedded_broker:
-    from scheduler.fsbroker import ALIAS
+    from scheduler.workers.fsbroker import ALIAS
 
     broker_url = f"{ALIAS}://"  # kombu's filesystem transport, made safe across processes
     _queue_folder = _settings.broker_folder / "queue"
@@ -25,7 +25,7 @@ if _settings.embedded_broker:
         "polling_interval": 0.05,
     }
 else:
-    from scheduler.patches import guard_redis_channel, reuse_redis_clients
+    from scheduler.workers.patches import guard_redis_channel, reuse_redis_clients
 
     guard_redis_channel()
     reuse_redis_clients()
@@ -47,7 +47,7 @@ worker_timer_precision = 0.05
 # Task events cost a Redis publish each, several per task: they stay off until a monitor
 # asks for them (Flower broadcasts enable_events when it starts).
 worker_send_task_events = False
-# Every task claims its attempt before it runs if cronchain sent it (scheduler.worker).
+# Every task claims its attempt before it runs if cronchain sent it (scheduler.workers.hooks).
 task_annotations = [ANNOTATIONS]
 timezone = "UTC"
 enable_utc = True

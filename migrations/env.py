@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from scheduler.models import metadata
+from scheduler.storage.models import metadata
 
 engine = context.config.attributes["engine"]
 with engine.connect() as connection:

@@ -3,7 +3,7 @@
 from scheduler.api import Scheduler
 from scheduler.errors import CronchainError, NotFound, SpecError, TransientError
 from scheduler.spec import JobSpec
-from scheduler.worker import heartbeat, install
+from scheduler.workers.hooks import heartbeat, install
 
 __all__ = [
     "CronchainError",

@@ -14,12 +14,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from scheduler import store
 from scheduler.declarative import ApplyReport, apply
 from scheduler.engine import Engine
 from scheduler.errors import NotFound
 from scheduler.explain import explain, iso
 from scheduler.spec import JobSpec, load_job_file
+from scheduler.storage import job_store, run_store
 from statemachine import Pause, Resume, Trigger
 
 
@@ -29,7 +29,7 @@ class Scheduler:
 
     @classmethod
     def from_env(cls) -> Scheduler:
-        from scheduler.runtime import Runtime
+        from scheduler.workers.runtime import Runtime
 
         return cls(Runtime.from_env().engine)
 
@@ -58,7 +58,7 @@ class Scheduler:
 
     def jobs(self) -> list[dict[str, Any]]:
         with self.engine.db.connect() as conn:
-            rows = store.list_jobs(conn)
+            rows = job_store.list_jobs(conn)
         return [
             {
                 "id": job.ref,
@@ -81,14 +81,14 @@ class Scheduler:
     ) -> list[dict[str, Any]]:
         """Invocations, newest first; ``job`` is ``project/name`` (or a unique name)."""
         with self.engine.db.connect() as conn:
-            job_id = None if job is None else store.resolve_job(conn, job)
-            rows = store.history(conn, job_id=job_id, since=since, limit=limit)
+            job_id = None if job is None else job_store.resolve_job(conn, job)
+            rows = run_store.history(conn, job_id=job_id, since=since, limit=limit)
         return [_summary(r) for r in rows]
 
     def invocation(self, invocation_id: int) -> dict[str, Any]:
         """One invocation whole: its earlier attempts and its debug log too."""
         with self.engine.db.connect() as conn:
-            row = store.invocation(conn, invocation_id)
+            row = run_store.invocation(conn, invocation_id)
         if row is None:
             raise NotFound(f"no invocation {invocation_id}")
         return _summary(row) | {
@@ -105,7 +105,7 @@ class Scheduler:
         """Abort the job's active invocations, or one invocation; returns the ids."""
         if (job is None) == (invocation is None):
             raise ValueError("abort needs a job or an invocation id")
-        return self.engine.abort(job=job, invocation_id=invocation)
+        return self.engine.runs.abort(job=job, invocation_id=invocation)
 
     def trigger(self, job: str) -> dict[str, Any]:
         """Start a run now; if one is active it is recorded as SKIPPED ("overlap")."""

@@ -14,11 +14,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from scheduler import debuglog, store
+from scheduler import debuglog
+from scheduler.effects import Message, SendStart
 from scheduler.errors import SpecError
-from scheduler.outbox import Message, SendStart
-from scheduler.schedules import Schedule
-from scheduler.store import JobRow
+from scheduler.storage import run_store
+from scheduler.storage.rows import JobRow
+from scheduler.timing.schedules import Schedule
 
 MAX_SLOTS = 10_000  # one backfill; split a longer range in several
 _INSTANT = timedelta(microseconds=1)
@@ -51,7 +52,7 @@ def plan(
     if last < first:
         raise SpecError("--to", "must not be before --from")
     slots = slots_in(schedule, first, last)
-    taken = store.slots_taken(conn, job.id, first, last) if slots else set()
+    taken = run_store.slots_taken(conn, job.id, first, last) if slots else set()
     return BackfillReport(
         job.ref,
         slots=[s for s in slots if s not in taken],
@@ -73,7 +74,7 @@ def create(
     if max_concurrent < 1:
         raise SpecError("--max-concurrent", "must be at least 1")
     for slot in report.slots:
-        store.insert_invocation(
+        run_store.insert_invocation(
             conn,
             job.id,
             slot=slot,
@@ -83,7 +84,7 @@ def create(
             now=now,
             backfill=True,
         )
-    in_flight = store.count_backfill(conn, job.id, ("STARTING", "RUNNING"))
+    in_flight = run_store.count_backfill(conn, job.id, ("STARTING", "RUNNING"))
     messages = promote(conn, job, now, grace, max_concurrent - in_flight)
     report.started = [m.invocation_id for m in messages if isinstance(m, SendStart)]
     return messages
@@ -96,8 +97,8 @@ def promote(
     if count < 1:
         return []
     messages: list[Message] = []
-    for inv in store.oldest_waiting(conn, job.id, backfill=True, limit=count):
-        store.update_invocation(
+    for inv in run_store.oldest_waiting(conn, job.id, backfill=True, limit=count):
+        run_store.update_invocation(
             conn,
             inv.id,
             status="STARTING",

@@ -11,8 +11,8 @@ from typing import Any
 
 from scheduler.api import iso
 from scheduler.errors import NotFound, SpecError, TransientError
-from scheduler.localtime import transitions
-from scheduler.schedules import parse_schedule, parse_zone
+from scheduler.timing.localtime import transitions
+from scheduler.timing.schedules import parse_schedule, parse_zone
 from statemachine import InvalidTransition
 
 Handler = Callable[[argparse.Namespace], int]

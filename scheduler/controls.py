@@ -15,11 +15,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.errors import SpecError
-from scheduler.schedules import parse_seconds
+from scheduler.timing.schedules import parse_seconds
 from statemachine import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
 
 if TYPE_CHECKING:
-    from scheduler.store import JobRow
+    from scheduler.storage.rows import JobRow
 
 E = TypeVar("E", bound=StrEnum)
 KEYS = (

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from scheduler import store
-from scheduler.engine import Engine, Message
+from scheduler.effects import Message
+from scheduler.engine import Engine
 from scheduler.errors import SpecError
 from scheduler.spec import JobSpec, load_job_file
-from scheduler.store import JobRow
+from scheduler.storage import job_store
+from scheduler.storage.rows import JobRow
 from statemachine import Disable, Enable, Event, ScheduleChanged
 
 
@@ -47,7 +48,7 @@ def apply(
     messages: list[Message] = []
     with engine.transaction() as conn:
         now = engine.clock()
-        existing = store.jobs_of_project(conn, project)
+        existing = job_store.jobs_of_project(conn, project)
         for spec in specs:
             job = existing.pop(spec.name, None)
             if job is not None and job.enabled and job.revision == spec.revision:
@@ -57,7 +58,7 @@ def apply(
             if dry_run:
                 continue
             if job is None:
-                job = store.lock_job(conn, store.insert_job(conn, spec, now))
+                job = job_store.lock_job(conn, job_store.insert_job(conn, spec, now))
                 assert job is not None
             messages += engine.feed(
                 conn, job, _event_for(job, spec), now, spec=spec, enabled=True
@@ -82,7 +83,7 @@ def _retire(
     if prune:
         report.deleted.append(job.ref)
         if not dry_run:
-            store.delete_job(conn, job.id)
+            job_store.delete_job(conn, job.id)
         return []
     if not job.enabled:
         return []

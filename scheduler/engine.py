@@ -29,18 +29,20 @@ from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
 from scheduler import backfill as backfills
-from scheduler import debuglog, revokes, store
+from scheduler import debuglog
 from scheduler.controls import controls_of
-from scheduler.db import write_transaction
+from scheduler.effects import Fed, Message, Port, SendRun, SendStart, SendTick, send
 from scheduler.errors import TransientError
 from scheduler.invokers import Invoker
 from scheduler.leases import Leases
-from scheduler.outbox import Fed, Message, Port, SendRevoke, SendRun, SendStart, SendTick
 from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Runs
-from scheduler.schedules import Schedule, parse_schedule
 from scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
 from scheduler.spec import JobSpec
-from scheduler.store import InvocationRow, JobRow
+from scheduler.storage import job_store, revokes, run_store
+from scheduler.storage.db import write_transaction
+from scheduler.storage.rows import InvocationRow, JobRow
+from scheduler.timing.eta import tick_eta
+from scheduler.timing.schedules import Schedule, parse_schedule
 from statemachine import (
     Abandon,
     AbortActive,
@@ -61,10 +63,7 @@ from statemachine import (
     step,
 )
 
-__all__ = ["Engine", "Fed", "Message", "Port", "SendRevoke", "SendStart", "SendTick"]
-
 log = logging.getLogger("cronchain.engine")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 S = InvocationStatus
 
 
@@ -80,23 +79,15 @@ def _is_tick(message: Message, nonce: int | None) -> bool:
     return isinstance(message, SendTick) and message.nonce == nonce
 
 
-def round_up(when: datetime, step: timedelta) -> datetime:
-    """The first multiple of ``step`` (counted from the Unix epoch) at or after ``when``."""
-    if not step:
-        return when
-    late = (when - EPOCH) % step
-    return when + (step - late) if late else when
-
-
 @lru_cache(maxsize=8192)
 def schedule_of(text: str, timezone: str) -> Schedule:
     return parse_schedule(text, timezone)
 
 
-class Engine(Runs):
+class Engine:
     """Feeds events to job machines and records runs. Build one per process; it is
     thread-safe. ``invokers`` are the kinds whose calls this process makes if it serves
-    the work path (``scheduler.work``).
+    the work path (``scheduler.workers.work``).
 
     ``clock`` and ``rand`` are the only seams: tests pass fixed ones and drive every step."""
 
@@ -125,6 +116,7 @@ class Engine(Runs):
         self.nonces = nonces
         self.rand = rand
         self.leases = Leases(db, clock)
+        self.runs = Runs(self)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
     @property
@@ -151,8 +143,8 @@ class Engine(Runs):
         """Lock an invocation and its job, job first. A caller that knows the job saves
         the lookup (the hot path does: the tick knows its job, the start passes it on)."""
         if job_id is None:
-            job_id = store.invocation_job(conn, invocation_id)
-        locked = None if job_id is None else store.lock_run(conn, job_id, invocation_id)
+            job_id = run_store.invocation_job(conn, invocation_id)
+        locked = None if job_id is None else run_store.lock_run(conn, job_id, invocation_id)
         if locked is not None and locked[0].job_id != job_id:  # a caller's bug
             raise AssertionError(f"invocation {invocation_id} is not job {job_id}'s")
         return locked
@@ -180,7 +172,7 @@ class Engine(Runs):
         try:
             for job_id, nonce in ticks:
                 with self.transaction() as conn:
-                    job = store.lock_job(conn, job_id)
+                    job = job_store.lock_job(conn, job_id)
                     if job is None:
                         log.warning("tick for job %s, which no longer exists", job_id)
                         continue
@@ -194,7 +186,7 @@ class Engine(Runs):
     def command(self, ref: str, event: Event, **flags: Any) -> Fed:
         """Feed a user's command (pause, resume, trigger, ...) to the job named ``ref``."""
         with self.transaction() as conn:
-            job = store.lock_job_named(conn, ref)
+            job = job_store.lock_job_named(conn, ref)
             fed = self.feed(conn, job, event, self.clock(), **flags)
         self.send(fed.messages)
         return fed
@@ -211,7 +203,7 @@ class Engine(Runs):
         """One invocation per slot of ``[first, last]`` that has none yet."""
         messages: list[Message] = []
         with self.transaction() as conn:
-            job = store.lock_job_named(conn, ref)
+            job = job_store.lock_job_named(conn, ref)
             schedule = schedule_of(job.schedule, job.timezone)
             report = backfills.plan(conn, job, schedule, first, last)
             if not dry_run:
@@ -264,7 +256,7 @@ class Engine(Runs):
         watchdog_at = job.watchdog_at if tick is None else tick.eta + grace
         if fed.snapshot.tick_nonce is None:
             watchdog_at = None
-        store.save_job(
+        job_store.save_job(
             conn, job, fed.snapshot, watchdog_at=watchdog_at, now=now, spec=spec, **flags
         )
         return fed
@@ -281,15 +273,10 @@ class Engine(Runs):
     ) -> list[Action]:
         """Carry out one of a step's actions in the step's transaction; returns the
         actions of the follow-up step it fed, if any, to be carried out in turn."""
-        insert = partial(store.insert_invocation, conn, job.id, revision=revision, now=now)
+        insert = partial(run_store.insert_invocation, conn, job.id, revision=revision, now=now)
         match action:
             case TickLater(when=when, nonce=nonce):
-                # Slots a few ms apart, hops (which end on a whole second) and past
-                # ticks (which go out now) share ETAs, and so messages.
-                eta = max(
-                    min(round_up(when, self.slack), (now + self.horizon).replace(microsecond=0)),
-                    now,
-                )
+                eta = tick_eta(when, now, slack=self.slack, horizon=self.horizon)
                 fed.messages.append(SendTick(job.id, nonce, eta))
             case StartInvocation(slot=slot, trigger_id=trigger_id):
                 return self._start_new(job, slot, trigger_id, fed, now, insert, start_here)
@@ -298,11 +285,11 @@ class Engine(Runs):
                 if inv_id is None:
                     return self._follow_up(job, fed, Unbuffer(), now)
             case StartBuffered():
-                waiting = next(iter(store.oldest_waiting(conn, job.id)), None)
+                waiting = next(iter(run_store.oldest_waiting(conn, job.id)), None)
                 if waiting is None:
                     log.error("job %s counted a waiting run it does not have", job.ref)
                     return self._follow_up(job, fed, Abandon(), now)
-                store.update_invocation(
+                run_store.update_invocation(
                     conn, waiting.id, status=STARTING, deadline=now + self.grace
                 )
                 fed.snapshot.invocation_id = fed.started = waiting.id
@@ -329,7 +316,7 @@ class Engine(Runs):
         not yet claimed, and sent to its worker; else STARTING, for a start message to
         begin it."""
         values = (
-            self.attempt_columns(job, 1, None, now)
+            self.runs.attempt_columns(job, 1, None, now)
             if start_here
             else dict(status=STARTING, deadline=now + self.grace)
         )
@@ -341,7 +328,7 @@ class Engine(Runs):
         if not start_here:
             fed.messages.append(SendStart(inv_id))
             return []
-        fed.messages.append(SendRun(self.call_of(job, inv_id, 1, slot)))
+        fed.messages.append(SendRun(self.runs.call_of(job, inv_id, 1, slot)))
         return self._follow_up(job, fed, InvocationStarted(inv_id), now)
 
     def _follow_up(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> list[Action]:
@@ -374,9 +361,9 @@ class Engine(Runs):
         """``cancel_other``: end the job's active invocations; the machine has already
         counted them out, so no event is fed for them."""
         messages: list[Message] = []
-        for inv in store.lock_invocations_of(conn, job.id, ACTIVE):
+        for inv in run_store.lock_invocations_of(conn, job.id, ACTIVE):
             error = f"aborted: a newer run replaced it (overlap: {reason})"
-            store.update_invocation(
+            run_store.update_invocation(
                 conn,
                 inv.id,
                 status=S.ABORTED.value,
@@ -387,55 +374,17 @@ class Engine(Runs):
                 log=debuglog.append(inv.log, now, error),
             )
             if inv.status == RUNNING and job.kind == "celery" and inv.worker is not None:
-                messages.append(self.revoke(conn, inv, now))
+                messages.append(self.runs.revoke(conn, inv, now))
         return messages
 
     def send(self, messages: list[Message]) -> None:
         """Send after commit. A failed send is logged, not raised: the state is committed
         and the watchdog repeats the step when its deadline lapses (a revoke: when its
         row in ``revokes`` is due), so a revoke that was sent is forgotten."""
-        ticks: dict[datetime, list[tuple[int, int]]] = {}
-        revoked: list[str] = []
-        for message in messages:
-            try:
-                match message:
-                    case SendTick(job_id=job_id, nonce=nonce, eta=eta):
-                        ticks.setdefault(eta, []).append((job_id, nonce))
-                    case SendStart(invocation_id=invocation_id, attempt=attempt, eta=eta):
-                        self.port.start_invocation(invocation_id, attempt, eta)
-                    case SendRun(call=call):
-                        self.port.run(call)
-                    case SendRevoke(task_id=task_id):
-                        self.port.revoke(task_id)
-                        revoked.append(task_id)
-                    case _:
-                        raise AssertionError(f"unknown message {message!r}")
-            except AssertionError:
-                raise
-            except Exception:
-                log.exception("could not send %s; the watchdog will repeat it", message)
-        for eta, pairs in ticks.items():
-            self._send_ticks(pairs, eta)
+        revoked = send(self.port, messages, self.batch)
         if revoked:
-            self._forget_revokes(revoked)
-
-    def _forget_revokes(self, task_ids: list[str]) -> None:
-        try:
-            with self.transaction() as conn:
-                revokes.forget(conn, task_ids)
-        except TransientError as err:  # sent again when due: a second revoke is harmless
-            log.warning("could not forget the revokes sent of %s: %s", task_ids, err)
-
-    def _send_ticks(self, pairs: list[tuple[int, int]], eta: datetime) -> None:
-        """Ticks due at the same instant go in batches of at most ``batch``: one message
-        and one task for many jobs, yet small enough that the last job of a batch does
-        not wait long for the others."""
-        for i in range(0, len(pairs), self.batch):
-            chunk = pairs[i : i + self.batch]
             try:
-                if len(chunk) == 1:
-                    self.port.tick_later(*chunk[0], eta)
-                else:
-                    self.port.tick_batch(chunk, eta)
-            except Exception:
-                log.exception("could not send ticks %s; the watchdog will repeat them", chunk)
+                with self.transaction() as conn:
+                    revokes.forget(conn, revoked)
+            except TransientError as err:  # sent again when due: a second one is harmless
+                log.warning("could not forget the revokes sent of %s: %s", revoked, err)

@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler import store
-from scheduler.schedules import Schedule, parse_schedule
+from scheduler.storage import job_store, run_store
+from scheduler.timing.schedules import Schedule, parse_schedule
 
 
 def iso(t: datetime | None) -> str | None:
@@ -22,11 +22,11 @@ def iso(t: datetime | None) -> str | None:
 
 
 def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str, Any]:
-    job_id = store.resolve_job(conn, ref)
-    job = store.read_job(conn, job_id)
-    changes = store.changes_of(conn, job_id)
+    job_id = job_store.resolve_job(conn, ref)
+    job = job_store.read_job(conn, job_id)
+    changes = job_store.changes_of(conn, job_id)
     base = {"job": job.ref, "at": iso(at)}
-    inv = store.invocation_at(conn, job_id, at)
+    inv = run_store.invocation_at(conn, job_id, at)
     if inv is not None:  # also a backfill's, from before the job existed
         return base | _ran(inv)
     if not changes or at < changes[0]["at"]:
@@ -96,7 +96,7 @@ def _not_a_slot(
     for slot in (before, after):
         if slot is None:
             continue
-        inv = store.invocation_at(conn, job_id, slot)
+        inv = run_store.invocation_at(conn, job_id, slot)
         nearest.append(
             {"slot": iso(slot), "invocation": inv and inv["id"], "status": inv and inv["status"]}
         )

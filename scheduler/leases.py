@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine as Database
 
-from scheduler import store
-from scheduler.db import write_transaction
+from scheduler.storage import run_store
+from scheduler.storage.db import write_transaction
 
 log = logging.getLogger("cronchain.leases")
 
@@ -76,11 +76,11 @@ class Leases:
         now = self.clock()
         try:
             with write_transaction(self.db) as conn:
-                current = store.renew_lease(
+                current = run_store.renew_lease(
                     conn, lease.invocation_id, lease.attempt, now + lease.length
                 )
                 if current and note:
-                    store.append_log(conn, lease.invocation_id, now, note)
+                    run_store.append_log(conn, lease.invocation_id, now, note)
         except Exception as err:  # the database is away: try again, less and less often
             lease.failures += 1
             lease.due = now + retry_delay(lease.failures, lease.length)

@@ -1,29 +1,27 @@
-"""The life of an invocation once its row exists: start each attempt, record its
-outcome, retry after a backoff, time out, abort, and trigger the jobs that follow a
-success.
+"""The life of an invocation once its row exists: begin each attempt, let a worker
+claim it, record its outcome, retry after a backoff, abort, and trigger the jobs that
+follow a success.
 
-``Runs`` is a part of :class:`scheduler.engine.Engine`, kept apart because it is the
-half that talks to invokers and leases; the other half hosts the job machine.
+``Runs`` belongs to an :class:`scheduler.engine.Engine` (``engine.runs``), which hosts
+the job machine; the watchdog's repairs of lapsed runs are in :mod:`scheduler.watchdog`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from scheduler import backfill, debuglog, revokes, store
+from scheduler import backfill, debuglog
 from scheduler.controls import controls_of
+from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
 from scheduler.errors import NotFound, TransientError
-from scheduler.invokers import Call, Invoker, Outcome, celery_task_id
-from scheduler.leases import Leases
-from scheduler.outbox import Fed, Message, SendRevoke, SendRun, SendStart
-from scheduler.store import InvocationRow, JobRow
+from scheduler.invokers import Call, Outcome, celery_task_id
+from scheduler.storage import job_store, revokes, run_store
+from scheduler.storage.rows import InvocationRow, JobRow
 from statemachine import (
     Event,
     InvocationFinished,
@@ -39,6 +37,9 @@ OUTCOME_RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds
 S = InvocationStatus
 STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
 ACTIVE = (STARTING, RUNNING)
+
+if TYPE_CHECKING:
+    from scheduler.engine import Engine
 # Why an attempt that cronchain ended (not its worker) may still run: a ``celery`` task
 # is revoked for these.
 ENDED_HERE = ("timeout", "lease expired", "aborted")
@@ -48,26 +49,11 @@ NOT_RETRIED = ("schedule_to_start",)
 
 
 class Runs:
-    """Invocation life cycle; the host (the engine) provides the attributes below."""
+    """The life of a job's runs (attempts, outcomes, retries, abort), hosted by an engine:
+    its transactions, its machine steps and its sends. ``engine.runs``."""
 
-    invokers: dict[str, Invoker]
-    grace: timedelta
-    horizon: timedelta
-    clock: Callable[[], datetime]
-    rand: Callable[[], float]
-    leases: Leases
-    name: str
-
-    if TYPE_CHECKING:
-
-        def transaction(self) -> AbstractContextManager[Connection]: ...
-        def lock(
-            self, conn: Connection, invocation_id: int, job_id: int | None = None
-        ) -> tuple[InvocationRow, JobRow] | None: ...
-        def feed(
-            self, conn: Connection, job: JobRow, event: Event, now: datetime, **kw: Any
-        ) -> Fed: ...
-        def send(self, messages: list[Message]) -> None: ...
+    def __init__(self, engine: Engine):
+        self.engine = engine
 
     def start_invocation(
         self, invocation_id: int, attempt: int | None = None, *, job_id: int | None = None
@@ -75,30 +61,30 @@ class Runs:
         """Record the next attempt RUNNING and commit, then send it to the worker that
         will claim it. A start for any other attempt (a repeated or stale message) does
         nothing: the attempt number is the fencing epoch."""
-        with self.transaction() as conn:
+        with self.engine.transaction() as conn:
             messages = self.begin_attempt(conn, invocation_id, attempt, job_id=job_id)
-        self.send(messages)
+        self.engine.send(messages)
 
     def begin_attempt(
         self, conn: Connection, invocation_id: int, attempt: int | None, *, job_id: int | None
     ) -> list[Message]:
         """Within ``conn``'s transaction: record the next attempt RUNNING, not yet
         claimed. What it returns is to be sent once that transaction has committed."""
-        locked = self.lock(conn, invocation_id, job_id)
+        locked = self.engine.lock(conn, invocation_id, job_id)
         if locked is None:
             return []
         inv, job = locked
         number = inv.attempt + 1
         if inv.status != STARTING or attempt not in (None, number):
             return []  # already started, or a message from an older attempt
-        now = self.clock()
+        now = self.engine.clock()
         if inv.start_at is not None and inv.start_at > now:  # early: a retry's backoff
-            return [SendStart(inv.id, number, min(inv.start_at, now + self.horizon))]
-        store.update_invocation(conn, inv.id, **self.attempt_columns(job, number, inv.log, now))
+            return [SendStart(inv.id, number, min(inv.start_at, now + self.engine.horizon))]
+        run_store.update_invocation(conn, inv.id, **self.attempt_columns(job, number, inv.log, now))
         fed = (
             Fed(job.snapshot)  # the machine does not count backfill runs
             if inv.backfill
-            else self.feed(conn, job, InvocationStarted(inv.id), now)
+            else self.engine.feed(conn, job, InvocationStarted(inv.id), now)
         )
         return [*fed.messages, SendRun(self.call_of(job, inv.id, number, inv.slot))]
 
@@ -114,7 +100,7 @@ class Runs:
             attempt=number,
             started_at=now,
             start_at=None,
-            deadline=now + self.grace,
+            deadline=now + self.engine.grace,
             timeout_at=now + controls_of(job).schedule_to_start,
             worker=None,
             error=None,
@@ -141,9 +127,9 @@ class Runs:
         """Take an attempt for ``worker``, before its work begins: only the current
         attempt, and only one delivery of it, can be claimed. From now on its lease and
         its timeout count. None: it is not current, or was claimed already."""
-        with self.transaction() as conn:
-            now = self.clock()
-            locked = store.lock_attempt(conn, invocation_id)
+        with self.engine.transaction() as conn:
+            now = self.engine.clock()
+            locked = run_store.lock_attempt(conn, invocation_id)
             if locked is None:
                 return None
             inv, job = locked
@@ -153,7 +139,7 @@ class Runs:
             timeout_at = None if call.timeout is None else now + call.timeout
             deadline = now + call.lease
             waited = (now - inv.started_at).total_seconds() if inv.started_at else 0.0
-            store.update_invocation(
+            run_store.update_invocation(
                 conn,
                 inv.id,
                 worker=worker,
@@ -191,8 +177,8 @@ class Runs:
     ) -> bool:
         """Record the outcome of a RUNNING attempt; False if that attempt had already
         ended or is not the current one (a zombie, a repeated report)."""
-        with self.transaction() as conn:
-            locked = self.lock(conn, invocation_id, job_id)
+        with self.engine.transaction() as conn:
+            locked = self.engine.lock(conn, invocation_id, job_id)
             inv = locked and locked[0]
             if locked is None or inv.status != RUNNING or attempt not in (None, inv.attempt):
                 if attempt is not None:  # that attempt's task has ended: no need to stop it
@@ -206,8 +192,8 @@ class Runs:
                     inv and inv.attempt,
                 )
                 return False
-            fed = self.record_outcome(conn, *locked, outcome, self.clock())
-        self.send(fed.messages)
+            fed = self.record_outcome(conn, *locked, outcome, self.engine.clock())
+        self.engine.send(fed.messages)
         return True
 
     def record_outcome(
@@ -232,16 +218,16 @@ class Runs:
             else []
         )
         retried = status == S.FAILED and outcome.reason not in NOT_RETRIED
-        delay = controls.retry.delay(inv.attempt, self.rand()) if retried else None
+        delay = controls.retry.delay(inv.attempt, self.engine.rand()) if retried else None
         if delay is not None:
             start_at = now + delay
             earlier = [*(inv.attempts or []), _attempt_record(inv, outcome, now)]
-            store.update_invocation(
+            run_store.update_invocation(
                 conn,
                 inv.id,
                 status=STARTING,
                 start_at=start_at,
-                deadline=start_at + self.grace,
+                deadline=start_at + self.engine.grace,
                 timeout_at=None,
                 worker=None,
                 attempts=earlier,
@@ -262,9 +248,9 @@ class Runs:
                 outcome.error,
                 delay.total_seconds(),
             )
-            eta = min(start_at, now + self.horizon)
+            eta = min(start_at, now + self.engine.horizon)
             return Fed(job.snapshot, [*revoke, SendStart(inv.id, inv.attempt + 1, eta)])
-        store.update_invocation(
+        run_store.update_invocation(
             conn,
             inv.id,
             status=status,
@@ -278,8 +264,10 @@ class Runs:
         error = f" ({outcome.error})" if outcome.error else ""
         log.info("%s %s: %s%s", job.ref, slot, status, error)
         if inv.backfill:  # the next waiting slot of the backfill takes its place
-            return Fed(job.snapshot, [*revoke, *backfill.promote(conn, job, now, self.grace)])
-        fed = self.feed(conn, job, InvocationFinished(inv.id, now), now)
+            return Fed(
+                job.snapshot, [*revoke, *backfill.promote(conn, job, now, self.engine.grace)]
+            )
+        fed = self.engine.feed(conn, job, InvocationFinished(inv.id, now), now)
         fed.messages[:0] = revoke
         if status == S.SUCCEEDED:
             for target in controls.triggers:
@@ -291,7 +279,7 @@ class Runs:
         ``conn``'s transaction, so that a revoke that cannot be sent now is sent by the
         watchdog later, until it is sent or the task reports that it has ended."""
         task_id = celery_task_id(inv.id, inv.attempt)
-        revokes.record(conn, task_id, inv.id, now + self.grace)
+        revokes.record(conn, task_id, inv.id, now + self.engine.grace)
         return SendRevoke(task_id)
 
     def _trigger_other(
@@ -301,38 +289,40 @@ class Runs:
         trigger id names the invocation, so a repeated step cannot trigger twice."""
         ref = target if "/" in target else f"{source.project}/{target}"
         try:
-            job = store.lock_job_named(conn, ref)
+            job = job_store.lock_job_named(conn, ref)
         except NotFound:
             log.warning("%s: cannot trigger %s: no such job", source.ref, ref)
             return []
-        return self.feed(conn, job, Trigger(f"after:{invocation_id}", strict=False), now).messages
+        return self.engine.feed(
+            conn, job, Trigger(f"after:{invocation_id}", strict=False), now
+        ).messages
 
     def abort(self, *, job: str | None = None, invocation_id: int | None = None) -> list[int]:
         """Abort a job's active invocations, or one invocation (also a waiting one);
         returns the ids aborted. A ``celery`` attempt's task is revoked."""
         messages: list[Message] = []
         aborted: list[int] = []
-        with self.transaction() as conn:
-            now = self.clock()
+        with self.engine.transaction() as conn:
+            now = self.engine.clock()
             if invocation_id is not None:
-                locked = self.lock(conn, invocation_id)
+                locked = self.engine.lock(conn, invocation_id)
                 if locked is None:
                     raise NotFound(f"no invocation {invocation_id}")
                 targets = [locked[0]] if locked[0].status in (*ACTIVE, WAITING) else []
                 job_id = locked[1].id
             else:
-                job_id = store.lock_job_named(conn, job or "").id
+                job_id = job_store.lock_job_named(conn, job or "").id
                 # A backfill's waiting runs first, so that ending its active ones
                 # starts none of them.
-                targets = store.lock_invocations_of(conn, job_id, (WAITING,), backfill=True)
-                targets += store.lock_invocations_of(conn, job_id, ACTIVE, backfill=None)
+                targets = run_store.lock_invocations_of(conn, job_id, (WAITING,), backfill=True)
+                targets += run_store.lock_invocations_of(conn, job_id, ACTIVE, backfill=None)
             for inv in targets:
-                row = store.lock_job(conn, job_id)
+                row = job_store.lock_job(conn, job_id)
                 assert row is not None
                 outcome = Outcome(S.ABORTED, "aborted by a user", "aborted")
                 messages += self._end(conn, inv, row, outcome, now).messages
                 aborted.append(inv.id)
-        self.send(messages)
+        self.engine.send(messages)
         return aborted
 
     def _end(
@@ -341,7 +331,7 @@ class Runs:
         """End an invocation for good, whatever its state (abort, not retried)."""
         if inv.status == RUNNING:
             return self.record_outcome(conn, inv, job, outcome, now)
-        store.update_invocation(
+        run_store.update_invocation(
             conn,
             inv.id,
             status=outcome.status.value,
@@ -354,68 +344,9 @@ class Runs:
         if inv.backfill:
             if inv.status == WAITING:
                 return Fed(job.snapshot)
-            return Fed(job.snapshot, backfill.promote(conn, job, now, self.grace))
+            return Fed(job.snapshot, backfill.promote(conn, job, now, self.engine.grace))
         event: Event = Unbuffer() if inv.status == WAITING else InvocationFinished(inv.id, now)
-        return self.feed(conn, job, event, now)
-
-    def repair_run(self, invocation_id: int) -> str | None:
-        """The watchdog's repair of a RUNNING attempt past its deadline: one that no
-        worker has claimed is sent again under the same attempt number ("resent") until
-        schedule-to-start runs out; a claimed one whose lease or timeout lapsed is ended
-        ("expired"), and the retry policy applies. None: renewed or ended meanwhile."""
-        with self.transaction() as conn:
-            now = self.clock()
-            locked = self.lock(conn, invocation_id)
-            if locked is None:
-                return None
-            inv, job = locked
-            if inv.status != RUNNING or inv.deadline is None or inv.deadline >= now:
-                return None
-            outcome = _lapsed(inv, job, now)
-            if outcome is None:
-                messages = self._resend(conn, inv, job, now)
-            else:
-                messages = self.record_outcome(conn, inv, job, outcome, now).messages
-        self.send(messages)
-        return "expired" if outcome else "resent"
-
-    def _resend(
-        self, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
-    ) -> list[Message]:
-        """Send an unclaimed attempt again: its message may have been lost (Redis
-        flushed), or may still wait behind others. Only one delivery can claim it, and
-        each resend waits as long as it has waited so far, so that a queue with no
-        consumer for an hour holds a dozen copies, not hundreds."""
-        assert inv.started_at is not None and inv.timeout_at is not None  # unclaimed
-        waited = now - inv.started_at
-        deadline = min(now + max(self.grace, waited), inv.timeout_at)  # then it ends
-        store.update_invocation(conn, inv.id, deadline=deadline)
-        where = f"queue {job.spec['celery']['queue']}" if job.kind == "celery" else "the work path"
-        log.warning(
-            "%s invocation %s attempt %s: no worker has claimed it in %.0f s; sent again."
-            " Is a worker consuming %s?",
-            job.ref,
-            inv.id,
-            inv.attempt,
-            waited.total_seconds(),
-            where,
-        )
-        return [SendRun(self.call_of(job, inv.id, inv.attempt, inv.slot))]
-
-
-def _lapsed(inv: InvocationRow, job: JobRow, now: datetime) -> Outcome | None:
-    """How an attempt past its deadline ends, by the timeout that ran out; None for
-    one that is still waiting to be claimed within its schedule-to-start."""
-    controls = controls_of(job)
-    ran_out = inv.timeout_at is not None and inv.timeout_at <= now
-    if inv.worker is None:
-        if not ran_out:
-            return None
-        wait = controls.schedule_to_start
-        return Outcome.failed(f"no worker claimed it within {wait}", "schedule_to_start")
-    if ran_out:
-        return Outcome.failed(f"timed out after {controls.timeout}", "timeout")
-    return Outcome.failed("lease expired", "lease expired")
+        return self.engine.feed(conn, job, event, now)
 
 
 def _attempt_record(inv: InvocationRow, outcome: Outcome, now: datetime) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import yaml
 
 from scheduler import controls as job_controls
 from scheduler.errors import SpecError
-from scheduler.schedules import Schedule, parse_schedule, parse_seconds
+from scheduler.timing.schedules import Schedule, parse_schedule, parse_seconds
 
 KINDS = ("noop", "http", "celery")
 MAX_SPEC_BYTES = 64 * 1024

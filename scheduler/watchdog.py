@@ -8,14 +8,24 @@ is stale; the unique (job, slot) key means a repair can never fire a slot twice.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from scheduler import revokes, store
-from scheduler.engine import Engine, Message, SendRevoke, SendStart
+from sqlalchemy import Connection
+
+from scheduler.controls import controls_of
+from scheduler.effects import Message, SendRevoke, SendRun, SendStart
+from scheduler.engine import Engine
+from scheduler.invokers import Outcome
+from scheduler.runs import RUNNING
+from scheduler.storage import job_store, revokes, run_store
+from scheduler.storage.rows import InvocationRow, JobRow
 from statemachine import Repair
+
+log = logging.getLogger("cronchain.watchdog")
 
 BATCH = 500
 
@@ -75,23 +85,23 @@ def run_once(
     messages: list[Message] = []
     with engine.transaction() as conn:
         now = engine.clock()
-        jobs = store.claim_lapsed_jobs(conn, now - backlog, limit)
+        jobs = job_store.claim_lapsed_jobs(conn, now - backlog, limit)
         for job in jobs:
             messages += engine.feed(conn, job, Repair(), now).messages
     with engine.transaction() as conn:
         now = engine.clock()
         # A start that never came is sent again; one UPDATE moves all their deadlines.
-        starts = store.claim_lapsed_starts(conn, now - backlog, limit)
-        store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.repair_grace)
+        starts = run_store.claim_lapsed_starts(conn, now - backlog, limit)
+        run_store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.repair_grace)
         messages += [SendStart(inv.id, inv.attempt + 1) for inv in starts]
-        lapsed = store.lapsed_runs(conn, now, limit)
+        lapsed = run_store.lapsed_runs(conn, now, limit)
         # Revokes not sent yet: the send forgets each that goes out.
         due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
         messages += [SendRevoke(task_id) for task_id in due]
     engine.send(messages)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.
-    repaired = Counter(engine.repair_run(inv_id) for inv_id in lapsed)
+    repaired = Counter(repair_run(engine, inv_id) for inv_id in lapsed)
     return WatchdogReport(
         ticks=len(jobs),
         starts=len(starts),
@@ -99,6 +109,67 @@ def run_once(
         resent=repaired["resent"],
         revokes=len(due),
     )
+
+
+def repair_run(engine: Engine, invocation_id: int) -> str | None:
+    """The watchdog's repair of a RUNNING attempt past its deadline: one that no
+    worker has claimed is sent again under the same attempt number ("resent") until
+    schedule-to-start runs out; a claimed one whose lease or timeout lapsed is ended
+    ("expired"), and the retry policy applies. None: renewed or ended meanwhile."""
+    with engine.transaction() as conn:
+        now = engine.clock()
+        locked = engine.lock(conn, invocation_id)
+        if locked is None:
+            return None
+        inv, job = locked
+        if inv.status != RUNNING or inv.deadline is None or inv.deadline >= now:
+            return None
+        outcome = _lapsed(inv, job, now)
+        if outcome is None:
+            messages = _resend(engine, conn, inv, job, now)
+        else:
+            messages = engine.runs.record_outcome(conn, inv, job, outcome, now).messages
+    engine.send(messages)
+    return "expired" if outcome else "resent"
+
+
+def _resend(
+    engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
+) -> list[Message]:
+    """Send an unclaimed attempt again: its message may have been lost (Redis
+    flushed), or may still wait behind others. Only one delivery can claim it, and
+    each resend waits as long as it has waited so far, so that a queue with no
+    consumer for an hour holds a dozen copies, not hundreds."""
+    assert inv.started_at is not None and inv.timeout_at is not None  # unclaimed
+    waited = now - inv.started_at
+    deadline = min(now + max(engine.grace, waited), inv.timeout_at)  # then it ends
+    run_store.update_invocation(conn, inv.id, deadline=deadline)
+    where = f"queue {job.spec['celery']['queue']}" if job.kind == "celery" else "the work path"
+    log.warning(
+        "%s invocation %s attempt %s: no worker has claimed it in %.0f s; sent again."
+        " Is a worker consuming %s?",
+        job.ref,
+        inv.id,
+        inv.attempt,
+        waited.total_seconds(),
+        where,
+    )
+    return [SendRun(engine.runs.call_of(job, inv.id, inv.attempt, inv.slot))]
+
+
+def _lapsed(inv: InvocationRow, job: JobRow, now: datetime) -> Outcome | None:
+    """How an attempt past its deadline ends, by the timeout that ran out; None for
+    one that is still waiting to be claimed within its schedule-to-start."""
+    controls = controls_of(job)
+    ran_out = inv.timeout_at is not None and inv.timeout_at <= now
+    if inv.worker is None:
+        if not ran_out:
+            return None
+        wait = controls.schedule_to_start
+        return Outcome.failed(f"no worker claimed it within {wait}", "schedule_to_start")
+    if ran_out:
+        return Outcome.failed(f"timed out after {controls.timeout}", "timeout")
+    return Outcome.failed("lease expired", "lease expired")
 
 
 def waited(expires: datetime | str | None, lifetime: float, now: datetime) -> timedelta:

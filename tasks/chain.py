@@ -18,12 +18,12 @@ from celery.signals import worker_ready
 from scheduler.declarative import reconcile_folder
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
-from scheduler.runtime import Runtime
 from scheduler.settings import Settings
 from scheduler.watchdog import sweep, waited
-from scheduler.work import execute
+from scheduler.workers.runtime import Runtime
+from scheduler.workers.work import execute
 from statemachine import InvocationStatus
-from tasks import app
+from tasks.app import app
 
 log = logging.getLogger("cronchain.tasks")
 MAX_BATCH = 10_000  # far above any CRONCHAIN_TICK_BATCH; more is not ours
@@ -64,7 +64,7 @@ def start_invocation(invocation_id: int, attempt: int | None = None) -> None:
     if not _ints(invocation_id) or not (attempt is None or _ints(attempt)):
         log.error("malformed start_invocation message dropped: %r %r", invocation_id, attempt)
         return
-    runtime().engine.start_invocation(invocation_id, attempt)
+    runtime().engine.runs.start_invocation(invocation_id, attempt)
 
 
 @app.task(name="cronchain.run", bind=True, **RETRY)
@@ -99,14 +99,14 @@ def _say_what_is_missing(sender: Any, **_: Any) -> None:
 @app.task(name="cronchain.invocation_succeeded", **RETRY)
 def invocation_succeeded(result: Any = None, *, invocation_id: int) -> None:
     if _ints(invocation_id):
-        runtime().engine.finish_invocation(invocation_id, Outcome(InvocationStatus.SUCCEEDED))
+        runtime().engine.runs.finish_invocation(invocation_id, Outcome(InvocationStatus.SUCCEEDED))
 
 
 @app.task(name="cronchain.invocation_failed", **RETRY)
 def invocation_failed(task_id: str | None = None, *, invocation_id: int) -> None:
     if _ints(invocation_id):
         outcome = Outcome.failed(f"celery task {task_id} failed")
-        runtime().engine.finish_invocation(invocation_id, outcome)
+        runtime().engine.runs.finish_invocation(invocation_id, outcome)
 
 
 @app.task(name="cronchain.reconcile", **RETRY)

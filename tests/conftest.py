@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy
 
 from migrations import upgrade
-from scheduler.db import make_engine
 from scheduler.engine import Engine
 from scheduler.invokers import Call, default_invokers
+from scheduler.storage.db import make_engine
 from tests import services
 
 
@@ -38,7 +38,7 @@ class WorkerDied(BaseException):
 def deliver_runs(engine: Engine, port: RecordingPort) -> int:
     """Do what a work-path worker does with each ``cronchain.run`` message sent so far
     (``celery`` attempts are the user's workers'); returns how many."""
-    from scheduler import work
+    from scheduler.workers import work
 
     calls = [call for call in port.runs if call.kind != "celery"]
     port.runs[:] = [call for call in port.runs if call.kind == "celery"]

@@ -20,8 +20,8 @@ from typing import Any
 import sqlalchemy
 from sqlalchemy import select
 
-from scheduler.db import make_engine
-from scheduler.models import UTCDateTime, invocations, jobs
+from scheduler.storage.db import make_engine
+from scheduler.storage.models import UTCDateTime, invocations, jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 WATCHDOG_INTERVAL = 5

@@ -1,5 +1,5 @@
 """``celery`` jobs on a real worker: the task's own success or failure, reported back
-through the worker side (scheduler.worker), finishes the invocation."""
+through the worker side (scheduler.workers.hooks), finishes the invocation."""
 
 from __future__ import annotations
 

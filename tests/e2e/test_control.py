@@ -21,7 +21,7 @@ from celery import Celery
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
 from scheduler.invokers import default_invokers
-from scheduler.messages import CeleryPort
+from scheduler.workers.port import CeleryPort
 from tests import services
 from tests.e2e.harness import ROOT, WATCHDOG_INTERVAL, Cluster, Endpoint, database, wait_until
 from tests.services import RedisServer, redis_server

@@ -31,9 +31,9 @@ from kombu import Connection
 from sqlalchemy import func, select
 
 from migrations import upgrade
-from scheduler.db import make_engine
-from scheduler.models import UTCDateTime, invocations, jobs
-from scheduler.schedules import parse_schedule
+from scheduler.storage.db import make_engine
+from scheduler.storage.models import UTCDateTime, invocations, jobs
+from scheduler.timing.schedules import parse_schedule
 from tests.e2e.harness import ROOT, Cluster, Endpoint, now, wait_until
 from tests.services import PostgresServer, RedisServer
 

@@ -13,11 +13,11 @@ import pytest
 import sqlalchemy
 from sqlalchemy import Connection
 
-from scheduler import store
-from scheduler.db import make_engine
 from scheduler.engine import Engine
 from scheduler.errors import TransientError
 from scheduler.invokers import default_invokers
+from scheduler.storage import run_store
+from scheduler.storage.db import make_engine
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import apply, job, make, rows
 
@@ -181,7 +181,7 @@ def test_one_statement_locks_the_job_before_the_run(pg_url: str, clock: Clock):
 
 def lock_both(db: sqlalchemy.Engine, job_id: int, invocation_id: int) -> None:
     with db.begin() as conn:
-        assert store.lock_run(conn, job_id, invocation_id) is not None
+        assert run_store.lock_run(conn, job_id, invocation_id) is not None
 
 
 def test_ticks_due_within_the_slack_share_a_message(db: sqlalchemy.Engine, clock: Clock):

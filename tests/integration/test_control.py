@@ -14,8 +14,8 @@ from scheduler import watchdog
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
 from scheduler.invokers import Call, Outcome, default_invokers
-from scheduler.models import invocations
 from scheduler.spec import JobSpec
+from scheduler.storage.models import invocations
 from statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort, WorkerDied, deliver_runs
 from tests.integration.test_engine import deliver_ticks, job
@@ -79,7 +79,7 @@ def deliver(engine: Engine, port: RecordingPort, clock: Clock | None = None) -> 
     due = [m for m in port.start_messages if clock is None or m[2] is None or m[2] <= clock.now]
     for m in due:
         port.start_messages.remove(m)
-        engine.start_invocation(m[0], m[1])
+        engine.runs.start_invocation(m[0], m[1])
     port.starts.clear()
     deliver_runs(engine, port)
     return len(due)
@@ -88,7 +88,7 @@ def deliver(engine: Engine, port: RecordingPort, clock: Clock | None = None) -> 
 def claim_tasks(engine: Engine, port: RecordingPort) -> None:
     """What the user's worker does before a ``celery`` attempt's task body runs."""
     for call in port.runs:
-        assert engine.claim(call.invocation_id, call.attempt, "celery@test") is not None
+        assert engine.runs.claim(call.invocation_id, call.attempt, "celery@test") is not None
     port.runs.clear()
 
 
@@ -141,12 +141,12 @@ def test_an_old_attempt_can_neither_report_nor_start_again(db: sqlalchemy.Engine
     deliver(engine, port, clock)
     assert (rows(engine)[0]["status"], rows(engine)[0]["attempt"]) == ("RUNNING", 2)
     # The zombie of attempt 1 reports, and its start message is delivered again.
-    assert engine.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=1) is False
-    engine.start_invocation(inv, 1)
-    engine.start_invocation(inv, 2)  # a repeated start of the current attempt, too
+    assert engine.runs.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=1) is False
+    engine.runs.start_invocation(inv, 1)
+    engine.runs.start_invocation(inv, 2)  # a repeated start of the current attempt, too
     [row] = rows(engine)
     assert (row["status"], row["attempt"]) == ("RUNNING", 2)
-    assert engine.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=2) is True
+    assert engine.runs.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=2) is True
     assert rows(engine)[0]["attempts"][0]["reason"] == "lease expired"
 
 
@@ -180,7 +180,7 @@ def test_abort_ends_the_running_invocation_and_revokes_its_task(
     assert (row["status"], row["reason"]) == ("ABORTED", "aborted")
     assert port.revoked == [f"cronchain-{inv}-1"]
     assert job(engine).snapshot.state == "SCHEDULED"
-    assert engine.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=1) is False
+    assert engine.runs.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=1) is False
     assert Scheduler(engine).abort("p/a") == []
 
 
@@ -194,7 +194,7 @@ def test_buffer_one_runs_one_waiting_slot_after_the_active_one(db: sqlalchemy.En
         ("SKIPPED", "overlap"),
     ]
     first = rows(engine)[0]["id"]
-    engine.finish_invocation(first, Outcome(S.SUCCEEDED), attempt=1)
+    engine.runs.finish_invocation(first, Outcome(S.SUCCEEDED), attempt=1)
     deliver(engine, port)
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED", "SUCCEEDED", "SKIPPED"]
     assert (job(engine).snapshot.active, job(engine).snapshot.buffered) == (0, 0)
@@ -246,8 +246,8 @@ def test_a_success_triggers_the_other_job_once(db: sqlalchemy.Engine, clock: Clo
     add(engine, spec("a", triggers=["b", "c"]), spec("b"), spec("c"))
     first = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
-    assert engine.finish_invocation(first, Outcome(S.SUCCEEDED), attempt=1)
-    assert engine.finish_invocation(first, Outcome(S.SUCCEEDED), attempt=1) is False
+    assert engine.runs.finish_invocation(first, Outcome(S.SUCCEEDED), attempt=1)
+    assert engine.runs.finish_invocation(first, Outcome(S.SUCCEEDED), attempt=1) is False
     deliver(engine, port)
     [b] = rows(engine, "b")
     assert (b["status"], b["trigger_id"]) == ("SUCCEEDED", f"after:{first}")

@@ -12,10 +12,10 @@ import sqlalchemy
 
 from migrations import upgrade
 from scheduler.api import Scheduler
-from scheduler.db import make_engine
 from scheduler.engine import Engine
 from scheduler.invokers import Call, Outcome
 from scheduler.spec import JobSpec
+from scheduler.storage.db import make_engine
 from statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.services import PostgresServer, postgres_server
@@ -66,7 +66,7 @@ def test_an_outcome_survives_a_database_restart(
     sched = Scheduler(engine)
     sched.apply([JobSpec("p", "a", "triggered")], project="p")
     invocation = sched.trigger("p/a")["invocation"]
-    engine.start_invocation(invocation)
+    engine.runs.start_invocation(invocation)
     deliver_runs(engine, port)  # the database goes away during the run
     [run] = sched.history("p/a")
     assert (run["id"], run["status"], run["error"]) == (invocation, "SUCCEEDED", None)

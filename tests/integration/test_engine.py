@@ -10,13 +10,15 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select, update
 
-from scheduler import store, watchdog
+from scheduler import watchdog
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
 from scheduler.errors import TransientError
 from scheduler.invokers import Call, Outcome, default_invokers
-from scheduler.models import invocations, jobs
 from scheduler.spec import JobSpec
+from scheduler.storage import job_store, run_store
+from scheduler.storage.models import invocations, jobs
+from scheduler.storage.rows import JobRow
 from statemachine import InvalidTransition, InvocationStatus
 from tests.conftest import Clock, RecordingPort, WorkerDied, deliver_runs
 
@@ -31,9 +33,9 @@ def apply(engine: Engine, *specs: JobSpec, dry_run: bool = False):  # type: igno
     return Scheduler(engine).apply(list(specs), project="p", dry_run=dry_run)
 
 
-def job(engine: Engine, ref: str = "p/a") -> store.JobRow:
+def job(engine: Engine, ref: str = "p/a") -> JobRow:
     with engine.db.connect() as conn:
-        row = store.lock_job(conn, store.resolve_job(conn, ref))
+        row = job_store.lock_job(conn, job_store.resolve_job(conn, ref))
         assert row is not None
         return row
 
@@ -56,7 +58,7 @@ def deliver_starts(engine: Engine, port: RecordingPort) -> None:
     starts = list(port.starts)
     port.starts.clear()
     for invocation_id in starts:
-        engine.start_invocation(invocation_id)
+        engine.runs.start_invocation(invocation_id)
     deliver_runs(engine, port)
 
 
@@ -115,18 +117,18 @@ def test_a_run_started_here_commits_with_its_tick(
     clock.advance(10)
     [(job_id, nonce, _)] = port.ticks
     port.clear()
-    save_job = store.save_job
+    save_job = job_store.save_job
 
     def database_gone(*_: Any, **__: Any) -> None:
         raise TransientError("database unavailable")
 
-    monkeypatch.setattr(store, "save_job", database_gone)  # after the run's insert
+    monkeypatch.setattr(job_store, "save_job", database_gone)  # after the run's insert
     with pytest.raises(TransientError):
         engine.tick(job_id, nonce, start_here=True)
     assert rows(engine) == [] and port.ticks == []  # the run was rolled back with its tick
     assert job(engine).snapshot.tick_nonce == nonce  # so Celery's retry fires the slot
 
-    monkeypatch.setattr(store, "save_job", save_job)
+    monkeypatch.setattr(job_store, "save_job", save_job)
     engine.tick(job_id, nonce, start_here=True)
     deliver_runs(engine, port)
     [inv] = rows(engine)
@@ -272,7 +274,7 @@ def test_a_lapsed_lease_fails_the_run_and_frees_the_job(db: sqlalchemy.Engine, c
     assert (inv["status"], inv["error"]) == ("FAILED", "lease expired")
     assert job(engine).snapshot.state == "SCHEDULED"
     # The run's own report arrives late: it changes nothing.
-    assert engine.finish_invocation(inv["id"], Outcome(InvocationStatus.SUCCEEDED)) is False
+    assert engine.runs.finish_invocation(inv["id"], Outcome(InvocationStatus.SUCCEEDED)) is False
     assert rows(engine)[0]["status"] == "FAILED"
 
 
@@ -281,8 +283,11 @@ def test_the_database_refuses_a_second_invocation_for_a_slot(engine: Engine, clo
     row = job(engine)
     values = dict(slot=clock.now, trigger_id=None, revision="r", now=clock.now)
     with engine.db.begin() as conn:
-        assert store.insert_invocation(conn, row.id, status="STARTING", **values) is not None
-        assert store.insert_invocation(conn, row.id, status="SKIPPED", reason="x", **values) is None
+        assert run_store.insert_invocation(conn, row.id, status="STARTING", **values) is not None
+        assert (
+            run_store.insert_invocation(conn, row.id, status="SKIPPED", reason="x", **values)
+            is None
+        )
     with pytest.raises(sqlalchemy.exc.IntegrityError), engine.db.begin() as conn:
         conn.execute(
             invocations.insert().values(
@@ -358,8 +363,8 @@ def test_celery_jobs_finish_when_the_worker_reports(engine: Engine, port: Record
     deliver_starts(engine, port)
     assert port.tasks == [("etl.run", inv, 1)]
     assert job(engine).snapshot.state == "RUNNING"
-    assert engine.finish_invocation(inv, Outcome(InvocationStatus.SUCCEEDED)) is True
-    repeated = engine.finish_invocation(inv, Outcome(InvocationStatus.FAILED))
+    assert engine.runs.finish_invocation(inv, Outcome(InvocationStatus.SUCCEEDED)) is True
+    repeated = engine.runs.finish_invocation(inv, Outcome(InvocationStatus.FAILED))
     assert repeated is False
     assert rows(engine)[0]["status"] == "SUCCEEDED"
     assert job(engine).snapshot.state == "SCHEDULED"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, update
 
-from scheduler import store
 from scheduler.engine import Engine
-from scheduler.models import invocations
+from scheduler.storage import job_store, run_store
+from scheduler.storage.models import invocations
 from statemachine import InvocationFinished, Trigger
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import add, spec
@@ -69,9 +69,9 @@ def finish_with_a_lost_waiting_row(engine: Engine, port: RecordingPort, clock: C
         )
     port.clear()
     with engine.transaction() as conn:
-        row = store.lock_job(conn, first["job_id"])
+        row = job_store.lock_job(conn, first["job_id"])
         assert row is not None
-        store.update_invocation(conn, first["id"], status="FAILED", finished_at=clock.now)
+        run_store.update_invocation(conn, first["id"], status="FAILED", finished_at=clock.now)
         fed = engine.feed(conn, row, InvocationFinished(first["id"], clock.now), clock.now)
     engine.send(fed.messages)
 

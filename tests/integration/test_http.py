@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.http import HttpInvoker
 from scheduler.invokers import Call
-from scheduler.netguard import parse_allow
+from scheduler.invokers.http import HttpInvoker
+from scheduler.invokers.netguard import parse_allow
 from scheduler.spec import JobSpec
 
 SECRET = "s3cr3t-Tok/en+="

@@ -8,7 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from migrations import downgrade, upgrade
-from scheduler.models import metadata
+from scheduler.storage.models import metadata
 
 pytestmark = pytest.mark.postgres
 

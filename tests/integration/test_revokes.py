@@ -13,7 +13,7 @@ from scheduler import watchdog
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
 from scheduler.invokers import SUCCEEDED, default_invokers
-from scheduler.models import revokes
+from scheduler.storage.models import revokes
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import add, claim_tasks, deliver, rows, spec
 
@@ -63,7 +63,7 @@ def test_a_revoke_that_fails_once_is_delivered_later(db: sqlalchemy.Engine, cloc
 
 def test_a_task_that_reports_its_end_needs_no_revoke(db: sqlalchemy.Engine, clock: Clock):
     engine, port, inv = timed_out_task(db, clock)
-    assert engine.finish_invocation(inv, SUCCEEDED, attempt=1) is False  # too late to count
+    assert engine.runs.finish_invocation(inv, SUCCEEDED, attempt=1) is False  # too late to count
     assert pending(engine) == []
     clock.advance(60)
     assert watchdog.run_once(engine).revokes == 0 and port.revoked == []

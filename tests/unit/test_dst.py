@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler.schedules import parse_schedule
+from scheduler.timing.schedules import parse_schedule
 
 
 def slots(expression: str, zone: str, after: str, until: str) -> list[str]:

@@ -11,7 +11,7 @@ from kombu import Connection, Queue
 from kombu.asynchronous import Hub
 from kombu.message import Message
 
-import scheduler.fsbroker  # noqa: F401  (registers the transport)
+import scheduler.workers.fsbroker  # noqa: F401  (registers the transport)
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_an_unreadable_or_unfinished_message_is_not_fatal(connection, tmp_path, 
 
 def test_a_worker_event_loop_polls_the_folder_and_stops_when_closed(connection, queue_name):  # type: ignore[no-untyped-def]
     """Celery gives a worker its event loop and asynchronous pool only on a transport that
-    says it is asynchronous (scheduler.fsbroker.Transport says why that matters); the
+    says it is asynchronous (scheduler.workers.fsbroker.Transport says why that matters); the
     loop must then deliver the folder's messages, and stop polling with the connection."""
     assert connection.transport.implements.asynchronous
     received: list[dict[str, int]] = []

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import transitions
 
-from scheduler.schedules import Every, FixedDelay, Triggered
+from scheduler.timing.schedules import Every, FixedDelay, Triggered
 from statemachine import (
     Abandon,
     Disable,
@@ -492,7 +492,7 @@ def test_enable_after_disable_does_not_record_or_run_missed_slots():
 
 
 def test_a_long_outage_records_only_the_newest_skipped_slots():
-    from statemachine.job import MAX_SKIPPED_RECORDS
+    from statemachine.callbacks import MAX_SKIPPED_RECORDS
 
     r = misfire(Misfire.LATEST, now=10 * 50_000 + 5)  # 50,000 slots missed
     skipped = [a for a in r.actions if isinstance(a, RecordSkipped)]

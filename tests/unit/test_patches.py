@@ -8,7 +8,7 @@ import pytest
 import redis.exceptions
 from kombu.transport import redis as transport
 
-from scheduler.patches import guard_redis_channel
+from scheduler.workers.patches import guard_redis_channel
 
 
 def test_a_detached_channel_raises_a_connection_error():

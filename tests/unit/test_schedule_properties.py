@@ -10,8 +10,8 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.localtime import Kind, resolve, transitions, wall
-from scheduler.schedules import Cron, parse_schedule
+from scheduler.timing.localtime import Kind, resolve, transitions, wall
+from scheduler.timing.schedules import Cron, parse_schedule
 
 ZONES = [
     "UTC",

@@ -5,7 +5,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scheduler.errors import SpecError
-from scheduler.schedules import Cron, Every, FixedDelay, Triggered, parse_duration, parse_schedule
+from scheduler.timing.schedules import (
+    Cron,
+    Every,
+    FixedDelay,
+    Triggered,
+    parse_duration,
+    parse_schedule,
+)
 
 T = datetime(2026, 3, 1, 12, 0, 7, tzinfo=UTC)
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from celery import Celery
 
-from scheduler.db import make_engine
 from scheduler.engine import Engine
 from scheduler.invokers import default_invokers
-from scheduler.messages import CeleryPort
 from scheduler.settings import Settings
+from scheduler.storage.db import make_engine
+from scheduler.workers.port import CeleryPort
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Named queries of the ``revokes`` table: celery tasks to stop, kept until the revoke
-is sent or the task has ended (see :data:`scheduler.models.revokes`)."""
+is sent or the task has ended (see :data:`scheduler.storage.models.revokes`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from scheduler.models import revokes
+from scheduler.storage.models import revokes
 
 _RECORD = {
     name: dialect.insert(revokes).on_conflict_do_nothing()

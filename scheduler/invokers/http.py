@@ -1,7 +1,7 @@
 """The ``http`` kind: one request per attempt, guarded and redacted.
 
 - The destination must be a public address unless ``CRONCHAIN_HTTP_ALLOW`` allows it
-  (``scheduler.netguard``), checked at connect time, on every redirect too.
+  (``scheduler.invokers.netguard``), checked at connect time, on every redirect too.
 - Redirects are followed up to ``max_redirects`` (default 5); secret headers are not sent
   on to another origin.
 - ``accept`` lists the status codes that succeed (default ``2xx``).
@@ -23,8 +23,8 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from scheduler import netguard
-from scheduler.invokers import SUCCEEDED, Call, Outcome
+from scheduler.invokers import netguard
+from scheduler.invokers.call import SUCCEEDED, Call, Outcome
 
 DEFAULT_REDIRECTS = 5
 READ_LIMIT = 64 * 1024  # bytes of a response body read at most

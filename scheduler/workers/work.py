@@ -22,7 +22,7 @@ log = logging.getLogger("cronchain.work")
 def execute(engine: Engine, invocation_id: int, attempt: int, worker: str) -> Outcome | None:
     """Claim the attempt, make its call and record its outcome; None if the attempt
     could not be claimed (not current, or claimed by another delivery)."""
-    call = engine.claim(invocation_id, attempt, worker)
+    call = engine.runs.claim(invocation_id, attempt, worker)
     if call is None:
         log.info("invocation %s attempt %s: not current or claimed already", invocation_id, attempt)
         return None
@@ -38,5 +38,5 @@ def execute(engine: Engine, invocation_id: int, attempt: int, worker: str) -> Ou
         outcome = Outcome.failed(f"{call.kind}: {type(err).__name__}: {err}")
     finally:
         engine.leases.release(lease)
-    engine.record_patiently(invocation_id, attempt, outcome, job_id=call.job_id)
+    engine.runs.record_patiently(invocation_id, attempt, outcome, job_id=call.job_id)
     return outcome

@@ -11,6 +11,7 @@ from datetime import datetime
 from celery import Celery
 
 from scheduler.invokers import Call
+from scheduler.invokers.celery import send_task
 
 
 class CeleryPort:
@@ -47,20 +48,7 @@ class CeleryPort:
                 task_id=call.task_id,
             )
             return
-        o = call.options
-        header = {
-            "invocation": call.invocation_id,
-            "attempt": call.attempt,
-            "lease": call.lease.total_seconds(),
-        }
-        self.app.send_task(
-            o["task"],
-            args=o["args"],
-            kwargs=o["kwargs"],
-            queue=o["queue"],
-            task_id=call.task_id,
-            headers={"cronchain": header},
-        )
+        send_task(self.app, call)
 
     def revoke(self, task_id: str) -> None:
         self.app.control.revoke(task_id, terminate=True)

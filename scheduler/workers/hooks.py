@@ -27,12 +27,12 @@ from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
 from scheduler.invokers import Outcome
+from scheduler.invokers.celery import HEADER
 from scheduler.leases import Lease
-from scheduler.runtime import Runtime
+from scheduler.workers.runtime import Runtime
 from statemachine import InvocationStatus
 
 log = logging.getLogger("cronchain.worker")
-HEADER = "cronchain"
 _held: dict[str, Lease] = {}  # this process's claimed attempts, by Celery task id
 
 
@@ -70,7 +70,7 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
         return False
     engine = Runtime.current(task.app).engine
     worker = f"{task.request.hostname or 'worker'}:{os.getpid()}"
-    call = engine.claim(invocation_id, attempt, worker)
+    call = engine.runs.claim(invocation_id, attempt, worker)
     if call is None:
         log.warning(
             "invocation %s attempt %s is not current or was claimed already: task %s not run",
@@ -98,7 +98,7 @@ def _report(
         outcome = Outcome.failed(f"{type(retval).__name__}: {retval}", "error")
     else:  # RETRY: Celery's own retries would run outside the attempt; the job's apply
         outcome = Outcome.failed(f"the task ended as {state}; use the job's retries", "error")
-    engine.record_patiently(lease.invocation_id, lease.attempt, outcome)
+    engine.runs.record_patiently(lease.invocation_id, lease.attempt, outcome)
 
 
 def heartbeat(note: str | None = None) -> bool:

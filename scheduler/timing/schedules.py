@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from scheduler.errors import SpecError
-from scheduler.localtime import MAX_SHIFT, Kind, is_ambiguous, resolve, wall
+from scheduler.timing.localtime import MAX_SHIFT, Kind, is_ambiguous, resolve, wall
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")

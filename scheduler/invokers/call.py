@@ -1,10 +1,4 @@
-"""Invokers: how the work path makes a run's call, one per kind it runs (noop, http).
-
-Every attempt is sent as a message after the RUNNING record that describes it commits,
-and claimed by the worker that takes it: ``cronchain.run`` on the work path for these
-kinds (``scheduler.work``), the job's own task for the ``celery`` kind
-(``scheduler.worker``). ``invoke`` runs in a work-path thread and returns the outcome.
-"""
+"""An attempt's call and its outcome: what the engine sends and what a worker reports."""
 
 from __future__ import annotations
 
@@ -56,21 +50,3 @@ SUCCEEDED = Outcome(InvocationStatus.SUCCEEDED)
 
 class Invoker(Protocol):
     def invoke(self, call: Call) -> Outcome: ...
-
-
-class NoopInvoker:
-    """Does nothing (after ``sleep`` seconds), or fails if ``fail`` is set: for tests,
-    demos and measuring cronchain itself."""
-
-    def invoke(self, call: Call) -> Outcome:
-        if call.options["sleep"] and call.lost.wait(call.options["sleep"]):
-            return Outcome.failed("noop: stopped, the attempt is no longer current")
-        return Outcome.failed("noop: fail is set") if call.options["fail"] else SUCCEEDED
-
-
-def default_invokers(http_allow: str = "") -> dict[str, Invoker]:
-    """The kinds the work path runs; ``celery`` runs on the user's own workers."""
-    from scheduler.http import HttpInvoker
-    from scheduler.netguard import parse_allow
-
-    return {"noop": NoopInvoker(), "http": HttpInvoker(parse_allow(http_allow))}

@@ -1,0 +1,118 @@
+"""What an engine step asks the world to do once its transaction has committed.
+
+A step returns messages rather than sending them, so that nothing leaves the process
+before the state that explains it is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from scheduler.invokers import Call
+from statemachine import JobSnapshot
+
+log = logging.getLogger("cronchain.engine")
+
+
+class Port(Protocol):
+    """Where the engine sends its messages: Celery in production, a list in tests."""
+
+    def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None: ...
+
+    def tick_batch(self, ticks: list[tuple[int, int]], eta: datetime) -> None: ...
+
+    def start_invocation(
+        self, invocation_id: int, attempt: int | None = None, eta: datetime | None = None
+    ) -> None: ...
+
+    def run(self, call: Call) -> None:
+        """Send an attempt to the worker that will claim and run it: a ``celery`` job's
+        own task on its queue, or ``cronchain.run`` on the work path."""
+
+    def revoke(self, task_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SendTick:
+    job_id: int
+    nonce: int
+    eta: datetime
+
+
+@dataclass(frozen=True)
+class SendStart:
+    invocation_id: int
+    attempt: int = 1
+    eta: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SendRevoke:
+    """Stop a ``celery`` attempt's task wherever it runs (timeout, abort, lapsed lease)."""
+
+    task_id: str
+
+
+@dataclass(frozen=True)
+class SendRun:
+    """An attempt recorded RUNNING and not yet claimed: for a worker to claim and run."""
+
+    call: Call
+
+
+Message = SendTick | SendStart | SendRevoke | SendRun
+
+
+@dataclass
+class Fed:
+    """What one step did: the snapshot it saved and the messages to send after commit."""
+
+    snapshot: JobSnapshot
+    messages: list[Message] = field(default_factory=list)
+    started: int | None = None
+
+
+def send(port: Port, messages: list[Message], batch: int) -> list[str]:
+    """Send what committed steps asked for; returns the task ids of the revokes sent. A
+    failed send is logged, not raised: the watchdog repeats what was promised.
+
+    Ticks due at the same instant go in batches of at most ``batch``: one message and one
+    task for many jobs, yet small enough that the last job of a batch does not wait long
+    for the others."""
+    ticks: dict[datetime, list[tuple[int, int]]] = {}
+    revoked: list[str] = []
+    for message in messages:
+        try:
+            match message:
+                case SendTick(job_id=job_id, nonce=nonce, eta=eta):
+                    ticks.setdefault(eta, []).append((job_id, nonce))
+                case SendStart(invocation_id=invocation_id, attempt=attempt, eta=eta):
+                    port.start_invocation(invocation_id, attempt, eta)
+                case SendRun(call=call):
+                    port.run(call)
+                case SendRevoke(task_id=task_id):
+                    port.revoke(task_id)
+                    revoked.append(task_id)
+                case _:
+                    raise AssertionError(f"unknown message {message!r}")
+        except AssertionError:
+            raise
+        except Exception:
+            log.exception("could not send %s; the watchdog will repeat it", message)
+    for eta, pairs in ticks.items():
+        for i in range(0, len(pairs), batch):
+            _send_ticks(port, pairs[i : i + batch], eta)
+    return revoked
+
+
+def _send_ticks(port: Port, chunk: list[tuple[int, int]], eta: datetime) -> None:
+    try:
+        if len(chunk) == 1:
+            port.tick_later(*chunk[0], eta)
+        else:
+            port.tick_batch(chunk, eta)
+    except Exception:
+        log.exception("could not send ticks %s; the watchdog will repeat them", chunk)

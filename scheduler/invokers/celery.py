@@ -1,0 +1,32 @@
+"""The ``celery`` kind: a job's own task, sent to its own queue for the user's workers.
+
+The attempt travels in a ``cronchain`` header, which the hooks installed on those
+workers (:mod:`scheduler.workers.hooks`) read to claim it before the task body runs.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from scheduler.invokers.call import Call
+
+HEADER = "cronchain"
+
+
+def send_task(app: Celery, call: Call) -> None:
+    """Under the attempt's task id, so that a repeated send is one task to revoke, and
+    only one of its deliveries can claim it."""
+    o = call.options
+    header = {
+        "invocation": call.invocation_id,
+        "attempt": call.attempt,
+        "lease": call.lease.total_seconds(),  # read by workers of cronchain 0.1
+    }
+    app.send_task(
+        o["task"],
+        args=o["args"],
+        kwargs=o["kwargs"],
+        queue=o["queue"],
+        task_id=call.task_id,
+        headers={HEADER: header},
+    )

@@ -1,0 +1,15 @@
+"""The ``noop`` kind: for tests, demos and measuring cronchain itself."""
+
+from __future__ import annotations
+
+from scheduler.invokers.call import SUCCEEDED, Call, Outcome
+
+
+class NoopInvoker:
+    """Does nothing (after ``sleep`` seconds), or fails if ``fail`` is set: for tests,
+    demos and measuring cronchain itself."""
+
+    def invoke(self, call: Call) -> Outcome:
+        if call.options["sleep"] and call.lost.wait(call.options["sleep"]):
+            return Outcome.failed("noop: stopped, the attempt is no longer current")
+        return Outcome.failed("noop: fail is set") if call.options["fail"] else SUCCEEDED
