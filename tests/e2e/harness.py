@@ -36,17 +36,23 @@ class Endpoint(ThreadingHTTPServer):
 
 
 class HitCounter:
-    """An HTTP endpoint on loopback; counts requests per ``X-Cronchain-Invocation``."""
+    """An HTTP endpoint on loopback that answers after ``delay`` seconds; counts requests
+    per invocation (``hits``) and per attempt (``calls``: a call made twice for one
+    attempt is a duplicate; a retry is a new attempt)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         self.hits: Counter[int] = Counter()
+        self.calls: Counter[tuple[int, int]] = Counter()
         lock = threading.Lock()
-        hits = self.hits
+        hits, calls = self.hits, self.calls
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                invocation = int(self.headers["X-Cronchain-Invocation"])
                 with lock:
-                    hits[int(self.headers["X-Cronchain-Invocation"])] += 1
+                    hits[invocation] += 1
+                    calls[invocation, int(self.headers["X-Cronchain-Attempt"])] += 1
+                time.sleep(delay)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -55,6 +61,7 @@ class HitCounter:
                 pass
 
         self.server = Endpoint(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hit"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

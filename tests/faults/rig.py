@@ -14,15 +14,12 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
 
 import redis
 import sqlalchemy
@@ -34,7 +31,7 @@ from migrations import upgrade
 from scheduler.storage.db import make_engine
 from scheduler.storage.models import UTCDateTime, invocations, jobs
 from scheduler.timing.schedules import parse_schedule
-from tests.e2e.harness import ROOT, Cluster, Endpoint, now, wait_until
+from tests.e2e.harness import ROOT, Cluster, HitCounter, now, wait_until
 from tests.services import PostgresServer, RedisServer
 
 NOOP_JOBS = 50
@@ -48,41 +45,6 @@ WORKERS = {"worker": "cronchain", "work": "cronchain.work", "tasks": "slow"}
 POOLS = {"work": ("threads", 20)}  # the others: prefork, two processes
 SUMMARY: list[str] = []  # one line per fault, printed at the end of the run
 FINAL = ("SUCCEEDED", "SKIPPED", "FAILED", "ABORTED")
-
-
-class SlowEndpoint:
-    """An HTTP endpoint that answers after 1.5 s and counts the calls of each attempt
-    (a call made twice for one attempt is a duplicate; a retry is a new attempt)."""
-
-    def __init__(self) -> None:
-        self.calls: Counter[tuple[str, str]] = Counter()
-        lock = threading.Lock()
-        calls = self.calls
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-                with lock:
-                    key = (
-                        self.headers["X-Cronchain-Invocation"],
-                        self.headers["X-Cronchain-Attempt"],
-                    )
-                    calls[key] += 1
-                time.sleep(1.5)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = Endpoint(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/slow"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def job_file(path: Path, slow_log: Path, slow_url: str) -> Path:
@@ -136,7 +98,7 @@ class Rig:
             PYTHONPATH=str(ROOT),
         )
         self.db = make_engine(self.pg.url)
-        self.endpoint = SlowEndpoint()
+        self.endpoint = HitCounter(delay=1.5)  # the http jobs' calls take 1.5 s
 
     def up(self) -> None:
         """Migrate, start a worker and beat, apply the jobs, and let them run a while."""
