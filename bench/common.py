@@ -1,5 +1,6 @@
-"""What the benchmarks share: a fresh database and a private Redis, real celery processes,
-CPU and memory read from /proc, and one printed line per figure."""
+"""What the benchmarks share: a fresh database and a private Redis, real celery processes
+(both paths, as ``cronchain up`` runs them), CPU and memory read from /proc, and one
+printed line per figure."""
 
 from __future__ import annotations
 
@@ -15,20 +16,25 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy
+from celery import Celery
 from sqlalchemy import select
 
 from bench.load import offset
 from migrations import upgrade
-from scheduler.db import make_engine
-from scheduler.models import invocations
-from scheduler.runtime import Runtime
-from tests.e2e.harness import ROOT, Cluster
+from scheduler.storage.db import make_engine
+from scheduler.storage.models import invocations, jobs
+from scheduler.workers.runtime import Runtime
+from tests.e2e.harness import ROOT, Cluster, wait_until
 from tests.services import RedisServer, redis_server
 
 PG_ADMIN = os.environ.get(
     "CRONCHAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
 TICKS = os.sysconf("SC_CLK_TCK")
+# As ``cronchain up`` deploys: the control path on two prefork processes, the work path
+# on a hundred threads (CRONCHAIN_WORK_CONCURRENCY's default).
+CONTROL_CONCURRENCY = 2
+WORK_CONCURRENCY = 100
 
 
 def figure(bench: str, name: str, value: float, unit: str = "") -> None:
@@ -69,9 +75,32 @@ class Deployment:
     cluster: Cluster
 
     def apply_jobs(self, jobs: int, period: float, timeout: float = 120, step: float = 0) -> None:
+        self.apply(job_document(jobs, period, step), timeout=timeout)
+
+    def apply(self, document: dict, timeout: float = 120) -> None:
         path = self.cluster.folder / "jobs.yaml"
-        path.write_text(json.dumps(job_document(jobs, period, step)))  # JSON is YAML
+        path.write_text(json.dumps(document))  # JSON is YAML
         self.cluster.cronchain("apply", str(path), timeout=timeout)
+
+    def start(self, loglevel: str = "INFO", beat: bool = True) -> None:
+        """Both paths, as ``cronchain up`` runs them: the control path (``worker``:
+        ticks, starts, the watchdog; prefork), the work path (``work``: claims and runs
+        the noop and http runs; threads), and beat (``beat``) as a process of its own."""
+        self.cluster.start_worker(concurrency=CONTROL_CONCURRENCY, loglevel=loglevel)
+        self.cluster.start_work_worker(concurrency=WORK_CONCURRENCY, loglevel=loglevel)
+        if beat:
+            self.cluster.start_beat()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Until both paths' workers answer a ping (at WARNING, celery logs no "ready.")."""
+        wait_workers(self.redis.url, ("worker@", "work@"), timeout)
+
+    @property
+    def worker_pids(self) -> dict[str, int]:
+        """The running workers' main processes, by name (``worker``, ``work``)."""
+        return {
+            name: p.pid for name, p in self.cluster.processes.items() if name in ("worker", "work")
+        }
 
     def runtime(self) -> Runtime:
         """The engine in this process, wired as the deployment's workers are."""
@@ -89,14 +118,33 @@ def deployment(folder: Path, **env: str) -> Iterator[Deployment]:
             c.stop_all()
 
 
-def job_document(jobs: int, period: float, step: float = 0) -> dict:
-    """N no-op jobs of one period, spread over it (see ``bench.load.offset``)."""
+def wait_workers(broker: str, prefixes: tuple[str, ...], timeout: float = 60) -> None:
+    """Until a worker whose hostname starts with each of ``prefixes`` answers a ping."""
+    app = Celery(broker=broker)
+
+    def answered() -> bool:
+        names = [name for reply in app.control.ping(timeout=1) or [] for name in reply]
+        return all(any(n.startswith(p) for n in names) for p in prefixes)
+
+    wait_until(answered, timeout, f"workers {', '.join(prefixes)}")
+
+
+def job_specs(
+    jobs: int, period: float, step: float = 0, prefix: str = "noop", **kind: dict
+) -> list[dict]:
+    """N jobs of one period, spread over it (see ``bench.load.offset``); a no-op each
+    unless ``kind`` gives another (``http={...}``)."""
     specs = []
     for i in range(jobs):
         offset_ms = round(offset(i, jobs, period, step) * 1000)
         schedule = f"every {period:g}s" + (f" offset {offset_ms}ms" if offset_ms else "")
-        specs.append({"name": f"noop{i:05d}", "schedule": schedule, "noop": {}})
-    return {"project": "bench", "jobs": specs}
+        specs.append({"name": f"{prefix}{i:05d}", "schedule": schedule, **(kind or {"noop": {}})})
+    return specs
+
+
+def job_document(jobs: int, period: float, step: float = 0) -> dict:
+    """N no-op jobs of one period, spread over it (see ``bench.load.offset``)."""
+    return {"project": "bench", "jobs": job_specs(jobs, period, step)}
 
 
 def settle(recent_lags: Callable[[], list[float]], period: float) -> float:
@@ -117,13 +165,26 @@ def settle(recent_lags: Callable[[], list[float]], period: float) -> float:
 def recent_lags(db: sqlalchemy.Engine) -> list[float]:
     """How late each cronchain run that started in the last two seconds was."""
     since = datetime.now(UTC) - timedelta(seconds=2)
+    return [(r.started_at - r.slot).total_seconds() for r in started_runs(db, since)]
+
+
+def started_runs(
+    db: sqlalchemy.Engine, start: datetime, end: datetime | None = None
+) -> list[sqlalchemy.Row]:
+    """Runs that started in ``[start, end)``: the job's name, the slot and the start.
+
+    A run starts when a worker claims its attempt (``started_at`` is then set again, and
+    ``worker``): until then ``started_at`` is when the attempt was sent, and the run has
+    not started."""
+    query = (
+        select(jobs.c.name, invocations.c.slot, invocations.c.started_at)
+        .join(jobs, jobs.c.id == invocations.c.job_id)
+        .where(invocations.c.worker.isnot(None), invocations.c.started_at >= start)
+    )
+    if end is not None:
+        query = query.where(invocations.c.started_at < end)
     with db.connect() as conn:
-        rows = conn.execute(
-            select(invocations.c.slot, invocations.c.started_at).where(
-                invocations.c.started_at >= since
-            )
-        ).all()
-    return [(r.started_at - r.slot).total_seconds() for r in rows]
+        return list(conn.execute(query))
 
 
 def transactions(engine: sqlalchemy.Engine) -> int:

@@ -5,9 +5,12 @@
 N no-op jobs fire every P seconds, spread evenly over the period (``every P offset O``);
 with ``--step 1`` on whole seconds, as cron jobs are, so that jobs share instants.
 Each system gets the same slots, a fresh private Redis, and one worker with
-``--concurrency 2``; lag is the start of each run minus its slot, for every run that
-started inside the measured window. cronchain also records every fire in PostgreSQL;
-the baselines record nothing.
+``--concurrency 2``; cronchain is deployed as ``cronchain up`` deploys it, with the work
+path besides (a worker of 100 threads that claims and runs each noop run). Lag is the
+start of each run minus its slot, for every run that started inside the measured window:
+for cronchain, the moment a work-path worker claimed it. cronchain also records every
+fire in PostgreSQL; the baselines record nothing. cronchain's ``worker`` figures are both
+paths together; ``control`` and ``work`` are each path alone.
 """
 
 from __future__ import annotations
@@ -16,12 +19,9 @@ import argparse
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-
-from celery import Celery
-from sqlalchemy import select
 
 from bench.common import (
     PeakRss,
@@ -32,10 +32,10 @@ from bench.common import (
     percentile,
     recent_lags,
     settle,
+    started_runs,
     transactions,
 )
-from scheduler.models import invocations
-from tests.e2e.harness import wait_until
+from tests.e2e.harness import Cluster
 from tests.services import redis_server
 
 SYSTEMS = ("cronchain", "beat", "redbeat")
@@ -45,49 +45,53 @@ SYSTEMS = ("cronchain", "beat", "redbeat")
 class Run:
     fires: int
     lags: list[float]
-    worker_cpu: float
+    worker_cpu: float  # every worker's
     other_cpu: float  # beat's process
     peak_rss: int
     warmup: float  # seconds until steady state
     transactions: int | None = None
+    paths: dict[str, tuple[float, int]] = field(default_factory=dict)  # CPU, peak RSS
+    died: list[str] = field(default_factory=list)  # processes that exited during the run
 
 
-def measure(worker_pid: int, beat_pid: int, window: float) -> tuple[float, float, float, float]:
-    t0, w0, b0 = time.time(), cpu_seconds(worker_pid), cpu_seconds(beat_pid)
+def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str, float]]:
+    """CPU seconds of each named process tree over ``window`` seconds from now."""
+    t0, before = time.time(), {name: cpu_seconds(pid) for name, pid in pids.items()}
     time.sleep(window)
-    return t0, time.time(), cpu_seconds(worker_pid) - w0, cpu_seconds(beat_pid) - b0
+    t1 = time.time()
+    return t0, t1, {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
 
 
 def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: float) -> Run:
     with deployment(folder) as d:
-        db, redis, c = d.db, d.redis, d.cluster
-        # The worker runs before the jobs exist: each job's first slot comes after its
+        db, c = d.db, d.cluster
+        # The workers run before the jobs exist: each job's first slot comes after its
         # creation, so none is overdue when it starts (no startup backlog to drain).
         # WARNING, as the baseline's worker: INFO writes two lines per task.
-        c.start_worker(concurrency=2, loglevel="WARNING")
-        c.start_beat()
-        wait_until(lambda: Celery(broker=redis.url).control.ping(timeout=1), 60, "the worker")
+        d.start(loglevel="WARNING")
+        d.wait_ready()
         d.apply_jobs(jobs, period, step=step)
 
         try:
             warmup = settle(lambda: recent_lags(db), period)
-            with PeakRss(c.processes["worker"].pid) as rss:
+            pids = {**d.worker_pids, "beat": c.processes["beat"].pid}
+            with PeakRss(pids["worker"]) as control_rss, PeakRss(pids["work"]) as work_rss:
                 x0 = transactions(db)
-                t0, t1, worker, beat = measure(
-                    c.processes["worker"].pid, c.processes["beat"].pid, window
-                )
+                t0, t1, cpu = measure(pids, window)
                 x1 = transactions(db)
+            died = dead(c)
         finally:
             c.stop_all()
         start, end = (datetime.fromtimestamp(t, UTC) for t in (t0, t1))
-        with db.connect() as conn:
-            rows = conn.execute(
-                select(invocations.c.slot, invocations.c.started_at).where(
-                    invocations.c.started_at >= start, invocations.c.started_at < end
-                )
-            ).all()
+        rows = started_runs(db, start, end)
         lags = [(r.started_at - r.slot).total_seconds() for r in rows]
-        return Run(len(rows), lags, worker, beat, rss.peak, warmup, x1 - x0)
+        paths = {
+            "control": (cpu["worker"], control_rss.peak),
+            "work": (cpu["work"], work_rss.peak),
+        }
+        worker = cpu["worker"] + cpu["work"]
+        peak = max(control_rss.peak, work_rss.peak)
+        return Run(len(rows), lags, worker, cpu["beat"], peak, warmup, x1 - x0, paths, died)
 
 
 def run_baseline(
@@ -120,9 +124,10 @@ def run_baseline(
         try:
             warmup = settle(recent_lags, period)
             with PeakRss(c.processes["worker"].pid) as rss:
-                t0, t1, worker, beat_cpu = measure(
-                    c.processes["worker"].pid, c.processes["beat"].pid, window
-                )
+                pids = {name: c.processes[name].pid for name in ("worker", "beat")}
+                t0, t1, cpu = measure(pids, window)
+                worker, beat_cpu = cpu["worker"], cpu["beat"]
+            died = dead(c)
         finally:
             c.stop_all()
         lags = []
@@ -130,11 +135,22 @@ def run_baseline(
             started, slot = map(float, record.split())
             if t0 <= started < t1:
                 lags.append(started - slot)
-        return Run(len(lags), lags, worker, beat_cpu, rss.peak, warmup)
+        return Run(len(lags), lags, worker, beat_cpu, rss.peak, warmup, died=died)
+
+
+def dead(c: Cluster) -> list[str]:
+    """The processes of ``c`` that exited before the end of the run, each with the end
+    of its log on stderr (RedBeat's beat, for one, exits when a pass outlasts its lock)."""
+    died = [name for name, process in c.processes.items() if process.poll() is not None]
+    for name in died:
+        print(f"--- {name} exited; the end of its log:", c.log(name)[-2000:], file=sys.stderr)
+    return died
 
 
 def report(label: str, system: str, run: Run, window: float, offered: float) -> None:
     name = f"fire_rate[{label}] {system}"
+    for process in run.died:
+        figure(name, f"{process}_exited_during_run", 1)
     figure(name, "offered", offered, "fires/s")
     figure(name, "warmup", run.warmup, "s")
     figure(name, "fires", run.fires / window, "fires/s")
@@ -146,7 +162,11 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
         figure(name, "beat_cpu_per_fire", run.other_cpu / run.fires * 1000, "ms")
         if run.transactions is not None:
             figure(name, "transactions_per_fire", run.transactions / run.fires)
+        for path, (cpu, _) in run.paths.items():
+            figure(name, f"{path}_cpu_per_fire", cpu / run.fires * 1000, "ms")
     figure(name, "worker_peak_rss", run.peak_rss / 2**20, "MiB")
+    for path, (_, rss) in run.paths.items():
+        figure(name, f"{path}_peak_rss", rss / 2**20, "MiB")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,27 +1,102 @@
-"""The engine's cost per fire, in this process, with no broker: where the time goes.
+"""The engine's cost per fire, in this process, with no broker: where the time goes, on
+each of the two paths.
 
     python -m bench.hot_path [--jobs 1000] [--rounds 3] [--profile]
 
-N no-op jobs on PostgreSQL; each round moves a fake clock to the next slot and delivers
-every tick in batches, as the tasks get them: a tick begins its run in its own
-transaction, runs the no-op in the same process and records the outcome. Then it
-delivers any start sent as a message, as a worker would. Figures: engine CPU and wall
-time per fire, and database transactions per fire. ``--profile`` prints pyinstrument's
-profile of the rounds (``pip install -e .[bench]``).
+N no-op jobs on PostgreSQL; each round moves a fake clock to the next slot and then:
+
+- the control path: delivers every tick in batches, as the control worker's tasks get
+  them; a tick begins its run in its own transaction (RUNNING, not yet claimed) and
+  sends it to the work path (kept in a list here), with any start sent as a message;
+- the work path: does with each run sent what a work-path worker does
+  (``scheduler.workers.work.execute``): claims the attempt, runs the no-op, records the
+  outcome.
+
+Figures, for each path and for both: engine CPU and wall time per fire, and database
+transactions per fire. ``--profile`` prints pyinstrument's profile of each path's part of
+the rounds (``pip install -e .[bench]``).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from bench.common import database, figure, transactions
 from scheduler.declarative import apply
 from scheduler.engine import Engine
 from scheduler.invokers import default_invokers
 from scheduler.spec import JobSpec
+from scheduler.workers import work
 from tests.conftest import Clock, RecordingPort
+
+
+def flushed_transactions(db: Any) -> int:
+    """The database's transactions so far, every one of this process's counted: an idle
+    backend of PostgreSQL 15 holds its statistics up to 10 s, one that exits flushes
+    them, so the pool's connections are closed first (its one reconnection per part costs
+    a few ms, which the 1,000 fires of a part hardly notice)."""
+    db.dispose()
+    time.sleep(0.3)  # the backends' exit
+    return transactions(db)
+
+
+@dataclass
+class Cost:
+    """What one path spent over the rounds."""
+
+    cpu: float = 0.0
+    wall: float = 0.0
+    transactions: int = 0
+    profiler: Any = None
+    overhead: int = 0  # transactions of a part that does nothing: the counting's own
+
+    def add(self, db: Any, part: Callable[[], None]) -> None:
+        x0 = flushed_transactions(db)
+        if self.profiler is not None:
+            self.profiler.start()
+        cpu, wall = time.process_time(), time.perf_counter()
+        part()
+        self.cpu += time.process_time() - cpu
+        self.wall += time.perf_counter() - wall
+        if self.profiler is not None:
+            self.profiler.stop()
+        self.transactions += flushed_transactions(db) - x0 - self.overhead
+
+
+def rounds(engine: Engine, port: RecordingPort, clock: Clock, n: int, costs: dict) -> int:
+    """``n`` rounds of every job's slot, each path's part timed in ``costs``; the fires."""
+    fires = claimed = 0
+    for _ in range(n):
+        clock.advance(10)
+        ticks = [(job_id, nonce) for job_id, nonce, _eta in port.ticks]
+        port.clear()
+
+        def tick(ticks: list[tuple[int, int]] = ticks) -> None:
+            for i in range(0, len(ticks), engine.batch):  # as the tasks do, by batch
+                engine.tick_many(ticks[i : i + engine.batch], start_here=True)
+            starts, port.starts[:] = list(port.starts), []
+            for invocation_id in starts:  # none expected: runs begin in their tick
+                engine.runs.start_invocation(invocation_id)
+
+        costs["control"].add(engine.db, tick)
+        calls, port.runs[:] = list(port.runs), []
+
+        def run(calls: list[Any] = calls) -> None:
+            nonlocal claimed
+            for call in calls:  # as a work-path worker's threads do, one each
+                outcome = work.execute(engine, call.invocation_id, call.attempt, "bench")
+                claimed += outcome is not None
+
+        costs["work"].add(engine.db, run)
+        fires += len(ticks)  # each tick fires its slot
+    if claimed != fires:
+        raise SystemExit(f"{fires} fires but {claimed} runs claimed and recorded")
+    return fires
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,31 +114,29 @@ def main(argv: list[str] | None = None) -> None:
             for i in range(args.jobs)
         ]
         apply(engine, "bench", specs)
-        profiler = None
+        empty = Cost()
+        empty.add(db, lambda: None)
+        costs = {path: Cost(overhead=empty.transactions) for path in ("control", "work")}
         if args.profile:
             from pyinstrument import Profiler
 
-            profiler = Profiler()
-            profiler.start()
-        fires, cpu, wall, x0 = 0, time.process_time(), time.monotonic(), transactions(db)
-        for _ in range(args.rounds):
-            clock.advance(10)
-            ticks = [(job_id, nonce) for job_id, nonce, _eta in port.ticks]
-            port.clear()
-            for i in range(0, len(ticks), engine.batch):  # as the tasks do, batch by batch
-                engine.tick_many(ticks[i : i + engine.batch], start_here=True)
-            starts, port.starts[:] = list(port.starts), []
-            for invocation_id in starts:
-                engine.start_invocation(invocation_id)
-            fires += len(ticks)  # each tick fires its slot
-        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
-        time.sleep(1.1)  # the statistics collector's delay
-        figure(name, "engine_cpu_per_fire", cpu / fires * 1000, "ms")
-        figure(name, "wall_per_fire", wall / fires * 1000, "ms")
-        figure(name, "transactions_per_fire", (transactions(db) - x0) / fires)
-        if profiler is not None:
-            profiler.stop()
-            print(profiler.output_text(unicode=False, color=False, show_all=False))
+            for cost in costs.values():
+                cost.profiler = Profiler()
+        fires = rounds(engine, port, clock, args.rounds, costs)
+        costs["both"] = Cost(
+            sum(c.cpu for c in costs.values()),
+            sum(c.wall for c in costs.values()),
+            sum(c.transactions for c in costs.values()),
+        )
+        for path, cost in costs.items():
+            prefix = "" if path == "both" else f"{path}_"
+            figure(name, f"{prefix}engine_cpu_per_fire", cost.cpu / fires * 1000, "ms")
+            figure(name, f"{prefix}wall_per_fire", cost.wall / fires * 1000, "ms")
+            figure(name, f"{prefix}transactions_per_fire", cost.transactions / fires)
+        for path, cost in costs.items():
+            if cost.profiler is not None:
+                print(f"--- {path} path ---")
+                print(cost.profiler.output_text(unicode=False, color=False, show_all=False))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 Figures: the time to apply the jobs from one file (``cronchain apply``: one transaction,
 then one tick message per job); a watchdog pass when nothing has lapsed, timed in this
 process, with PostgreSQL's plan for its query; and the peak resident size of each worker
-process while the worker holds every job's chain.
+process while the workers (both paths, as ``cronchain up`` deploys them) hold every job's
+chain.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from bench.common import PeakRss, deployment, figure, percentile
-from scheduler.models import jobs
+from scheduler.storage.models import jobs
 from scheduler.watchdog import run_once
 
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
             assert report.repairs == 0, report
         figure(name, "idle_watchdog_pass_p50", percentile(passes, 0.5) * 1000, "ms")
         figure(name, "idle_watchdog_pass_max", max(passes) * 1000, "ms")
-        claim = (  # the watchdog's own query (store.claim_lapsed_jobs)
+        claim = (  # the watchdog's own query (job_store.claim_lapsed_jobs)
             select(jobs)
             .where(jobs.c.watchdog_at < applied_at)
             .order_by(jobs.c.watchdog_at)
@@ -76,13 +77,15 @@ def main(argv: list[str] | None = None) -> None:
         figure(name, "idle_watchdog_pages_read", pages)
         figure(name, "idle_watchdog_rows", node.get("Actual Rows", 0))
 
-        c.start_worker(concurrency=2)
-        rss = PeakRss(c.processes["worker"].pid)
-        with rss:
-            c.wait_ready()
+        d.start(beat=False)
+        pids = d.worker_pids
+        with PeakRss(pids["worker"]) as rss, PeakRss(pids["work"]) as work_rss:
+            d.wait_ready()
             time.sleep(args.hold)
         figure(name, "worker_peak_rss_per_process", rss.peak / 2**20, "MiB")
+        figure(name, "work_worker_peak_rss", work_rss.peak / 2**20, "MiB")
         figure(name, "tick_messages_left_in_queue", redis.client().llen("cronchain"))
+        figure(name, "runs_left_in_work_queue", redis.client().llen("cronchain.work"))
         c.stop_all()
         engine.db.dispose()
 

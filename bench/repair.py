@@ -2,11 +2,13 @@
 
     python -m bench.repair [--jobs 10000] [--period 60] [--interval 10]
 
-Phase 1, end to end: N no-op jobs spread over the period run on a worker and beat. The
-worker is killed and Redis flushed (every tick message is gone, queued or held by the
-worker), then the worker starts again. Figures: how late the first slot of each job after
-the loss was handled (the watchdog's repair, target two watchdog intervals), how many of
-those slots fired or were skipped and why, and how long until every job was back.
+Phase 1, end to end: N no-op jobs spread over the period run on both paths, as ``cronchain
+up`` deploys them (the control path's worker, the work path's, beat). Both workers are
+killed and Redis flushed (every message is gone, queued or held by a worker: ticks, and
+runs sent to the work path but not yet claimed), then both start again. Figures: how late
+the first slot of each job after the loss was handled (the watchdog's repair, target two
+watchdog intervals), how many of those slots fired or were skipped and why, how long
+until every job was back, and how many lost runs the watchdog sent again.
 
 Phase 2, the watchdog alone: with every chain lost and lapsed, watchdog passes in this
 process until no tick is left to repair, timed: CPU per repaired job and wall time.
@@ -26,7 +28,7 @@ from pathlib import Path
 from sqlalchemy import Row, func, select
 
 from bench.common import deployment, figure, percentile, recent_lags, settle
-from scheduler.models import invocations, jobs
+from scheduler.storage.models import invocations, jobs
 from scheduler.watchdog import run_once
 
 
@@ -65,19 +67,19 @@ def main(argv: list[str] | None = None) -> None:
         deployment(Path(tmp), CRONCHAIN_WATCHDOG_INTERVAL=f"{args.interval:g}") as d,
     ):
         db, redis, c = d.db, d.redis, d.cluster
-        # As in fire_rate: the worker first, so that no slot passes before it runs, then
-        # steady state (every fire less than a second late) before anything is lost.
-        c.start_worker(concurrency=2)
-        c.start_beat()
-        c.wait_ready()
+        # As in fire_rate: the workers first, so that no slot passes before they run,
+        # then steady state (every fire less than a second late) before anything is lost.
+        d.start()
+        d.wait_ready()
         d.apply_jobs(args.jobs, args.period)
         settle(lambda: recent_lags(db), args.period)
 
         c.kill("worker", signal.SIGKILL)  # with the ETA ticks it held
+        c.kill("work", signal.SIGKILL)  # with the runs it had taken and not yet claimed
         redis.client().flushall()  # and every message queued
         lost = datetime.now(UTC)
         log_mark = len(c.log("worker"))  # the restarted worker appends to the same log
-        c.start_worker(concurrency=2)
+        d.start(beat=False)
         deadline = time.monotonic() + args.period + 4 * args.interval
         while time.monotonic() < deadline:
             if len(first_slots_after(db, lost)) == args.jobs:
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         log = c.log("worker")[log_mark:]
         reports = re.findall(r"watchdog repaired .*?ticks=(\d+)", log)
         figure(name, "watchdog_tick_repairs", sum(map(int, reports)))
+        resent = re.findall(r"watchdog repaired .*?resent=(\d+)", log)
+        figure(name, "watchdog_runs_resent", sum(map(int, resent)))
         figure(name, "watchdog_runs", len(re.findall(r"cronchain\.watchdog\[\S+\] succeeded", log)))
         waits = [float(w) for w in re.findall(r"watchdog repaired .*\(it waited ([\d.]+) s\)", log)]
         figure(name, "watchdog_repairing_runs_max_wait", max(waits, default=0), "s")
@@ -133,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         figure(name, "sweep_repaired", report.ticks)
         figure(name, "sweep_starts_resent", report.starts)
+        figure(name, "sweep_runs_resent", report.resent)  # unclaimed when the workers stopped
         figure(name, "sweep_wall", wall, "s")
         if report.ticks:
             figure(name, "sweep_cpu_per_repaired_job", cpu / report.ticks * 1000, "ms")
