@@ -31,6 +31,7 @@ class Lease:
     lost: threading.Event = field(default_factory=threading.Event)
     due: datetime | None = None
     failures: int = 0  # renewals in a row that could not reach the database
+    job_id: int | None = None  # saves the outcome a lookup of the job to lock first
 
 
 def retry_delay(failures: int, length: timedelta) -> timedelta:

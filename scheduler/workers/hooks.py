@@ -33,7 +33,10 @@ from scheduler.workers.runtime import Runtime
 from statemachine import InvocationStatus
 
 log = logging.getLogger("cronchain.worker")
-_held: dict[str, Lease] = {}  # this process's claimed attempts, by Celery task id
+# The lease a delivery claimed is kept on that delivery's request, not by task id: every
+# copy of an attempt has the same task id, and a copy refused while another runs (a
+# resend, on a thread of the same worker) must not touch the claimed copy's lease.
+LEASE = "cronchain_lease"
 
 
 def _fence(before_start: Any) -> Any:
@@ -79,7 +82,8 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
             task_id,
         )
         return False
-    _held[task_id] = engine.leases.hold(Lease(invocation_id, attempt, call.lease))
+    lease = Lease(invocation_id, attempt, call.lease, job_id=call.job_id)
+    setattr(task.request, LEASE, engine.leases.hold(lease))
     return True
 
 
@@ -87,18 +91,19 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
 def _report(
     task_id: str, task: celery.Task, retval: Any = None, state: str | None = None, **_: Any
 ) -> None:
-    lease = _held.pop(task_id, None)
-    if lease is None:
+    lease = getattr(task.request, LEASE, None)
+    if lease is None:  # not a cronchain run, or a copy that claimed nothing
         return
+    setattr(task.request, LEASE, None)
     engine = Runtime.current(task.app).engine
-    engine.leases.release(lease)
     if state == "SUCCESS":
         outcome = Outcome(InvocationStatus.SUCCEEDED)
     elif state == "FAILURE":
         outcome = Outcome.failed(f"{type(retval).__name__}: {retval}", "error")
     else:  # RETRY: Celery's own retries would run outside the attempt; the job's apply
         outcome = Outcome.failed(f"the task ended as {state}; use the job's retries", "error")
-    engine.runs.record_patiently(lease.invocation_id, lease.attempt, outcome)
+    engine.runs.record_patiently(lease.invocation_id, lease.attempt, outcome, job_id=lease.job_id)
+    engine.leases.release(lease)  # after the outcome: until then the run is still held
 
 
 def heartbeat(note: str | None = None) -> bool:
@@ -106,7 +111,7 @@ def heartbeat(note: str | None = None) -> bool:
     False when the attempt is no longer current (aborted, timed out, retried): the task
     should stop, its result will not be recorded. Outside a cronchain run: True."""
     task = celery.current_task
-    lease = _held.get(task.request.id) if task else None
+    lease = getattr(task.request, LEASE, None) if task else None
     if task is None or lease is None:
         return True
     return Runtime.current(task.app).engine.leases.renew(lease, note)

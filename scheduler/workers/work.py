@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from scheduler.engine import Engine
-from scheduler.invokers import Outcome
+from scheduler.invokers import Call, Invoker, Outcome
 from scheduler.leases import Lease
 
 log = logging.getLogger("cronchain.work")
@@ -26,17 +26,20 @@ def execute(engine: Engine, invocation_id: int, attempt: int, worker: str) -> Ou
     if call is None:
         log.info("invocation %s attempt %s: not current or claimed already", invocation_id, attempt)
         return None
-    invoker = engine.invokers.get(call.kind)
     lease = engine.leases.hold(Lease(invocation_id, attempt, call.lease, lost=call.lost))
-    try:
-        if invoker is None:  # a celery run's message on the work queue: a bug, recorded
-            outcome = Outcome.failed(f"the work path does not run the {call.kind} kind")
-        else:
-            outcome = invoker.invoke(call)
-    except Exception as err:  # an invoker bug must not leave the run RUNNING
-        log.exception("invoker %s failed for invocation %s", call.kind, invocation_id)
-        outcome = Outcome.failed(f"{call.kind}: {type(err).__name__}: {err}")
+    try:  # held until the outcome is recorded, so that the watchdog leaves the run alone
+        outcome = _call(engine.invokers.get(call.kind), call)
+        engine.runs.record_patiently(invocation_id, attempt, outcome, job_id=call.job_id)
     finally:
         engine.leases.release(lease)
-    engine.runs.record_patiently(invocation_id, attempt, outcome, job_id=call.job_id)
     return outcome
+
+
+def _call(invoker: Invoker | None, call: Call) -> Outcome:
+    if invoker is None:  # a celery run's message on the work queue: a bug, recorded
+        return Outcome.failed(f"the work path does not run the {call.kind} kind")
+    try:
+        return invoker.invoke(call)
+    except Exception as err:  # an invoker bug must not leave the run RUNNING
+        log.exception("invoker %s failed for invocation %s", call.kind, call.invocation_id)
+        return Outcome.failed(f"{call.kind}: {type(err).__name__}: {err}")
