@@ -101,7 +101,7 @@ def run_once(
     engine.send(messages)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.
-    repaired = Counter(repair_run(engine, inv_id) for inv_id in lapsed)
+    repaired = Counter(_repair_one(engine, inv_id) for inv_id in lapsed)
     return WatchdogReport(
         ticks=len(jobs),
         starts=len(starts),
@@ -109,6 +109,18 @@ def run_once(
         resent=repaired["resent"],
         revokes=len(due),
     )
+
+
+def _repair_one(engine: Engine, invocation_id: int) -> str | None:
+    """One run that cannot be repaired must not stop the pass: it would come first in
+    every pass (lapsed runs are taken oldest deadline first) and hold back all others."""
+    try:
+        return repair_run(engine, invocation_id)
+    except Exception:
+        log.exception(
+            "invocation %s could not be repaired; the next pass tries again", invocation_id
+        )
+        return None
 
 
 def repair_run(engine: Engine, invocation_id: int) -> str | None:
@@ -140,9 +152,9 @@ def _resend(
     flushed), or may still wait behind others. Only one delivery can claim it, and
     each resend waits as long as it has waited so far, so that a queue with no
     consumer for an hour holds a dozen copies, not hundreds."""
-    assert inv.started_at is not None and inv.timeout_at is not None  # unclaimed
+    assert inv.started_at is not None  # a RUNNING row's CHECK
     waited = now - inv.started_at
-    deadline = min(now + max(engine.grace, waited), inv.timeout_at)  # then it ends
+    deadline = min(now + max(engine.grace, waited), _start_by(inv, job))  # then it ends
     run_store.update_invocation(conn, inv.id, deadline=deadline)
     where = f"queue {job.spec['celery']['queue']}" if job.kind == "celery" else "the work path"
     log.warning(
@@ -161,15 +173,21 @@ def _lapsed(inv: InvocationRow, job: JobRow, now: datetime) -> Outcome | None:
     """How an attempt past its deadline ends, by the timeout that ran out; None for
     one that is still waiting to be claimed within its schedule-to-start."""
     controls = controls_of(job)
-    ran_out = inv.timeout_at is not None and inv.timeout_at <= now
     if inv.worker is None:
-        if not ran_out:
+        if _start_by(inv, job) > now:
             return None
         wait = controls.schedule_to_start
         return Outcome.failed(f"no worker claimed it within {wait}", "schedule_to_start")
-    if ran_out:
+    if inv.timeout_at is not None and inv.timeout_at <= now:
         return Outcome.failed(f"timed out after {controls.timeout}", "timeout")
     return Outcome.failed("lease expired", "lease expired")
+
+
+def _start_by(inv: InvocationRow, job: JobRow) -> datetime:
+    """When an unclaimed attempt's schedule-to-start runs out. An attempt sent before
+    cronchain had that timeout has no ``timeout_at``: it counts from when it was sent."""
+    assert inv.started_at is not None  # a RUNNING row's CHECK
+    return inv.timeout_at or inv.started_at + controls_of(job).schedule_to_start
 
 
 def waited(expires: datetime | str | None, lifetime: float, now: datetime) -> timedelta:

@@ -5,6 +5,7 @@ claim). An attempt that waits is sent again, never failed for waiting."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -12,6 +13,7 @@ import sqlalchemy
 from scheduler import watchdog
 from scheduler.api import Scheduler
 from scheduler.invokers import SUCCEEDED
+from scheduler.storage import run_store
 from tests.conftest import Clock, deliver_runs
 from tests.integration.test_control import add, deliver, engine_with, rows, spec
 
@@ -36,7 +38,8 @@ def test_an_attempt_no_worker_takes_is_sent_again_under_the_same_number(
         if watchdog.run_once(engine).resent:
             resent_at.append(clock.now)
     assert [(c.invocation_id, c.attempt) for c in port.runs] == [(inv, 1)] * len(resent_at)
-    assert 4 <= len(resent_at) <= 7  # 15 s, then each wait about doubles: not 60 copies
+    # After 15 s, then each wait as long as the wait so far: 5 copies in 10 minutes, not 60.
+    assert [(t - resent_at[0]).total_seconds() for t in resent_at] == [0, 30, 90, 210, 450]
     [row] = rows(engine)
     assert (row["status"], row["attempt"], row["worker"]) == ("RUNNING", 1, None)
     assert port.revoked == []
@@ -101,3 +104,42 @@ def test_a_work_path_run_waits_for_its_worker_too(db: sqlalchemy.Engine, clock: 
     [row] = rows(engine)
     assert (row["status"], row["attempt"]) == ("SUCCEEDED", 1)
     assert row["log"].count("claimed by") == 1
+
+
+def test_an_attempt_sent_before_schedule_to_start_existed_is_resent_then_ended(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """Older code wrote an unclaimed celery attempt without ``timeout_at``: the watchdog
+    counts its schedule-to-start from when it was sent, and the pass goes on."""
+    engine, port = engine_with(db, clock)
+    add(engine, spec(schedule_to_start="1m", **CELERY))
+    inv = Scheduler(engine).trigger("p/a")["invocation"]
+    deliver(engine, port)
+    with engine.transaction() as conn:
+        run_store.update_invocation(conn, inv, timeout_at=None)
+    clock.advance(20)
+    assert watchdog.run_once(engine).resent == 1
+    clock.advance(45)
+    assert watchdog.run_once(engine).expired == 1
+    [row] = rows(engine)
+    assert (row["status"], row["reason"]) == ("FAILED", "schedule_to_start")
+
+
+def test_a_run_that_cannot_be_repaired_does_not_stop_the_pass(
+    db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    engine, port = engine_with(db, clock)
+    add(engine, spec(name="a", **CELERY), spec(name="b", **CELERY))
+    first = Scheduler(engine).trigger("p/a")["invocation"]
+    Scheduler(engine).trigger("p/b")
+    deliver(engine, port)
+    repair = watchdog.repair_run
+
+    def broken_for_the_first(engine: Any, invocation_id: int) -> str | None:
+        if invocation_id == first:
+            raise RuntimeError("a row this code cannot handle")
+        return repair(engine, invocation_id)
+
+    monkeypatch.setattr(watchdog, "repair_run", broken_for_the_first)
+    clock.advance(20)
+    assert watchdog.run_once(engine).resent == 1  # the second run, after the first failed
