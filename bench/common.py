@@ -197,6 +197,54 @@ def transactions(engine: sqlalchemy.Engine) -> int:
         ).scalar_one()
 
 
+def machine_busy() -> float:
+    """CPU seconds the machine's cores have been busy since boot (``/proc/stat``: all but
+    idle and iowait)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields)
+    return (user + nice + system + irq + softirq + steal) / TICKS
+
+
+def backends(db: sqlalchemy.Engine) -> list[int]:
+    """PostgreSQL's processes serving this database now (but the one asking)."""
+    with db.connect() as conn:
+        return list(
+            conn.exec_driver_sql(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).scalars()
+        )
+
+
+@dataclass
+class MachineCpu:
+    """Where the machine's CPU went over a window: this deployment (``pids``' trees, and
+    the PostgreSQL backends serving its database) and the rest: other processes (other
+    people's tests on a shared machine) and kernel work not charged to a process (part of
+    it the deployment's own loopback traffic). In cores, averaged over the window."""
+
+    db: sqlalchemy.Engine
+    pids: list[int]
+    ours: float = 0.0
+    rest: float = 0.0
+
+    def __enter__(self) -> MachineCpu:
+        self._t, self._busy = time.monotonic(), machine_busy()
+        self._backends = {pid: cpu_seconds(pid) for pid in backends(self.db)}
+        self._own = sum(cpu_seconds(pid) for pid in self.pids)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        elapsed, busy = time.monotonic() - self._t, machine_busy() - self._busy
+        pg = sum(  # a backend that exited meanwhile is left out (it reads as 0)
+            max(0.0, cpu_seconds(pid) - self._backends.get(pid, 0.0))
+            for pid in {*self._backends, *backends(self.db)}
+        )
+        own = sum(cpu_seconds(pid) for pid in self.pids) - self._own
+        self.ours = (own + pg) / elapsed
+        self.rest = busy / elapsed - self.ours
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").glob("*"):

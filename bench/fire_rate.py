@@ -16,6 +16,7 @@ paths together; ``control`` and ``work`` are each path alone.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.common import (
+    MachineCpu,
     PeakRss,
     cluster,
     cpu_seconds,
@@ -52,6 +54,7 @@ class Run:
     transactions: int | None = None
     paths: dict[str, tuple[float, int]] = field(default_factory=dict)  # CPU, peak RSS
     died: list[str] = field(default_factory=list)  # processes that exited during the run
+    machine: MachineCpu | None = None  # cronchain's: its CPU, and the rest of the machine's
 
 
 def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str, float]]:
@@ -75,7 +78,13 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: f
         try:
             warmup = settle(lambda: recent_lags(db), period)
             pids = {**d.worker_pids, "beat": c.processes["beat"].pid}
-            with PeakRss(pids["worker"]) as control_rss, PeakRss(pids["work"]) as work_rss:
+            assert d.redis.process is not None
+            ours = [*pids.values(), d.redis.process.pid, os.getpid()]
+            with (
+                PeakRss(pids["worker"]) as control_rss,
+                PeakRss(pids["work"]) as work_rss,
+                MachineCpu(db, ours) as machine,
+            ):
                 x0 = transactions(db)
                 t0, t1, cpu = measure(pids, window)
                 x1 = transactions(db)
@@ -91,7 +100,9 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: f
         }
         worker = cpu["worker"] + cpu["work"]
         peak = max(control_rss.peak, work_rss.peak)
-        return Run(len(rows), lags, worker, cpu["beat"], peak, warmup, x1 - x0, paths, died)
+        run = Run(len(rows), lags, worker, cpu["beat"], peak, warmup, x1 - x0, paths, died)
+        run.machine = machine
+        return run
 
 
 def run_baseline(
@@ -167,6 +178,9 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
     figure(name, "worker_peak_rss", run.peak_rss / 2**20, "MiB")
     for path, (_, rss) in run.paths.items():
         figure(name, f"{path}_peak_rss", rss / 2**20, "MiB")
+    if run.machine is not None:  # with its PostgreSQL backends; and what else ran
+        figure(name, "deployment_cpu", run.machine.ours, "cores")
+        figure(name, "other_cpu", run.machine.rest, "cores")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,6 +29,7 @@ script exits with status 1 if any check fails (``--no-check``: 0 whatever they s
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -45,6 +46,7 @@ from typing import Any
 from sqlalchemy import select
 
 from bench.common import (
+    MachineCpu,
     PeakRss,
     cpu_seconds,
     deployment,
@@ -118,6 +120,7 @@ class Result:
     work_cpu: float
     transactions: int
     work_peak_rss: int
+    machine: MachineCpu
 
 
 def group_of(name: str) -> str:
@@ -150,11 +153,14 @@ def run(folder: Path, args: argparse.Namespace, slow: int) -> Result:
         try:
             warmup = settle(lambda: recent_lags(db), args.period)
             pids = d.worker_pids
+            assert d.redis.process is not None
+            ours = [*pids.values(), c.processes["beat"].pid, d.redis.process.pid, os.getpid()]
             with PeakRss(pids["work"]) as rss:
                 cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-                x0, t0 = transactions(db), datetime.now(UTC)
-                time.sleep(args.window)
-                x1, t1 = transactions(db), datetime.now(UTC)
+                with MachineCpu(db, ours) as machine:
+                    x0, t0 = transactions(db), datetime.now(UTC)
+                    time.sleep(args.window)
+                    x1, t1 = transactions(db), datetime.now(UTC)
                 cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
                 time.sleep(DRAIN)
         finally:
@@ -200,6 +206,7 @@ def run(folder: Path, args: argparse.Namespace, slow: int) -> Result:
             cpu["work"],
             x1 - x0,
             rss.peak,
+            machine,
         )
 
 
@@ -225,6 +232,10 @@ def report(name: str, result: Result, window: float) -> None:
         figure(name, "work_cpu_per_fire", result.work_cpu / result.fires * 1000, "ms")
         figure(name, "transactions_per_fire", result.transactions / result.fires)
     figure(name, "work_peak_rss", result.work_peak_rss / 2**20, "MiB")
+    # Of the machine's two cores: this deployment's, and what else ran (on a shared
+    # machine, other people's tests: a figure of a run where this is high is suspect).
+    figure(name, "deployment_cpu", result.machine.ours, "cores")
+    figure(name, "other_cpu", result.machine.rest, "cores")
 
 
 def check(name: str, what: str, value: float, bound: float, unit: str = "") -> bool:
