@@ -13,10 +13,8 @@ outcomes, retries, abort) is in :mod:`scheduler.runs`.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import secrets
-import socket
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -117,7 +115,6 @@ class Engine:
         self.rand = rand
         self.leases = Leases(db, clock)
         self.runs = Runs(self)
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
 
     @property
     def repair_grace(self) -> timedelta:
@@ -136,6 +133,8 @@ class Engine:
                 yield conn
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as err:
             raise TransientError(f"database unavailable: {err.orig or err}") from err
+        except sqlalchemy.exc.TimeoutError as err:  # every pooled connection is busy
+            raise TransientError(f"no database connection free: {err}") from err
 
     def lock(
         self, conn: Connection, invocation_id: int, job_id: int | None = None

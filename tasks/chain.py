@@ -80,11 +80,13 @@ def run(self: Task, invocation_id: int, attempt: int) -> None:
 @worker_ready.connect
 def _say_what_is_missing(sender: Any, **_: Any) -> None:
     """A worker of the control path alone runs no noop or http run: say so at start,
-    rather than leave the runs to wait silently."""
+    rather than leave the runs to wait silently. INFO, not WARNING: in a whole
+    deployment the work path is another worker, which this one cannot see; when runs do
+    wait with no worker to take them, the watchdog warns as it sends them again."""
     settings = Settings.from_env()  # not the runtime: no database in the main process
     consumed = set(sender.app.amqp.queues.consume_from or ())
     if settings.queue in consumed and settings.work_queue not in consumed:
-        log.warning(
+        log.info(
             "this worker does not consume %s, where noop and http runs go: they wait until"
             " a worker of the work path takes them (cronchain up starts one; elsewhere run"
             " celery -A tasks worker --queues %s --pool threads --concurrency %s)",

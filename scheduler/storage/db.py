@@ -44,7 +44,10 @@ def make_engine(url: str) -> Engine:
     # the work itself on the hot path. After a PostgreSQL restart, the first statement on
     # a stale connection fails instead; SQLAlchemy then discards the whole pool, and the
     # failure surfaces as TransientError, which the task retries.
-    return create_engine(url, pool_size=4, max_overflow=4)
+    # A work-path worker's threads (100 by default) share this pool: each holds a
+    # connection only for a claim or an outcome (milliseconds), never during the call,
+    # so a few dozen at most serve them; the rest wait their turn (pool_timeout).
+    return create_engine(url, pool_size=4, max_overflow=28)
 
 
 def _sqlite_engine(url: str) -> Engine:

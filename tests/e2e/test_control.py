@@ -246,6 +246,7 @@ jobs:
     waiting = sched.invocation(inv)
     assert (waiting["status"], waiting["attempt"], waiting["worker"]) == ("RUNNING", 1, None)
     assert "sent again" in cluster.log("worker")  # the watchdog's resend, and its warning
+    assert "does not consume cronchain.work" in cluster.log("worker")  # said at its start
     # On threads, as I/O-bound tasks often run: the copies the watchdog sent are taken
     # while the first runs, in the same process, and each must be refused alone.
     cluster.start_worker("later", queues="later", concurrency=8, pool="threads")

@@ -91,13 +91,14 @@ class Case:
     taken: dict[str, Any] | None = None  # a row that exists already, by its key
     ticks: int = 0  # tick messages sent, at the job's current nonce
     runs: int = 0  # attempts sent to the work path
+    starts: int = 0  # start messages (a run begun by a command, not by its tick)
     active: int = 0
 
 
 CASES = [
     Case("tick -> started", "every 10s", tick, {}, ticks=1, runs=1, active=1),
     Case("tick -> abandon", "every 10s", tick, {}, taken={"slot": "tick"}, ticks=1),
-    Case("trigger -> started", "triggered", trigger("t"), {}, runs=0, active=1),
+    Case("trigger -> started", "triggered", trigger("t"), {}, starts=1, active=1),
     Case(
         "trigger -> abandon, fixed delay re-arms",
         "with 10m interval",
@@ -144,6 +145,7 @@ def test_each_follow_up_step_sends_what_it_asks_for(
     sent_ticks = [(j, n) for j, n, _ in port.ticks]
     assert sent_ticks == [(job(engine, "p/a").id, after.tick_nonce)] * case.ticks
     assert len(port.runs) == case.runs
+    assert len(port.starts) == case.starts
 
 
 def test_an_abandoned_trigger_of_a_fixed_delay_job_sends_its_next_tick(
