@@ -218,20 +218,20 @@ def backends(db: sqlalchemy.Engine) -> list[int]:
 
 @dataclass
 class MachineCpu:
-    """Where the machine's CPU went over a window: this deployment (``pids``' trees, and
-    the PostgreSQL backends serving its database) and the rest: other processes (other
-    people's tests on a shared machine) and kernel work not charged to a process (part of
-    it the deployment's own loopback traffic). In cores, averaged over the window."""
+    """Where the machine's CPU went over a window: this deployment (this process and its
+    children: workers, beat, Redis; and the PostgreSQL backends serving its database) and
+    the rest: other processes (other people's tests on a shared machine) and kernel work
+    not charged to a process (part of it the deployment's own loopback traffic). In
+    cores, averaged over the window."""
 
     db: sqlalchemy.Engine
-    pids: list[int]
     ours: float = 0.0
     rest: float = 0.0
 
     def __enter__(self) -> MachineCpu:
         self._t, self._busy = time.monotonic(), machine_busy()
         self._backends = {pid: cpu_seconds(pid) for pid in backends(self.db)}
-        self._own = sum(cpu_seconds(pid) for pid in self.pids)
+        self._own = cpu_seconds(os.getpid())
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -240,7 +240,7 @@ class MachineCpu:
             max(0.0, cpu_seconds(pid) - self._backends.get(pid, 0.0))
             for pid in {*self._backends, *backends(self.db)}
         )
-        own = sum(cpu_seconds(pid) for pid in self.pids) - self._own
+        own = cpu_seconds(os.getpid()) - self._own
         self.ours = (own + pg) / elapsed
         self.rest = busy / elapsed - self.ours
 

@@ -16,7 +16,6 @@ paths together; ``control`` and ``work`` are each path alone.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -78,12 +77,10 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: f
         try:
             warmup = settle(lambda: recent_lags(db), period)
             pids = {**d.worker_pids, "beat": c.processes["beat"].pid}
-            assert d.redis.process is not None
-            ours = [*pids.values(), d.redis.process.pid, os.getpid()]
             with (
                 PeakRss(pids["worker"]) as control_rss,
                 PeakRss(pids["work"]) as work_rss,
-                MachineCpu(db, ours) as machine,
+                MachineCpu(db) as machine,
             ):
                 x0 = transactions(db)
                 t0, t1, cpu = measure(pids, window)

@@ -29,7 +29,6 @@ script exits with status 1 if any check fails (``--no-check``: 0 whatever they s
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import tempfile
@@ -153,11 +152,9 @@ def run(folder: Path, args: argparse.Namespace, slow: int) -> Result:
         try:
             warmup = settle(lambda: recent_lags(db), args.period)
             pids = d.worker_pids
-            assert d.redis.process is not None
-            ours = [*pids.values(), c.processes["beat"].pid, d.redis.process.pid, os.getpid()]
             with PeakRss(pids["work"]) as rss:
                 cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-                with MachineCpu(db, ours) as machine:
+                with MachineCpu(db) as machine:
                     x0, t0 = transactions(db), datetime.now(UTC)
                     time.sleep(args.window)
                     x1, t1 = transactions(db), datetime.now(UTC)
