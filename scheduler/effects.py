@@ -32,6 +32,10 @@ class Port(Protocol):
         """Send an attempt to the worker that will claim and run it: a ``celery`` job's
         own task on its queue, or ``cronchain.run`` on the work path."""
 
+    def run_batch(self, calls: list[Call]) -> None:
+        """Send attempts of the work path (not ``celery``) that were begun together, as
+        one message for one task."""
+
     def revoke(self, task_id: str) -> None: ...
 
 
@@ -79,33 +83,54 @@ def send(port: Port, messages: list[Message], batch: int) -> list[str]:
     """Send what committed steps asked for; returns the task ids of the revokes sent. A
     failed send is logged, not raised: the watchdog repeats what was promised.
 
-    Ticks due at the same instant go in batches of at most ``batch``: one message and one
-    task for many jobs, yet small enough that the last job of a batch does not wait long
-    for the others."""
+    Ticks due at the same instant, and the work path's attempts begun together, go in
+    batches of at most ``batch``: one message and one task for many, yet small enough
+    that the last of a batch does not wait long for the others."""
     ticks: dict[datetime, list[tuple[int, int]]] = {}
+    work: list[Call] = []
     revoked: list[str] = []
     for message in messages:
-        try:
-            match message:
-                case SendTick(job_id=job_id, nonce=nonce, eta=eta):
-                    ticks.setdefault(eta, []).append((job_id, nonce))
-                case SendStart(invocation_id=invocation_id, attempt=attempt, eta=eta):
-                    port.start_invocation(invocation_id, attempt, eta)
-                case SendRun(call=call):
-                    port.run(call)
-                case SendRevoke(task_id=task_id):
-                    port.revoke(task_id)
-                    revoked.append(task_id)
-                case _:
-                    raise AssertionError(f"unknown message {message!r}")
-        except AssertionError:
-            raise
-        except Exception:
-            log.exception("could not send %s; the watchdog will repeat it", message)
+        match message:
+            case SendTick(job_id=job_id, nonce=nonce, eta=eta):
+                ticks.setdefault(eta, []).append((job_id, nonce))
+            case SendRun(call=call) if call.kind != "celery":
+                work.append(call)
+            case SendStart() | SendRun() | SendRevoke():
+                if _send_one(port, message) and isinstance(message, SendRevoke):
+                    revoked.append(message.task_id)
+            case _:
+                raise AssertionError(f"unknown message {message!r}")
     for eta, pairs in ticks.items():
         for i in range(0, len(pairs), batch):
             _send_ticks(port, pairs[i : i + batch], eta)
+    for i in range(0, len(work), batch):
+        _send_runs(port, work[i : i + batch])
     return revoked
+
+
+def _send_one(port: Port, message: SendStart | SendRun | SendRevoke) -> bool:
+    try:
+        match message:
+            case SendStart(invocation_id=invocation_id, attempt=attempt, eta=eta):
+                port.start_invocation(invocation_id, attempt, eta)
+            case SendRun(call=call):
+                port.run(call)
+            case SendRevoke(task_id=task_id):
+                port.revoke(task_id)
+    except Exception:
+        log.exception("could not send %s; the watchdog will repeat it", message)
+        return False
+    return True
+
+
+def _send_runs(port: Port, chunk: list[Call]) -> None:
+    try:
+        if len(chunk) == 1:
+            port.run(chunk[0])
+        else:
+            port.run_batch(chunk)
+    except Exception:
+        log.exception("could not send runs %s; the watchdog will repeat them", chunk)
 
 
 def _send_ticks(port: Port, chunk: list[tuple[int, int]], eta: datetime) -> None:

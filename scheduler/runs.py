@@ -127,30 +127,22 @@ class Runs:
         """Take an attempt for ``worker``, before its work begins: only the current
         attempt, and only one delivery of it, can be claimed. From now on its lease and
         its timeout count. None: it is not current, or was claimed already."""
+        return next(iter(self.claim_many([(invocation_id, attempt)], worker)), None)
+
+    def claim_many(self, attempts: list[tuple[int, int]], worker: str) -> list[Call]:
+        """``claim`` for attempts sent together, in one transaction: the calls of those
+        that could be claimed."""
+        wanted = dict(attempts)
+        calls = []
         with self.engine.transaction() as conn:
             now = self.engine.clock()
-            locked = run_store.lock_attempt(conn, invocation_id)
-            if locked is None:
-                return None
-            inv, job = locked
-            if inv.status != RUNNING or inv.attempt != attempt or inv.worker is not None:
-                return None
-            call = self.call_of(job, inv.id, attempt, inv.slot)
-            timeout_at = None if call.timeout is None else now + call.timeout
-            deadline = now + call.lease
-            waited = (now - inv.started_at).total_seconds() if inv.started_at else 0.0
-            run_store.update_invocation(
-                conn,
-                inv.id,
-                worker=worker,
-                started_at=now,
-                deadline=deadline if timeout_at is None else min(deadline, timeout_at),
-                timeout_at=timeout_at,
-                log=debuglog.append(
-                    inv.log, now, f"attempt {attempt} claimed by {worker} after {waited:.3f}s"
-                ),
-            )
-        return call
+            for inv, job in run_store.lock_attempts(conn, list(wanted)):
+                if inv.status != RUNNING or inv.attempt != wanted[inv.id] or inv.worker:
+                    continue
+                call = self.call_of(job, inv.id, inv.attempt, inv.slot)
+                run_store.update_invocation(conn, inv.id, **_claim_columns(inv, call, worker, now))
+                calls.append(call)
+        return calls
 
     def record_patiently(
         self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
@@ -347,6 +339,21 @@ class Runs:
             return Fed(job.snapshot, backfill.promote(conn, job, now, self.engine.grace))
         event: Event = Unbuffer() if inv.status == WAITING else InvocationFinished(inv.id, now)
         return self.engine.feed(conn, job, event, now)
+
+
+def _claim_columns(inv: InvocationRow, call: Call, worker: str, now: datetime) -> dict[str, Any]:
+    timeout_at = None if call.timeout is None else now + call.timeout
+    deadline = now + call.lease
+    waited = (now - inv.started_at).total_seconds() if inv.started_at else 0.0
+    return dict(
+        worker=worker,
+        started_at=now,
+        deadline=deadline if timeout_at is None else min(deadline, timeout_at),
+        timeout_at=timeout_at,
+        log=debuglog.append(
+            inv.log, now, f"attempt {inv.attempt} claimed by {worker} after {waited:.3f}s"
+        ),
+    )
 
 
 def _attempt_record(inv: InvocationRow, outcome: Outcome, now: datetime) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from scheduler.invokers import Outcome
 from scheduler.settings import Settings
 from scheduler.watchdog import sweep, waited
 from scheduler.workers.runtime import Runtime
-from scheduler.workers.work import execute
+from scheduler.workers.work import execute, execute_batch
 from statemachine import InvocationStatus
 from tasks.app import app
 
@@ -75,6 +75,22 @@ def run(self: Task, invocation_id: int, attempt: int) -> None:
         return
     worker = f"{self.request.hostname or 'worker'}:{os.getpid()}:{threading.get_ident()}"
     execute(runtime().engine, invocation_id, attempt, worker)
+
+
+@app.task(name="cronchain.run_batch", bind=True, **RETRY)
+def run_batch(self: Task, attempts: Any) -> None:
+    """The work path: attempts begun together, claimed in one transaction."""
+    if not (
+        isinstance(attempts, list)
+        and 0 < len(attempts) <= MAX_BATCH
+        and all(isinstance(a, list | tuple) and len(a) == 2 and _ints(*a) for a in attempts)
+    ):
+        log.error("malformed run_batch message dropped: %.200r", attempts)
+        return
+    worker = f"{self.request.hostname or 'worker'}:{os.getpid()}:{threading.get_ident()}"
+    rt = runtime()
+    pairs = [(inv, attempt) for inv, attempt in attempts]
+    execute_batch(rt.engine, pairs, worker, rt.settings.work_concurrency)
 
 
 @worker_ready.connect

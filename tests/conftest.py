@@ -58,6 +58,7 @@ class RecordingPort:
     start_messages: list[tuple[int, int | None, datetime | None]] = field(default_factory=list)
     tasks: list[tuple[str, int, int]] = field(default_factory=list)
     runs: list[Call] = field(default_factory=list)
+    run_batches: list[list[Call]] = field(default_factory=list)
     revoked: list[str] = field(default_factory=list)
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
@@ -80,6 +81,11 @@ class RecordingPort:
         if call.kind == "celery":
             self.tasks.append((call.options["task"], call.invocation_id, call.attempt))
 
+    def run_batch(self, calls: list[Call]) -> None:
+        """Kept in ``runs`` like single ones, so that tests deliver them the same way."""
+        self.run_batches.append(list(calls))
+        self.runs += calls
+
     def revoke(self, task_id: str) -> None:
         self.revoked.append(task_id)
 
@@ -90,6 +96,7 @@ class RecordingPort:
         self.start_messages.clear()
         self.tasks.clear()
         self.runs.clear()
+        self.run_batches.clear()
         self.revoked.clear()
 
 

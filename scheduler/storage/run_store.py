@@ -43,10 +43,11 @@ _LOCK_RUN = (
 )
 # A worker's claim locks the run alone: it never waits on the job, so it cannot take the
 # two locks in the other order than the writers that lock the job first.
-_LOCK_ATTEMPT = (
+_LOCK_ATTEMPTS = (
     select(jobs, invocations)
     .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
-    .where(invocations.c.id == bindparam("b_inv"))
+    .where(invocations.c.id.in_(bindparam("b_invs", expanding=True)))
+    .order_by(invocations.c.id)
     .with_for_update(of=invocations)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
@@ -103,13 +104,13 @@ def lock_run(
     return InvocationRow.from_row(row, "invocations_"), JobRow.from_row(row, "jobs_")
 
 
-def lock_attempt(conn: Connection, invocation_id: int) -> tuple[InvocationRow, JobRow] | None:
-    """An invocation, locked, and its job as it stands (not locked): what a worker needs
-    to claim an attempt and make its call."""
-    row = conn.execute(_LOCK_ATTEMPT, {"b_inv": invocation_id}).first()
-    if row is None:
-        return None
-    return InvocationRow.from_row(row, "invocations_"), JobRow.from_row(row, "jobs_")
+def lock_attempts(
+    conn: Connection, invocation_ids: list[int]
+) -> list[tuple[InvocationRow, JobRow]]:
+    """Invocations, locked in id order, each with its job as it stands (not locked):
+    what a worker needs to claim attempts and make their calls."""
+    rows = conn.execute(_LOCK_ATTEMPTS, {"b_invs": invocation_ids})
+    return [(InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_")) for r in rows]
 
 
 def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:

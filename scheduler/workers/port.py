@@ -50,5 +50,12 @@ class CeleryPort:
             return
         send_task(self.app, call)
 
+    def run_batch(self, calls: list[Call]) -> None:
+        self.app.send_task(
+            "cronchain.run_batch",
+            args=([[call.invocation_id, call.attempt] for call in calls],),
+            queue=self.work_queue,
+        )
+
     def revoke(self, task_id: str) -> None:
         self.app.control.revoke(task_id, terminate=True)

@@ -1,16 +1,19 @@
 """The work path: a worker that makes runs' calls (``noop``, ``http``), many at once.
 
 The control path (ticks, starts, the watchdog) only records an attempt and sends
-``cronchain.run`` to the work queue; it never waits for an endpoint. A work-path worker
-(``celery -A tasks worker --queues cronchain.work --pool threads``) takes the message,
-claims the attempt (from then on its lease and timeout count), makes the call while
-its lease is renewed, and records the outcome. A redelivered or repeated message finds
-the attempt claimed, or no longer current, and does nothing.
+``cronchain.run`` to the work queue (``cronchain.run_batch`` for attempts begun together,
+as the ticks of jobs due at the same instant are); it never waits for an endpoint. A
+work-path worker (``celery -A tasks worker --queues cronchain.work --pool threads``)
+takes the message, claims the attempts (from then on their leases and timeouts count),
+makes each call while its lease is renewed, and records each outcome. A redelivered or
+repeated message finds its attempts claimed, or no longer current, and does nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from scheduler.engine import Engine
 from scheduler.invokers import Call, Invoker, Outcome
@@ -26,13 +29,53 @@ def execute(engine: Engine, invocation_id: int, attempt: int, worker: str) -> Ou
     if call is None:
         log.info("invocation %s attempt %s: not current or claimed already", invocation_id, attempt)
         return None
-    lease = engine.leases.hold(Lease(invocation_id, attempt, call.lease, lost=call.lost))
+    return _run(engine, call)
+
+
+def execute_batch(
+    engine: Engine, attempts: list[tuple[int, int]], worker: str, threads: int
+) -> list[Outcome]:
+    """Claim attempts sent together in one transaction, make their calls side by side
+    (one slow endpoint must not hold up the others) and record each outcome as it
+    comes; returns once all are recorded, so that the message is acknowledged only
+    then."""
+    calls = engine.runs.claim_many(attempts, worker)
+    if len(calls) < len(attempts):
+        log.info(
+            "%s of %s attempts not current or claimed already",
+            len(attempts) - len(calls),
+            len(attempts),
+        )
+    if len(calls) <= 1:
+        return [_run(engine, call) for call in calls]
+    pool = _calls_pool(threads)
+    futures = [pool.submit(_run, engine, call) for call in calls[1:]]
+    outcomes = [_run(engine, calls[0])]  # this thread makes one call itself
+    wait(futures)
+    return outcomes + [f.result() for f in futures]
+
+
+def _run(engine: Engine, call: Call) -> Outcome:
+    lease = engine.leases.hold(Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost))
     try:  # held until the outcome is recorded, so that the watchdog leaves the run alone
         outcome = _call(engine.invokers.get(call.kind), call)
-        engine.runs.record_patiently(invocation_id, attempt, outcome, job_id=call.job_id)
+        engine.runs.record_patiently(call.invocation_id, call.attempt, outcome, job_id=call.job_id)
     finally:
         engine.leases.release(lease)
     return outcome
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _calls_pool(threads: int) -> ThreadPoolExecutor:
+    """The threads that make the calls of batches, one pool per process."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(threads, thread_name_prefix="cronchain-call")
+        return _pool
 
 
 def _call(invoker: Invoker | None, call: Call) -> Outcome:

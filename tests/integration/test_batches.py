@@ -18,6 +18,7 @@ from scheduler.errors import TransientError
 from scheduler.invokers import default_invokers
 from scheduler.storage import run_store
 from scheduler.storage.db import make_engine
+from scheduler.workers import work
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import apply, job, make, rows
 
@@ -218,3 +219,33 @@ def test_ticks_due_within_the_slack_share_a_message(db: sqlalchemy.Engine, clock
         job(engine, "p/a").id: (second + 3 * ms, clock.now),
         job(engine, "p/b").id: (second + 17 * ms, clock.now),
     }
+
+
+def test_runs_begun_together_go_to_the_work_path_together(db: sqlalchemy.Engine, clock: Clock):
+    """One message and one claiming transaction for the runs a tick batch began; each
+    run still has its own call, lease and outcome, and a repeated message claims none."""
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, *(make(name=name) for name in "abc"))
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    assert [len(batch) for batch in port.run_batches] == [2]  # and the third on its own
+    [batch] = port.run_batches
+    attempts = [(call.invocation_id, call.attempt) for call in batch]
+    outcomes = work.execute_batch(engine, attempts, "work@test", threads=4)
+    assert [o.status for o in outcomes] == ["SUCCEEDED"] * 2
+    done = {r["id"]: (r["status"], r["worker"]) for r in rows(engine)}
+    assert [done[inv] for inv, _ in attempts] == [("SUCCEEDED", "work@test")] * 2
+    assert work.execute_batch(engine, attempts, "work@again", threads=4) == []
+
+
+def test_a_batch_is_claimed_in_one_transaction(db: sqlalchemy.Engine, clock: Clock):
+    port = RecordingPort()
+    engine = FailingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=2)
+    apply(engine, make(name="a"), make(name="b"))
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    [batch] = port.run_batches
+    before = engine.transactions
+    calls = engine.runs.claim_many([(c.invocation_id, c.attempt) for c in batch], "w")
+    assert len(calls) == 2 and engine.transactions - before == 1
