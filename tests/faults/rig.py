@@ -275,6 +275,8 @@ def malformed_messages(rig: Rig, rng: random.Random) -> datetime:
     producer.send_task("cronchain.start_invocation", args=[10**12], queue="cronchain")
     for args in (["1", 1], [1], [10**12, 1], [1, 10**6]):  # types, arity, no such run/attempt
         producer.send_task("cronchain.run", args=args, queue="cronchain.work")
+    for attempts in ([[1, "x"]], [], "1,1", [[10**12, 1], [10**12 + 1, 1]]):
+        producer.send_task("cronchain.run_batch", args=[attempts], queue="cronchain.work")
     for ticks in ([[1, 2, 3]], [], "1,2", [[1, None]], [[10**12, 1], [10**12, 2]]):
         producer.send_task("cronchain.tick_batch", args=[ticks], queue="cronchain")
     producer.send_task("faults.slow", kwargs={"log": "x"}, queue="slow")  # arity, no header
