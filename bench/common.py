@@ -216,33 +216,50 @@ def backends(db: sqlalchemy.Engine) -> list[int]:
         )
 
 
+def process_times() -> dict[int, float]:
+    """CPU seconds of every process, its reaped children's included (``cutime`` and
+    ``cstime``: a short-lived process's time is then found in its parent's)."""
+    times = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        times[int(stat.parent.name)] = sum(map(int, fields[11:15])) / TICKS
+    return times
+
+
 @dataclass
 class MachineCpu:
-    """Where the machine's CPU went over a window: this deployment (this process and its
-    children: workers, beat, Redis; and the PostgreSQL backends serving its database) and
-    the rest: other processes (other people's tests on a shared machine) and kernel work
-    not charged to a process (part of it the deployment's own loopback traffic). In
-    cores, averaged over the window."""
+    """Where the machine's CPU went over a window, in cores on average: this deployment
+    (this process and its children: workers, beat, Redis; and the PostgreSQL backends
+    serving its database), other processes (on a shared machine, other people's tests),
+    and the kernel's work charged to no process (much of it the loopback traffic)."""
 
     db: sqlalchemy.Engine
     ours: float = 0.0
-    rest: float = 0.0
+    others: float = 0.0
+    kernel: float = 0.0
+
+    def _ours(self) -> set[int]:
+        return {*tree(os.getpid()), *backends(self.db)}
 
     def __enter__(self) -> MachineCpu:
         self._t, self._busy = time.monotonic(), machine_busy()
-        self._backends = {pid: cpu_seconds(pid) for pid in backends(self.db)}
-        self._own = cpu_seconds(os.getpid())
+        self._pids, self._times = self._ours(), process_times()
         return self
 
     def __exit__(self, *_: object) -> None:
         elapsed, busy = time.monotonic() - self._t, machine_busy() - self._busy
-        pg = sum(  # a backend that exited meanwhile is left out (it reads as 0)
-            max(0.0, cpu_seconds(pid) - self._backends.get(pid, 0.0))
-            for pid in {*self._backends, *backends(self.db)}
-        )
-        own = cpu_seconds(os.getpid()) - self._own
-        self.ours = (own + pg) / elapsed
-        self.rest = busy / elapsed - self.ours
+        pids, times = self._pids | self._ours(), process_times()
+        spent = {pid: t - self._times.get(pid, 0.0) for pid, t in times.items()}
+        # A process that exited is left out: its time went to its parent's cutime.
+        ours = sum(max(0.0, spent[pid]) for pid in pids if pid in spent)
+        # Our own share of the cumulative children's times: none of our processes exits
+        # during a window, and ours are excluded above; what remains is theirs.
+        others = sum(max(0.0, t) for pid, t in spent.items() if pid not in pids)
+        self.ours, self.others = ours / elapsed, others / elapsed
+        self.kernel = busy / elapsed - self.ours - self.others
 
 
 def _children(pid: int) -> list[int]:
