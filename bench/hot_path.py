@@ -8,13 +8,14 @@ N no-op jobs on PostgreSQL; each round moves a fake clock to the next slot and t
 - the control path: delivers every tick in batches, as the control worker's tasks get
   them; a tick begins its run in its own transaction (RUNNING, not yet claimed) and
   sends it to the work path (kept in a list here), with any start sent as a message;
-- the work path: does with each run sent what a work-path worker does
-  (``scheduler.workers.work.execute``): claims the attempt, runs the no-op, records the
-  outcome.
+- the work path: does with the runs sent what a work-path worker does with its
+  messages (``scheduler.workers.work``): claims the attempts of a batch together, runs
+  the no-ops, records each outcome.
 
-Figures, for each path and for both: engine CPU and wall time per fire, and database
-transactions per fire. ``--profile`` prints pyinstrument's profile of each path's part of
-the rounds (``pip install -e .[bench]``).
+Figures, for each path and for both: engine CPU and wall time per fire, database
+transactions per fire (PostgreSQL's count: a new connection is one more), and connections
+the engine's pool opened per fire. ``--profile`` prints pyinstrument's profile of each
+path's part of the rounds (``pip install -e .[bench]``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from sqlalchemy import event
 
 from bench.common import database, figure, transactions
 from scheduler.declarative import apply
@@ -52,11 +55,12 @@ class Cost:
     cpu: float = 0.0
     wall: float = 0.0
     transactions: int = 0
+    connections: int = 0  # opened to PostgreSQL (each also counts as a transaction there)
     profiler: Any = None
-    overhead: int = 0  # transactions of a part that does nothing: the counting's own
+    overhead: tuple[int, int] = (0, 0)  # a part that does nothing: the counting's own
 
     def add(self, db: Any, part: Callable[[], None]) -> None:
-        x0 = flushed_transactions(db)
+        x0, c0 = flushed_transactions(db), CONNECTS[0]
         if self.profiler is not None:
             self.profiler.start()
         cpu, wall = time.process_time(), time.perf_counter()
@@ -65,7 +69,12 @@ class Cost:
         self.wall += time.perf_counter() - wall
         if self.profiler is not None:
             self.profiler.stop()
-        self.transactions += flushed_transactions(db) - x0 - self.overhead
+        self.transactions += flushed_transactions(db) - x0 - self.overhead[0]
+        self.connections += CONNECTS[0] - c0 - self.overhead[1]
+
+
+CONNECTS = [0]  # connections the engine's pool has opened
+WORK_THREADS = 100  # CRONCHAIN_WORK_CONCURRENCY's default: the calls of a batch
 
 
 def rounds(engine: Engine, port: RecordingPort, clock: Clock, n: int, costs: dict) -> int:
@@ -84,11 +93,17 @@ def rounds(engine: Engine, port: RecordingPort, clock: Clock, n: int, costs: dic
                 engine.runs.start_invocation(invocation_id)
 
         costs["control"].add(engine.db, tick)
-        calls, port.runs[:] = list(port.runs), []
+        # What was sent: runs begun together as one cronchain.run_batch, others alone.
+        batches, batched = list(port.run_batches), {id(c) for b in port.run_batches for c in b}
+        singles = [c for c in port.runs if id(c) not in batched]
+        port.runs[:], port.run_batches[:] = [], []
 
-        def run(calls: list[Any] = calls) -> None:
+        def run(batches: list[list[Any]] = batches, singles: list[Any] = singles) -> None:
             nonlocal claimed
-            for call in calls:  # as a work-path worker's threads do, one each
+            for batch in batches:  # as the work path's cronchain.run_batch task does
+                attempts = [(c.invocation_id, c.attempt) for c in batch]
+                claimed += len(work.execute_batch(engine, attempts, "bench", WORK_THREADS))
+            for call in singles:  # and its cronchain.run task
                 outcome = work.execute(engine, call.invocation_id, call.attempt, "bench")
                 claimed += outcome is not None
 
@@ -114,9 +129,11 @@ def main(argv: list[str] | None = None) -> None:
             for i in range(args.jobs)
         ]
         apply(engine, "bench", specs)
+        event.listen(db, "connect", lambda *_: CONNECTS.__setitem__(0, CONNECTS[0] + 1))
         empty = Cost()
         empty.add(db, lambda: None)
-        costs = {path: Cost(overhead=empty.transactions) for path in ("control", "work")}
+        overhead = (empty.transactions, empty.connections)
+        costs = {path: Cost(overhead=overhead) for path in ("control", "work")}
         if args.profile:
             from pyinstrument import Profiler
 
@@ -127,12 +144,14 @@ def main(argv: list[str] | None = None) -> None:
             sum(c.cpu for c in costs.values()),
             sum(c.wall for c in costs.values()),
             sum(c.transactions for c in costs.values()),
+            sum(c.connections for c in costs.values()),
         )
         for path, cost in costs.items():
             prefix = "" if path == "both" else f"{path}_"
             figure(name, f"{prefix}engine_cpu_per_fire", cost.cpu / fires * 1000, "ms")
             figure(name, f"{prefix}wall_per_fire", cost.wall / fires * 1000, "ms")
             figure(name, f"{prefix}transactions_per_fire", cost.transactions / fires)
+            figure(name, f"{prefix}connections_per_fire", cost.connections / fires)
         for path, cost in costs.items():
             if cost.profiler is not None:
                 print(f"--- {path} path ---")
