@@ -216,50 +216,81 @@ def backends(db: sqlalchemy.Engine) -> list[int]:
         )
 
 
-def process_times() -> dict[int, float]:
-    """CPU seconds of every process, its reaped children's included (``cutime`` and
-    ``cstime``: a short-lived process's time is then found in its parent's)."""
+def process_times() -> dict[int, tuple[float, float, int]]:
+    """For every process: its CPU seconds, its reaped children's (``cutime`` and
+    ``cstime``: a short-lived process's time ends up in its parent's), and its parent."""
     times = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        times[int(stat.parent.name)] = sum(map(int, fields[11:15])) / TICKS
+        own, children = sum(map(int, fields[11:13])), sum(map(int, fields[13:15]))
+        times[int(stat.parent.name)] = (own / TICKS, children / TICKS, int(fields[1]))
     return times
+
+
+def sessions(db: sqlalchemy.Engine) -> int:
+    """Connections made to this database so far (PostgreSQL 14 and later)."""
+    with db.connect() as conn:
+        return conn.exec_driver_sql(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+        ).scalar_one()
 
 
 @dataclass
 class MachineCpu:
-    """Where the machine's CPU went over a window, in cores on average: this deployment
-    (this process and its children: workers, beat, Redis; and the PostgreSQL backends
-    serving its database), other processes (on a shared machine, other people's tests),
-    and the kernel's work charged to no process (much of it the loopback traffic)."""
+    """Where the machine's CPU went over a window, in cores on average:
+
+    - ``ours``: this deployment: this process and its children (workers, beat, Redis),
+      and the PostgreSQL backends serving its database that lived through the window;
+    - ``backends_exited``: PostgreSQL backends that exited during the window, of any
+      database (the server is shared): a pool that opens and closes connections shows
+      here, as does another test's;
+    - ``others``: every other process (on a shared machine, other people's tests);
+    - ``kernel``: work charged to no process.
+
+    ``connections``: connections made to this database during the window."""
 
     db: sqlalchemy.Engine
     ours: float = 0.0
+    backends_exited: float = 0.0
     others: float = 0.0
     kernel: float = 0.0
+    connections: int = 0
 
     def _ours(self) -> set[int]:
         return {*tree(os.getpid()), *backends(self.db)}
 
     def __enter__(self) -> MachineCpu:
-        self._t, self._busy = time.monotonic(), machine_busy()
+        self._t, self._busy, self._sessions = time.monotonic(), machine_busy(), sessions(self.db)
         self._pids, self._times = self._ours(), process_times()
         return self
 
     def __exit__(self, *_: object) -> None:
         elapsed, busy = time.monotonic() - self._t, machine_busy() - self._busy
+        self.connections = sessions(self.db) - self._sessions
         pids, times = self._pids | self._ours(), process_times()
-        spent = {pid: t - self._times.get(pid, 0.0) for pid, t in times.items()}
-        # A process that exited is left out: its time went to its parent's cutime.
-        ours = sum(max(0.0, spent[pid]) for pid in pids if pid in spent)
-        # Our own share of the cumulative children's times: none of our processes exits
-        # during a window, and ours are excluded above; what remains is theirs.
-        others = sum(max(0.0, t) for pid, t in spent.items() if pid not in pids)
-        self.ours, self.others = ours / elapsed, others / elapsed
-        self.kernel = busy / elapsed - self.ours - self.others
+        backend = next(iter(backends(self.db)), None)
+        postmaster = times[backend][2] if backend in times else None
+        ours = exited = others = 0.0
+        for pid, (own, children, _) in times.items():
+            was = self._times.get(pid, (0.0, 0.0, 0))
+            spent, reaped = max(0.0, own - was[0]), max(0.0, children - was[1])
+            # A process that exited is not listed: its time went to its parent's
+            # children's. None of ours exits during a window, so a parent's reaped
+            # children are the postmaster's backends, or someone else's processes.
+            if pid in pids:
+                ours += spent
+            else:
+                others += spent
+            if pid == postmaster:
+                exited += reaped
+            elif pid not in pids:
+                others += reaped
+        self.ours, self.backends_exited = ours / elapsed, exited / elapsed
+        self.others = others / elapsed
+        self.kernel = busy / elapsed - self.ours - self.backends_exited - self.others
 
 
 def _children(pid: int) -> list[int]:
