@@ -259,6 +259,15 @@ class MachineCpu:
     kernel: float = 0.0
     connections: int = 0
 
+    def print_figures(self, bench: str, fires: int) -> None:
+        """One line per share of the machine, and the connections opened per fire."""
+        figure(bench, "deployment_cpu", self.ours, "cores")
+        figure(bench, "postgres_exited_backends_cpu", self.backends_exited, "cores")
+        figure(bench, "other_processes_cpu", self.others, "cores")
+        figure(bench, "kernel_cpu", self.kernel, "cores")
+        if fires:  # PostgreSQL connections opened to its database
+            figure(bench, "connections_per_fire", self.connections / fires)
+
     def _ours(self) -> set[int]:
         return {*tree(os.getpid()), *backends(self.db)}
 

@@ -176,12 +176,7 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
     for path, (_, rss) in run.paths.items():
         figure(name, f"{path}_peak_rss", rss / 2**20, "MiB")
     if run.machine is not None:  # with its PostgreSQL backends; and what else ran
-        figure(name, "deployment_cpu", run.machine.ours, "cores")
-        figure(name, "postgres_exited_backends_cpu", run.machine.backends_exited, "cores")
-        figure(name, "other_processes_cpu", run.machine.others, "cores")
-        figure(name, "kernel_cpu", run.machine.kernel, "cores")
-        if run.fires:  # PostgreSQL connections opened to its database
-            figure(name, "connections_per_fire", run.machine.connections / run.fires)
+        run.machine.print_figures(name, run.fires)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -231,12 +231,7 @@ def report(name: str, result: Result, window: float) -> None:
     figure(name, "work_peak_rss", result.work_peak_rss / 2**20, "MiB")
     # Of the machine's two cores: this deployment's, and what else ran (on a shared
     # machine, other people's tests: a figure of a run where this is high is suspect).
-    figure(name, "deployment_cpu", result.machine.ours, "cores")
-    figure(name, "postgres_exited_backends_cpu", result.machine.backends_exited, "cores")
-    figure(name, "other_processes_cpu", result.machine.others, "cores")
-    figure(name, "kernel_cpu", result.machine.kernel, "cores")
-    if result.fires:  # PostgreSQL connections opened to its database
-        figure(name, "connections_per_fire", result.machine.connections / result.fires)
+    result.machine.print_figures(name, result.fires)
 
 
 def check(name: str, what: str, value: float, bound: float, unit: str = "") -> bool:
