@@ -11,17 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from scheduler.errors import SpecError
-from scheduler.timing.schedules import parse_seconds
+from scheduler.specmodel import RETRY_DEFAULTS
 from statemachine import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
 
 if TYPE_CHECKING:
+    from scheduler.specmodel import JobModel
     from scheduler.storage.rows import JobRow
 
-E = TypeVar("E", bound=StrEnum)
 KEYS = (
     "schedule_to_start",
     "lease",
@@ -38,13 +36,6 @@ KEYS = (
 DEFAULT_LEASE = 60.0
 # Long enough that a worker outage of minutes, or a deep queue, never fails a run.
 DEFAULT_SCHEDULE_TO_START = 3600.0
-MIN_LEASE = 1.0
-_RETRY_DEFAULTS: dict[str, Any] = {
-    "max_attempts": 1,
-    "backoff": 10.0,
-    "max_backoff": 600.0,
-    "jitter": 0.1,
-}
 
 
 @dataclass(frozen=True)
@@ -64,7 +55,7 @@ class Controls:
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Controls:
         """The controls of a normalized spec (as stored in ``jobs.spec``)."""
-        retries = {**_RETRY_DEFAULTS, **spec.get("retries", {})}
+        retries = {**RETRY_DEFAULTS, **spec.get("retries", {})}
         timeout = spec.get("timeout")
         grace = spec.get("misfire_grace")
         return cls(
@@ -106,114 +97,30 @@ def controls_of(job: JobRow) -> Controls:
     return controls
 
 
-def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate the control keys of a job entry; keep those that are not defaults."""
-    out: dict[str, Any] = _timeouts(data)
-    if data.get("retries") is not None:
-        retries = _retries(data["retries"])
-        if retries:
-            out["retries"] = retries
-    out |= _overlap(data)
-    out |= _misfire(data)
-    if data.get("triggers"):
-        out["triggers"] = _triggers(data["triggers"])
+# The controls that have a default, which the normalized spec leaves out.
+_DEFAULTS: dict[str, Any] = {
+    "schedule_to_start": DEFAULT_SCHEDULE_TO_START,
+    "lease": DEFAULT_LEASE,
+    "overlap": Overlap.SKIP.value,
+    "max_buffered": OverlapPolicy.max_buffered,
+    "max_concurrent": OverlapPolicy.max_concurrent,
+    "misfire": Misfire.LATEST.value,
+    "catchup_limit": MisfirePolicy.catchup_limit,
+}
+
+
+def normalized(job: JobModel) -> dict[str, Any]:
+    """The controls of a validated job that are not defaults, in the stored form."""
+    out = {
+        key: value
+        for key, default in _DEFAULTS.items()
+        if (value := getattr(job, key)) not in (None, default)
+    }
+    for key in ("timeout", "misfire_grace"):  # no default: kept whenever given
+        if (value := getattr(job, key)) is not None:
+            out[key] = value
+    if job.retries is not None and (retries := job.retries.normalized()):
+        out["retries"] = retries
+    if job.triggers:
+        out["triggers"] = sorted(set(job.triggers))
     return out
-
-
-def _timeouts(data: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if data.get("schedule_to_start") is not None:
-        wait = parse_seconds(data["schedule_to_start"], "schedule_to_start")
-        if wait < MIN_LEASE:
-            raise SpecError("schedule_to_start", f"must be at least {MIN_LEASE:g}s")
-        if wait != DEFAULT_SCHEDULE_TO_START:
-            out["schedule_to_start"] = wait
-    if "lease" in data:
-        lease = parse_seconds(data["lease"], "lease")
-        if lease < MIN_LEASE:
-            raise SpecError("lease", f"must be at least {MIN_LEASE:g}s")
-        if lease != DEFAULT_LEASE:
-            out["lease"] = lease
-    if data.get("timeout") is not None:
-        timeout = parse_seconds(data["timeout"], "timeout")
-        if timeout <= 0:
-            raise SpecError("timeout", "must be longer than 0s")
-        out["timeout"] = timeout
-    return out
-
-
-def _count(key: str, value: Any, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise SpecError(key, f"must be a whole number of at least {least}")
-    return value
-
-
-def _retries(value: Any) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise SpecError(
-            "retries", "must be a mapping: {max_attempts, backoff, max_backoff, jitter}"
-        )
-    unknown = set(value) - set(_RETRY_DEFAULTS)
-    if unknown:
-        raise SpecError(f"retries.{sorted(unknown)[0]}", "unknown field")
-    retries = dict(_RETRY_DEFAULTS)
-    if "max_attempts" in value:
-        retries["max_attempts"] = _count("retries.max_attempts", value["max_attempts"], 1)
-    for key in ("backoff", "max_backoff"):
-        if key in value:
-            retries[key] = parse_seconds(value[key], f"retries.{key}")
-    if "jitter" in value:
-        jitter = value["jitter"]
-        if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
-            raise SpecError("retries.jitter", "must be a fraction between 0 and 1")
-        retries["jitter"] = float(jitter)
-    if retries["max_backoff"] < retries["backoff"]:
-        raise SpecError("retries.max_backoff", "must not be shorter than backoff")
-    return {k: v for k, v in retries.items() if v != _RETRY_DEFAULTS[k]}
-
-
-def _choice(key: str, data: Mapping[str, Any], default: E) -> E:
-    """One of an enum's values, named in the error if it is not."""
-    value = data.get(key, default.value)
-    try:
-        return type(default)(value)
-    except ValueError:
-        choices = ", ".join(e.value for e in type(default))
-        raise SpecError(key, f"{value!r} is not one of {choices}") from None
-
-
-def _overlap(data: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    mode = _choice("overlap", data, Overlap.SKIP)
-    if mode is not Overlap.SKIP:
-        out["overlap"] = mode.value
-    for key, needs in (("max_buffered", Overlap.BUFFER_ALL), ("max_concurrent", Overlap.ALLOW)):
-        if key in data:
-            if mode is not needs:
-                raise SpecError(key, f"only applies with overlap: {needs.value}")
-            value = _count(key, data[key], 1)
-            if value != getattr(OverlapPolicy, key):
-                out[key] = value
-    return out
-
-
-def _misfire(data: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    mode = _choice("misfire", data, Misfire.LATEST)
-    if mode is not Misfire.LATEST:
-        out["misfire"] = mode.value
-    if data.get("misfire_grace") is not None:
-        out["misfire_grace"] = parse_seconds(data["misfire_grace"], "misfire_grace")
-    if "catchup_limit" in data:
-        if mode is not Misfire.ALL:
-            raise SpecError("catchup_limit", "only applies with misfire: all")
-        limit = _count("catchup_limit", data["catchup_limit"], 1)
-        if limit != MisfirePolicy.catchup_limit:
-            out["catchup_limit"] = limit
-    return out
-
-
-def _triggers(value: Any) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise SpecError("triggers", "must be a list of job names (name or project/name)")
-    return sorted(set(value))

@@ -17,14 +17,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from scheduler import controls
+from pydantic import BaseModel
+
+from scheduler import controls, specmodel
 from scheduler.errors import SpecError
 from scheduler.spec import KINDS, JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # Where the names the validator might accept are spelled; the probe decides which it does.
-SPEC_SOURCES = (ROOT / "scheduler" / "spec.py", ROOT / "scheduler" / "controls.py")
+SPEC_SOURCES = tuple(ROOT / "scheduler" / f for f in ("spec.py", "specmodel.py", "controls.py"))
 SETTINGS = ROOT / "scheduler" / "settings.py"
 
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
@@ -56,6 +58,9 @@ def _candidates() -> set[str]:
     """Names a job field could have: the spec modules' literals and declared keys."""
     names = _string_constants(SPEC_SOURCES) | set(controls.KEYS) | set(KINDS)
     names |= {f.name for f in dataclasses.fields(JobSpec)}
+    for model in vars(specmodel).values():  # the pydantic models' own field names
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            names |= set(model.model_fields)
     return {n for n in names if _KEY.fullmatch(n)}
 
 

@@ -1,0 +1,379 @@
+"""The job spec's grammar as pydantic models: every field, its type and its range.
+
+A job file entry is one of three models, told apart by the key that names its kind
+(``noop:``, ``http:`` or ``celery:``): a discriminated union, so that an error names the
+kind's own fields. Every model forbids unknown keys, every number is finite and within a
+stated range, and nothing is coerced (``"5"`` is not a count, ``true`` is not a number), so
+a value that is stored is one that every run can use.
+
+:func:`validate_entry` turns pydantic's errors into a :class:`SpecError` naming the field;
+:mod:`scheduler.spec` builds the normalized form (whose hash is the revision) from the
+model, field for field as before, so that no existing job changes revision.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from scheduler.errors import SpecError
+from scheduler.timing.schedules import parse_duration, parse_schedule, parse_zone
+
+KINDS = ("noop", "http", "celery")
+# Every duration is at most this: long enough for any real lease, wait or backoff, short
+# enough that adding it to a time near the present never overflows.
+MAX_DURATION = timedelta(days=30)
+MIN_LEASE = 1.0
+MAX_TRIGGERS = 100
+MAX_URL = 2048
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_STATUS_CLASS = re.compile(r"[1-5]xx")
+
+
+def _seconds(value: object) -> float:
+    """A duration: seconds as a number, or text like ``1h30m``."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("must be a duration like 10s, 5m or 1h30m")
+    if isinstance(value, str):
+        try:
+            return parse_duration(value, "").total_seconds()
+        except SpecError as err:
+            raise ValueError(err.reason) from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("must be a finite duration")
+    if value < 0:
+        raise ValueError("must not be negative")
+    return float(value)
+
+
+def _duration(least: float = 0.0, *, above: bool = False) -> Any:
+    """A duration of at least ``least`` seconds (more than, with ``above``), at most
+    :data:`MAX_DURATION`."""
+    most = MAX_DURATION.total_seconds()
+
+    def check(seconds: float) -> float:
+        if seconds > most or seconds < least or (above and seconds == least):
+            low = f"longer than {least:g}s and " if above else f"at least {least:g}s and "
+            raise ValueError(f"must be {low if least or above else ''}at most 30d")
+        return seconds
+
+    return Annotated[float, BeforeValidator(_seconds), AfterValidator(check)]
+
+
+def _count(least: int, most: int) -> Any:
+    def check(value: int) -> int:
+        if not least <= value <= most:
+            raise ValueError(f"must be a whole number from {least} to {most}")
+        return value
+
+    return Annotated[int, AfterValidator(check)]
+
+
+def _fraction(value: float) -> float:
+    if not 0 <= value <= 1:
+        raise ValueError("must be a fraction between 0 and 1")
+    return value
+
+
+def _name(value: str) -> str:
+    if not NAME.fullmatch(value):
+        raise ValueError(f"{value!r} must be 1-100 letters, digits, '.', '_' or '-' (no '/')")
+    return value
+
+
+def _trigger(value: str) -> str:
+    project, slash, name = value.rpartition("/")
+    if not NAME.fullmatch(name) or (slash and not NAME.fullmatch(project)):
+        raise ValueError(f"{value!r} is not a job name (name or project/name)")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_name)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _mapping_or_empty(value: Any) -> Any:
+    return {} if value is None else value
+
+
+# --- the kinds --------------------------------------------------------------------------
+
+
+class NoopOptions(_Strict):
+    sleep: _duration() = 0.0  # type: ignore[valid-type]
+    fail: bool = False
+
+    def normalized(self) -> dict[str, Any]:
+        return {"sleep": self.sleep, "fail": self.fail}
+
+
+Secret = Annotated[dict[Literal["secret", "env"], Annotated[str, Field(min_length=1)]], Field()]
+
+
+class HttpOptions(_Strict):
+    url: Annotated[str, Field(max_length=MAX_URL)]
+    method: str = "GET"
+    timeout: _duration(0.0, above=True) = 10.0  # type: ignore[valid-type]
+    headers: dict[str, str | Secret] | None = None
+    body: str | None = None
+    accept: Annotated[list[int | str], Field(min_length=1)] | None = None
+    max_redirects: _count(0, 20) | None = None  # type: ignore[valid-type]
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{url!r} is not an http(s) URL")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(
+                "must not hold credentials (user:password@): send them in a header "
+                "with {secret: ...} or {env: NAME}, which history never shows"
+            )
+        try:
+            parts.port  # noqa: B018 - raises for a port out of range
+        except ValueError:
+            raise ValueError(f"{url!r} has no valid port") from None
+        return url
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, method: str) -> str:
+        if method.upper() not in HTTP_METHODS:
+            raise ValueError(f"{method!r} is not one of {', '.join(HTTP_METHODS)}")
+        return method.upper()
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers(cls, headers: Any) -> Any:
+        if not isinstance(headers, Mapping):
+            return headers  # pydantic says it must be a mapping
+        for name, value in headers.items():
+            if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a header name")
+            text = value if isinstance(value, str) else ""
+            if isinstance(value, Mapping) and isinstance(value.get("secret"), str):
+                text = value["secret"]
+            if "\r" in text or "\n" in text:
+                raise SpecError(f"http.headers.{name}", "must not contain line breaks")
+        return headers
+
+    @field_validator("accept")
+    @classmethod
+    def _accept(cls, codes: list[int | str] | None) -> list[int | str] | None:
+        for code in codes or ():
+            number = isinstance(code, int) and 100 <= code <= 599
+            if not number and not (isinstance(code, str) and _STATUS_CLASS.fullmatch(code)):
+                raise ValueError(f"{code!r} is not a status code or a class like 2xx")
+        return codes
+
+    def normalized(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "url": self.url,
+            "method": self.method,
+            "timeout": self.timeout,
+            "headers": dict(self.headers or {}),
+            "body": self.body,
+        }
+        if self.accept is not None:
+            out["accept"] = list(self.accept)
+        if self.max_redirects is not None:
+            out["max_redirects"] = self.max_redirects
+        return out
+
+
+class CeleryOptions(_Strict):
+    task: Annotated[str, Field(min_length=1, max_length=255)]
+    queue: Annotated[str, Field(min_length=1, max_length=255)] = "celery"
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _json(self) -> CeleryOptions:
+        try:
+            json.dumps([self.args, self.kwargs], allow_nan=False)
+        except (TypeError, ValueError):
+            raise SpecError(
+                "celery.args", "arguments must be JSON values (finite numbers, no dates)"
+            ) from None
+        return self
+
+    def normalized(self) -> dict[str, Any]:
+        return {"task": self.task, "queue": self.queue, "args": self.args, "kwargs": self.kwargs}
+
+
+# --- the controls ----------------------------------------------------------------------
+
+RETRY_DEFAULTS: dict[str, Any] = {
+    "max_attempts": 1,
+    "backoff": 10.0,
+    "max_backoff": 600.0,
+    "jitter": 0.1,
+}
+
+
+class Retries(_Strict):
+    max_attempts: _count(1, 100) = 1  # type: ignore[valid-type]
+    backoff: _duration() = 10.0  # type: ignore[valid-type]
+    max_backoff: _duration() = 600.0  # type: ignore[valid-type]
+    jitter: Annotated[float, AfterValidator(_fraction)] = 0.1
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Retries:
+        if self.max_backoff < self.backoff:
+            raise SpecError("retries.max_backoff", "must not be shorter than backoff")
+        return self
+
+    def normalized(self) -> dict[str, Any]:
+        values = self.model_dump()
+        return {k: v for k, v in values.items() if v != RETRY_DEFAULTS[k]}
+
+
+Overlap = Literal["skip", "buffer_one", "buffer_all", "allow", "cancel_other"]
+Misfire = Literal["skip", "latest", "all"]
+
+
+class _Job(_Strict):
+    """What every kind shares: the name, the schedule and the controls."""
+
+    name: Name
+    schedule: str
+    timezone: str = "UTC"
+    schedule_to_start: _duration(MIN_LEASE) | None = None  # type: ignore[valid-type]
+    lease: _duration(MIN_LEASE) | None = None  # type: ignore[valid-type]
+    timeout: _duration(0.0, above=True) | None = None  # type: ignore[valid-type]
+    retries: Retries | None = None
+    overlap: Overlap | None = None
+    max_buffered: _count(1, 10_000) | None = None  # type: ignore[valid-type]
+    max_concurrent: _count(1, 1_000) | None = None  # type: ignore[valid-type]
+    triggers: (
+        Annotated[list[Annotated[str, AfterValidator(_trigger)]], Field(max_length=MAX_TRIGGERS)]
+        | None
+    ) = None
+    misfire: Misfire | None = None
+    misfire_grace: _duration() | None = None  # type: ignore[valid-type]
+    catchup_limit: _count(1, 10_000) | None = None  # type: ignore[valid-type]
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, name: str) -> str:
+        parse_zone(name)
+        return name
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _Job:
+        parse_schedule(self.schedule, self.timezone)
+        needs = {"max_buffered": "buffer_all", "max_concurrent": "allow"}
+        for key, mode in needs.items():
+            if getattr(self, key) is not None and (self.overlap or "skip") != mode:
+                raise SpecError(key, f"only applies with overlap: {mode}")
+        if self.catchup_limit is not None and self.misfire != "all":
+            raise SpecError("catchup_limit", "only applies with misfire: all")
+        return self
+
+
+class NoopJob(_Job):
+    noop: Annotated[NoopOptions, BeforeValidator(_mapping_or_empty)]
+
+
+class HttpJob(_Job):
+    http: HttpOptions
+
+
+class CeleryJob(_Job):
+    celery: CeleryOptions
+
+
+def _kind_of(entry: Any) -> str | None:
+    if isinstance(entry, Mapping):
+        kinds = [k for k in KINDS if k in entry]
+        return kinds[0] if len(kinds) == 1 else None
+    return getattr(entry, "kind", None)
+
+
+JobModel = NoopJob | HttpJob | CeleryJob
+_ENTRY: TypeAdapter[JobModel] = TypeAdapter(
+    Annotated[
+        Annotated[NoopJob, Tag("noop")]
+        | Annotated[HttpJob, Tag("http")]
+        | Annotated[CeleryJob, Tag("celery")],
+        Discriminator(_kind_of),
+    ]
+)
+
+
+def kind_of(entry: Mapping[str, Any]) -> str:
+    """The kind a job entry names by its one kind key."""
+    kinds = [k for k in KINDS if k in entry]
+    if len(kinds) != 1:
+        found = " and ".join(kinds) if kinds else "none"
+        raise SpecError("kind", f"exactly one of {', '.join(KINDS)} is required ({found})")
+    return kinds[0]
+
+
+def validate_entry(entry: Mapping[str, Any]) -> JobModel:
+    """Validate one job entry (a job file's mapping); the error names the first bad field."""
+    kind_of(entry)
+    try:
+        return _ENTRY.validate_python(entry)
+    except ValidationError as err:
+        raise _spec_error(err) from None
+
+
+_MESSAGES = {
+    "string_type": "must be a string",
+    "int_type": "must be a whole number",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "extra_forbidden": "unknown field",
+    "missing": "is required",
+    "finite_number": "must be a finite number",
+}
+
+
+def _spec_error(err: ValidationError) -> SpecError:
+    """The error to show: an unknown field first (a misspelt key explains the errors
+    that follow from it), otherwise the first."""
+    errors = err.errors(include_url=False)
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    kind = first["type"]
+    loc = [p for p in first["loc"][1:] if not isinstance(p, int)]  # [0]: the kind's tag
+    if loc[:2] == ["http", "headers"] and len(loc) > 3:  # neither a string nor a secret
+        return SpecError(".".join(loc[:3]), "must be a string, {secret: VALUE} or {env: NAME}")
+    field = ".".join(map(str, loc)) or "job"
+    if kind == "value_error":
+        return SpecError(field, str(first["ctx"]["error"]))
+    if kind == "literal_error":
+        choices = first["ctx"]["expected"].replace("'", "").replace(" or ", ", ")
+        return SpecError(field, f"{first['input']!r} is not one of {choices}")
+    message = _MESSAGES.get(kind)
+    if message is None:
+        message = first["msg"][0].lower() + first["msg"][1:]
+    return SpecError(field, message)
