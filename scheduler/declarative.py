@@ -10,6 +10,7 @@ when ``CRONCHAIN_JOBS_DIR`` is set, so the folder is the source of truth.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,11 +19,14 @@ from sqlalchemy import Connection
 
 from scheduler.effects import Message
 from scheduler.engine import Engine
-from scheduler.errors import SpecError
+from scheduler.errors import CronchainError, SpecError, TransientError
 from scheduler.spec import JobSpec, load_job_file
 from scheduler.storage import job_store
 from scheduler.storage.rows import JobRow
+from scheduler.triggergraph import trigger_cycle
 from statemachine import Disable, Enable, Event, ScheduleChanged
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,6 +53,7 @@ def apply(
     with engine.transaction() as conn:
         now = engine.clock()
         existing = job_store.jobs_of_project(conn, project)
+        _refuse_trigger_cycles(conn, project, specs)
         for spec in specs:
             job = existing.pop(spec.name, None)
             if job is not None and job.enabled and job.revision == spec.revision:
@@ -67,6 +72,20 @@ def apply(
             messages += _retire(engine, conn, job, report, now, dry_run=dry_run, prune=prune)
     engine.send(messages)
     return report
+
+
+def _refuse_trigger_cycles(conn: Connection, project: str, specs: list[JobSpec]) -> None:
+    """A cycle of triggers turns one run into runs without end: refuse the file."""
+    declared = {s.id: s.controls["triggers"] for s in specs if "triggers" in s.controls}
+    cycle = trigger_cycle(declared, lambda refs: job_store.triggers_of(conn, refs, besides=project))
+    if cycle:
+        first = next((ref for ref in cycle if ref in declared), cycle[0])
+        path = " -> ".join(cycle)
+        raise SpecError(
+            "triggers",
+            f"the jobs trigger each other in a cycle: {path}",
+            where=f"job {first.rpartition('/')[2]!r}",
+        )
 
 
 def _retire(
@@ -109,14 +128,27 @@ class FolderReport:
 
 
 def reconcile_folder(engine: Engine, folder: Path) -> FolderReport:
-    """Apply each ``*.yaml``/``*.yml`` file of ``folder``. A file that does not load is
-    reported and left out; the other files are still applied. A project whose file is
-    removed keeps its jobs: empty the file (``jobs: []``) to disable them."""
+    """Apply each ``*.yaml``/``*.yml`` file of ``folder``, each on its own: a file that
+    does not load or apply is reported and left out, and the other files are still
+    applied. A project belongs to one file, the first by name: a second file naming it
+    is refused (two files of one project would disable each other's jobs on every pass).
+    A project whose file is removed keeps its jobs: empty the file (``jobs: []``) to
+    disable them. A database outage is not a file's fault: it ends the pass."""
     report = FolderReport()
+    owners: dict[str, str] = {}  # project -> the file that declares it
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         try:
             job_file = load_job_file(path)
+            owner = owners.setdefault(job_file.project, path.name)
+            if owner != path.name:
+                why = f"is declared by {owner} already; a project belongs to one file"
+                raise SpecError("project", f"{job_file.project!r} {why}", where=str(path))
             report.applied[path.name] = apply(engine, job_file.project, job_file.jobs)
-        except (SpecError, OSError) as err:
+        except TransientError:
+            raise
+        except (CronchainError, OSError) as err:
             report.failed[path.name] = str(err)
+        except Exception as err:  # a bug, but one file's: the others still apply
+            log.exception("job file %s: applying it failed", path)
+            report.failed[path.name] = f"{type(err).__name__}: {err}"
     return report

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from scheduler.errors import NotFound
 from scheduler.storage.models import job_changes, jobs
@@ -205,6 +205,21 @@ def claim_lapsed_jobs(conn: Connection, now: datetime, limit: int) -> list[JobRo
         .with_for_update(skip_locked=True)
     )
     return [JobRow.from_row(r) for r in conn.execute(query)]
+
+
+def triggers_of(conn: Connection, refs: set[str], *, besides: str) -> dict[str, list[str]]:
+    """What each of the enabled jobs ``refs`` (``project/name``) triggers on success,
+    leaving out project ``besides`` (the one being applied, whose edges are declared)."""
+    wanted: dict[str, list[str]] = {}
+    for ref in refs:
+        project, _, name = ref.rpartition("/")
+        if project != besides:
+            wanted.setdefault(project, []).append(name)
+    if not wanted:
+        return {}
+    match = or_(*(and_(jobs.c.project == p, jobs.c.name.in_(n)) for p, n in wanted.items()))
+    query = select(jobs.c.project, jobs.c.name, jobs.c.spec).where(jobs.c.enabled, match)
+    return {f"{r.project}/{r.name}": r.spec.get("triggers", []) for r in conn.execute(query)}
 
 
 def list_jobs(conn: Connection) -> list[JobRow]:

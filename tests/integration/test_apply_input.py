@@ -1,0 +1,96 @@
+"""What ``apply`` and the jobs folder refuse on real databases (issue 14): cycles of
+triggers, within a project and across projects, and two files claiming one project; and
+that each file of a folder is applied or refused on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler import declarative
+from scheduler.api import Scheduler
+from scheduler.declarative import reconcile_folder
+from scheduler.engine import Engine
+from scheduler.errors import SpecError
+from scheduler.spec import JobSpec
+
+pytestmark = pytest.mark.postgres
+
+
+def triggered(project: str, name: str, *targets: str) -> JobSpec:
+    controls = {"triggers": list(targets)} if targets else {}
+    return JobSpec(project, name, "triggered", controls=controls)
+
+
+def test_jobs_that_trigger_each_other_are_refused_and_nothing_is_written(engine: Engine):
+    sched = Scheduler(engine)
+    with pytest.raises(SpecError) as err:
+        sched.apply([triggered("p", "a", "b"), triggered("p", "b", "a")], project="p")
+    assert str(err.value) == (
+        "job 'a': triggers: the jobs trigger each other in a cycle: p/a -> p/b -> p/a"
+    )
+    assert sched.jobs() == []
+
+
+def test_a_chain_is_not_a_cycle(engine: Engine):
+    sched = Scheduler(engine)
+    specs = [triggered("p", "a", "b", "c"), triggered("p", "b", "c"), triggered("p", "c")]
+    assert sched.apply(specs, project="p").created == ["p/a", "p/b", "p/c"]
+
+
+def test_a_cycle_across_projects_is_refused_by_the_apply_that_would_close_it(engine: Engine):
+    sched = Scheduler(engine)
+    sched.apply([triggered("etl", "load", "ml/train")], project="etl")
+    sched.apply([triggered("ml", "train", "report")], project="ml")
+    sched.apply([triggered("ml", "train", "report"), triggered("ml", "report")], project="ml")
+    with pytest.raises(
+        SpecError, match=r"job .train.: .*ml/train -> ml/report -> etl/load -> ml/train$"
+    ):
+        sched.apply(
+            [triggered("ml", "train", "report"), triggered("ml", "report", "etl/load")],
+            project="ml",
+        )
+    assert "ml/report" in {j["id"] for j in sched.jobs() if j["enabled"]}
+    # A disabled job's edges do not count: once etl/load is gone, the edge is fine.
+    sched.apply([], project="etl")
+    sched.apply(
+        [triggered("ml", "train", "report"), triggered("ml", "report", "etl/load")],
+        project="ml",
+    )
+
+
+def write(folder: Path, name: str, text: str) -> None:
+    (folder / name).write_text(text)
+
+
+def test_a_second_file_claiming_a_project_is_refused(engine: Engine, tmp_path: Path):
+    write(tmp_path, "a.yaml", "project: p\njobs:\n  - {name: a, schedule: every 10s, noop: {}}\n")
+    write(tmp_path, "b.yaml", "project: p\njobs:\n  - {name: b, schedule: every 10s, noop: {}}\n")
+    for _ in range(2):  # neither pass disables the other file's jobs
+        report = reconcile_folder(engine, tmp_path)
+        assert "a.yaml" in report.applied
+        assert report.failed["b.yaml"].endswith(
+            "b.yaml: project: 'p' is declared by a.yaml already; a project belongs to one file"
+        )
+    jobs = {j["id"]: j["enabled"] for j in Scheduler(engine).jobs()}
+    assert jobs == {"p/a": True}
+
+
+def test_a_file_that_fails_while_applied_does_not_stop_the_files_after_it(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    real_apply = declarative.apply
+
+    def apply(engine: Engine, project: str, specs: list[JobSpec]) -> declarative.ApplyReport:
+        if project == "b":  # a failure no validation caught, in the middle of the pass
+            raise OverflowError("a bug in one file's apply")
+        return real_apply(engine, project, specs)
+
+    monkeypatch.setattr(declarative, "apply", apply)
+    for name in "abc":
+        job = f"  - {{name: {name}, schedule: every 10s, noop: {{}}}}\n"
+        write(tmp_path, f"{name}.yaml", f"project: {name}\njobs:\n{job}")
+    report = reconcile_folder(engine, tmp_path)
+    assert sorted(report.applied) == ["a.yaml", "c.yaml"]
+    assert report.failed == {"b.yaml": "OverflowError: a bug in one file's apply"}
