@@ -47,6 +47,8 @@ MAX_URL = 2048
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")  # what HTTP/1.1 carries as it is
+_URL = re.compile(r"[\x21-\x7e]+")
 _STATUS_CLASS = re.compile(r"[1-5]xx")
 
 
@@ -145,6 +147,11 @@ class HttpOptions(_Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
+        if not _URL.fullmatch(url):
+            raise ValueError(
+                "must be printable ASCII without spaces: percent-encode the path and "
+                "write an international host name in its xn-- form"
+            )
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r} is not an http(s) URL")
@@ -179,6 +186,8 @@ class HttpOptions(_Strict):
                 text = value["secret"]
             if "\r" in text or "\n" in text:
                 raise SpecError(f"http.headers.{name}", "must not contain line breaks")
+            if not _HEADER_VALUE.fullmatch(text):
+                raise SpecError(f"http.headers.{name}", "must be printable ASCII text")
         return headers
 
     @field_validator("accept")
@@ -211,15 +220,14 @@ class CeleryOptions(_Strict):
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
 
-    @model_validator(mode="after")
-    def _json(self) -> CeleryOptions:
+    @field_validator("args", "kwargs")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
         try:
-            json.dumps([self.args, self.kwargs], allow_nan=False)
+            json.dumps(value, allow_nan=False)
         except (TypeError, ValueError):
-            raise SpecError(
-                "celery.args", "arguments must be JSON values (finite numbers, no dates)"
-            ) from None
-        return self
+            raise ValueError("must hold JSON values only (finite numbers, no dates)") from None
+        return value
 
     def normalized(self) -> dict[str, Any]:
         return {"task": self.task, "queue": self.queue, "args": self.args, "kwargs": self.kwargs}
@@ -343,6 +351,13 @@ def validate_entry(entry: Mapping[str, Any]) -> JobModel:
         raise _spec_error(err) from None
 
 
+def _where(error: Any) -> list[str]:
+    """The path of a field as the user wrote it: the kind's tag and list indexes left
+    out, and a key that is not a plain word quoted."""
+    parts = [p for p in error["loc"][1:] if not isinstance(p, int)]
+    return [p if re.fullmatch(r"[\w-]+", p) else repr(p) for p in parts]
+
+
 _MESSAGES = {
     "string_type": "must be a string",
     "int_type": "must be a whole number",
@@ -362,9 +377,10 @@ def _spec_error(err: ValidationError) -> SpecError:
     """The error to show: an unknown field first (a misspelt key explains the errors
     that follow from it), otherwise the first."""
     errors = err.errors(include_url=False)
-    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    unknown = sorted((e for e in errors if e["type"] == "extra_forbidden"), key=_where)
+    first = unknown[0] if unknown else errors[0]
     kind = first["type"]
-    loc = [p for p in first["loc"][1:] if not isinstance(p, int)]  # [0]: the kind's tag
+    loc = _where(first)
     if loc[:2] == ["http", "headers"] and len(loc) > 3:  # neither a string nor a secret
         return SpecError(".".join(loc[:3]), "must be a string, {secret: VALUE} or {env: NAME}")
     field = ".".join(map(str, loc)) or "job"

@@ -163,7 +163,8 @@ def _send(
         return Outcome.failed(f"refused: {err}", "refused")
     except TimeoutError:
         return Outcome.failed(f"no answer within {timeout:g}s", "timeout")
-    except (OSError, http.client.HTTPException) as err:
+    except (OSError, http.client.HTTPException, ValueError) as err:
+        # ValueError: a header value from the environment that HTTP cannot carry.
         return Outcome.failed(f"{type(err).__name__}: {err}", "launch")
 
 
