@@ -198,6 +198,9 @@ def test_a_trigger_must_name_a_job_of_the_file(tmp_path: Path):
         ({"headers": {"Auth": {"vault": "x"}}}, "http.headers.Auth"),
         ({"headers": {"X": "a\r\nInjected: 1"}}, "http.headers.X: must not contain line breaks"),
         ({"headers": {"Bad Name": "x"}}, "http.headers: 'Bad Name'"),
+        ({"headers": {"X": "\u0100"}}, "http.headers.X: must be printable ASCII"),
+        ({"url": "http://example.com/\u00e9"}, "http.url: must be printable ASCII"),
+        ({"url": "http://user:pw@example.com/"}, "http.url: must not hold credentials"),
     ],
 )
 def test_bad_http_options_name_the_field(options: dict, message: str):
