@@ -4,16 +4,21 @@ that each file of a folder is applied or refused on its own."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
-from scheduler import declarative
+from scheduler import declarative, watchdog
 from scheduler.api import Scheduler
 from scheduler.declarative import reconcile_folder
 from scheduler.engine import Engine
 from scheduler.errors import SpecError
+from scheduler.invokers import Call, Outcome
 from scheduler.spec import JobSpec
+from tests.conftest import Clock, RecordingPort
+from tests.integration.test_engine import deliver_starts, deliver_ticks
 
 pytestmark = pytest.mark.postgres
 
@@ -94,3 +99,45 @@ def test_a_file_that_fails_while_applied_does_not_stop_the_files_after_it(
     report = reconcile_folder(engine, tmp_path)
     assert sorted(report.applied) == ["a.yaml", "c.yaml"]
     assert report.failed == {"b.yaml": "OverflowError: a bug in one file's apply"}
+
+
+class Failing:
+    """A work-path invoker whose every attempt fails, so that retries are scheduled."""
+
+    def invoke(self, call: Call) -> Outcome:
+        return Outcome.failed("failed on purpose")
+
+
+LARGEST = {
+    "schedule_to_start": "30d",
+    "lease": "30d",
+    "timeout": "30d",
+    "retries": {"max_attempts": 100, "backoff": "30d", "max_backoff": "30d", "jitter": 1},
+    "overlap": "buffer_all",
+    "max_buffered": 10_000,
+    "misfire": "all",
+    "misfire_grace": "30d",
+    "catchup_limit": 10_000,
+}
+
+
+def test_the_largest_value_of_every_control_is_stored_and_runs(
+    db: sqlalchemy.Engine, port: RecordingPort, clock: Clock
+):
+    """Each bound is one a run can live with on both databases: the deadlines a claim
+    computes, a retry 30 days out, the watchdog's pass over them."""
+    engine = Engine(db, port, {"noop": Failing()}, grace=timedelta(seconds=15), clock=clock)
+    spec = JobSpec("p", "a", "every 10s", controls=LARGEST)
+    Scheduler(engine).apply([spec], project="p")
+    clock.advance(10)
+    deliver_ticks(engine, port)
+    deliver_starts(engine, port)
+    waiting = Scheduler(engine).invocation(1)
+    assert (waiting["status"], waiting["attempt"]) == ("STARTING", 1)
+    retry_at = datetime.fromisoformat(waiting["start_at"])
+    assert timedelta(0) < retry_at - clock() <= timedelta(days=60)  # 30d, jitter 1
+    clock.now = retry_at + timedelta(seconds=1)
+    watchdog.run_once(engine)
+    deliver_starts(engine, port)
+    again = Scheduler(engine).invocation(1)
+    assert [a["attempt"] for a in again["attempts"]] == [1, 2]
