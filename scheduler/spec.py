@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from scheduler import controls as job_controls
 from scheduler.errors import SpecError
 from scheduler.specmodel import KINDS, NAME, kind_of, validate_entry
 from scheduler.timing.schedules import Schedule, parse_schedule
+from scheduler.yamlfile import read_yaml_file
 
 MAX_SPEC_BYTES = 64 * 1024
 
@@ -122,12 +121,7 @@ class JobFile:
 def load_job_file(path: str | Path) -> JobFile:
     """Read and validate a whole job file; the first error names the file."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise SpecError("file", err.strerror or str(err), where=str(path)) from None
-    except yaml.YAMLError as err:
-        raise SpecError("file", f"not valid YAML: {err}", where=str(path)) from None
+    data = read_yaml_file(path)  # bounded before anything is expanded
     try:
         return parse_job_file(data)
     except SpecError as err:

@@ -132,7 +132,10 @@ class NoopOptions(_Strict):
         return {"sleep": self.sleep, "fail": self.fail}
 
 
-Secret = Annotated[dict[Literal["secret", "env"], Annotated[str, Field(min_length=1)]], Field()]
+Secret = Annotated[
+    dict[Literal["secret", "env"], Annotated[str, Field(min_length=1)]],
+    Field(min_length=1, max_length=1),
+]
 
 
 class HttpOptions(_Strict):

@@ -73,5 +73,8 @@ class RetryPolicy:
         when no attempts are left. ``unit`` is a random number in [0, 1)."""
         if failed_attempt >= self.max_attempts:
             return None
-        base = min(self.backoff * 2 ** (failed_attempt - 1), self.max_backoff)
+        # Doubled in float seconds, so that a late attempt's 2**n cannot overflow a
+        # timedelta before the cap applies.
+        doubled = self.backoff.total_seconds() * 2.0 ** min(failed_attempt - 1, 1000)
+        base = min(timedelta(seconds=min(doubled, 1e9)), self.max_backoff)
         return base * (1 + self.jitter * (2 * unit - 1))

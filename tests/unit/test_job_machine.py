@@ -369,6 +369,12 @@ def test_retry_delay_is_capped_and_jittered_within_bounds():
     assert policy.delay(10, 0.999999) < timedelta(seconds=36)
 
 
+def test_the_hundredth_attempt_waits_max_backoff_without_overflowing():
+    """10 s doubled 99 times is past any timedelta: the cap applies before the sum."""
+    policy = RetryPolicy(max_attempts=100, jitter=0)
+    assert policy.delay(99, 0.5) == timedelta(minutes=10)
+
+
 # --- misfire policies, resume with and without catch-up ------------------------------
 
 

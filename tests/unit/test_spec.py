@@ -196,6 +196,8 @@ def test_a_trigger_must_name_a_job_of_the_file(tmp_path: Path):
         ({"max_redirects": 50}, "http.max_redirects"),
         ({"headers": {"Auth": {"secret": ""}}}, "http.headers.Auth"),
         ({"headers": {"Auth": {"vault": "x"}}}, "http.headers.Auth"),
+        ({"headers": {"Auth": {}}}, "http.headers.Auth"),
+        ({"headers": {"Auth": {"secret": "x", "env": "Y"}}}, "http.headers.Auth"),
         ({"headers": {"X": "a\r\nInjected: 1"}}, "http.headers.X: must not contain line breaks"),
         ({"headers": {"Bad Name": "x"}}, "http.headers: 'Bad Name'"),
         ({"headers": {"X": "\u0100"}}, "http.headers.X: must be printable ASCII"),
