@@ -13,8 +13,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from zoneinfo import ZoneInfo
 
-# No zone in the database has moved its clocks by more than this at once.
-MAX_SHIFT = timedelta(hours=3)
+ZERO = timedelta(0)
 
 
 class Kind(Enum):
@@ -31,16 +30,21 @@ class Resolved:
 
 
 def resolve(local: datetime, zone: ZoneInfo) -> Resolved:
-    """Where the naive wall-clock time ``local`` falls in ``zone``."""
-    early = local.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    late = local.replace(tzinfo=zone, fold=1).astimezone(UTC)
-    if early == late:
-        return Resolved(Kind.PLAIN, early)
-    if early.astimezone(zone).replace(tzinfo=None) != local:
-        # A gap: zoneinfo maps it with the offset before (fold=0) or after (fold=1) the
-        # transition, so the transition lies between the two readings.
-        return Resolved(Kind.GAP, transition_between(min(early, late), max(early, late), zone))
-    return Resolved(Kind.FOLD, early, late)
+    """Where the naive wall-clock time ``local`` falls in ``zone``.
+
+    zoneinfo reads a reading in a fold with the offset before the transition when
+    ``fold=0`` and the one after when ``fold=1`` (PEP 495), and a reading in a gap the
+    same way; so the two offsets tell the three cases apart without a round trip."""
+    before = local.replace(tzinfo=zone, fold=0).utcoffset() or ZERO
+    after = local.replace(tzinfo=zone, fold=1).utcoffset() or ZERO
+    read_before = (local - before).replace(tzinfo=UTC)
+    if before == after:
+        return Resolved(Kind.PLAIN, read_before)
+    read_after = (local - after).replace(tzinfo=UTC)
+    if before > after:  # the clocks went back: the reading came twice
+        return Resolved(Kind.FOLD, read_before, read_after)
+    # The clocks went forward, past the reading: the transition lies between the two.
+    return Resolved(Kind.GAP, transition_between(read_after, read_before, zone))
 
 
 def transition_between(start: datetime, end: datetime, zone: ZoneInfo) -> datetime:
@@ -71,14 +75,14 @@ def transitions(start: datetime, end: datetime, zone: ZoneInfo) -> list[Transiti
     found: list[Transition] = []
     t = start
     while t < end:
-        step_end = min(t + timedelta(hours=12), end)
+        step_end = t + min(timedelta(hours=12), end - t)  # never past datetime's range
         if t.astimezone(zone).utcoffset() != step_end.astimezone(zone).utcoffset():
             at = transition_between(t, step_end, zone)
             found.append(
                 Transition(
                     at,
-                    (at - timedelta(seconds=1)).astimezone(zone).utcoffset() or timedelta(0),
-                    at.astimezone(zone).utcoffset() or timedelta(0),
+                    (at - timedelta(seconds=1)).astimezone(zone).utcoffset() or ZERO,
+                    at.astimezone(zone).utcoffset() or ZERO,
                 )
             )
             t = at
@@ -92,6 +96,10 @@ def wall(t: datetime, zone: ZoneInfo) -> datetime:
     return t.astimezone(zone).replace(tzinfo=None)
 
 
-def is_ambiguous(t: datetime, zone: ZoneInfo) -> bool:
-    """True when the wall-clock reading of ``t`` is one the clocks show twice."""
-    return resolve(wall(t, zone), zone).kind is Kind.FOLD
+def fold_occurrence(t: datetime, zone: ZoneInfo) -> tuple[int, timedelta]:
+    """Where instant ``t`` stands in a fold: ``(0, length)`` at the first occurrence of a
+    reading the clocks show twice, ``(1, length)`` at the second, ``(0, 0)`` anywhere
+    else; ``length`` is how far the clocks went back."""
+    local = t.astimezone(zone)
+    other = local.replace(fold=1 - local.fold).utcoffset() or ZERO
+    return local.fold, abs((local.utcoffset() or ZERO) - other)

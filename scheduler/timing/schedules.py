@@ -2,42 +2,45 @@
 
 Four kinds, all parsed by :func:`parse_schedule`:
 
-- cron: 5 fields, or 6 with croniter's trailing seconds field, or an ``@hourly`` alias;
-  evaluated in the job's time zone.
+- cron: 5 fields, or 6 with croniter's trailing seconds field, or an ``@hourly`` alias
+  (the dialect is :mod:`scheduler.timing.cron`); evaluated in the job's time zone.
 - fixed rate: ``every 30s``, ``every 1h30m``; slots are multiples of the period since the
   Unix epoch, so they are the same on every machine and after every restart.
 - fixed delay: ``with 10m interval`` (LUCI's syntax); the next slot counts from the end of
   the previous invocation.
 - ``triggered``: no slots; runs only when triggered.
 
-Every function takes the time as an argument; nothing here reads the clock.
+Periods and intervals run from 1 s to :data:`LONGEST_PERIOD`. Every function takes the
+time as an argument; nothing here reads the clock. Near the ends of ``datetime``'s range
+(years 1 and 9999) a slot that would fall outside it is ``None``, not an error.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import MAXYEAR, MINYEAR, UTC, datetime, timedelta
 from functools import cached_property
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from scheduler.errors import SpecError
-from scheduler.timing.localtime import MAX_SHIFT, Kind, is_ambiguous, resolve, wall
+from scheduler.timing.cron import CronFields, parse_cron
+from scheduler.timing.localtime import Kind, Resolved, fold_occurrence, resolve, wall
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
-_ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|d|h|m|s)")
+_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|d|h|m|s))+")  # linear: a unit ends each part
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+SHORTEST_PERIOD = timedelta(seconds=1)
+LONGEST_PERIOD = timedelta(days=1000)
+# croniter looks up to 50 years ahead for a match; a search that starts this close to
+# the end of datetime's range may run past it, which ends the schedule.
+_EDGE_YEARS = 60
 
 
 def parse_seconds(value: object, field: str) -> float:
@@ -47,20 +50,45 @@ def parse_seconds(value: object, field: str) -> float:
     if isinstance(value, int | float):
         if value < 0:
             raise SpecError(field, "must not be negative")
-        return float(value)
+        return _checked_seconds(value, value, field)
     return parse_duration(str(value), field).total_seconds()
 
 
 def parse_duration(text: str, field: str = "duration") -> timedelta:
-    """``"1h30m"`` -> 90 minutes. Units: d, h, m, s, ms; at least one, no sign."""
+    """``"1h30m"`` -> 90 minutes. Units: d, h, m, s, ms; at least one, no sign. Raises
+    :class:`SpecError`, and nothing else, for any text that is not such a duration."""
     compact = text.replace(" ", "")
-    parts = _DURATION.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise SpecError(field, f"{text!r} is not a duration like 30s, 10m or 1h30m")
-    seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise SpecError(field, f"{text!r} must be longer than zero")
+    if not _DURATION.fullmatch(compact):
+        raise SpecError(field, f"{_shown(text)} is not a duration like 30s, 10m or 1h30m")
+    parts = _DURATION_PART.findall(compact)
+    seconds = _checked_seconds(sum(float(n) * _UNITS[u] for n, u in parts), text, field)
+    if timedelta(seconds=seconds) <= timedelta(0):
+        raise SpecError(field, f"{_shown(text)} must be longer than zero")
     return timedelta(seconds=seconds)
+
+
+def _checked_seconds(seconds: float, given: object, field: str) -> float:
+    """``seconds`` as a float, if it is finite and fits in a ``timedelta``."""
+    try:
+        seconds = float(seconds) + 0.0  # + 0.0: no -0.0
+        if math.isfinite(seconds) and timedelta(seconds=seconds) >= timedelta(0):
+            return seconds
+    except OverflowError:
+        pass
+    raise SpecError(field, f"{_shown(given)} is not a duration cronchain can hold")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:36] + "..."
+
+
+def _period(text: str, what: str, field: str) -> timedelta:
+    """A schedule's period or interval, from 1 s to LONGEST_PERIOD."""
+    period = parse_duration(text, field)
+    if not SHORTEST_PERIOD <= period <= LONGEST_PERIOD:
+        raise SpecError(field, f"the {what} must be from 1s to 1000d, not {_shown(text)}")
+    return period
 
 
 def parse_zone(name: str, field: str = "timezone") -> ZoneInfo:
@@ -81,23 +109,52 @@ def _default_grace(period: timedelta) -> timedelta:
     return min(max(period / 2, timedelta(seconds=10)), timedelta(hours=1))
 
 
+def _near_the_edge(t: datetime) -> bool:
+    return t.year >= MAXYEAR - _EDGE_YEARS or t.year <= MINYEAR + _EDGE_YEARS
+
+
+def _unless_past_the_edge(
+    find: Callable[[datetime], datetime | None], t: datetime
+) -> datetime | None:
+    """``find(t)``, or None when the search ran out of ``datetime``'s range (years 1 and
+    9999): date arithmetic there raises OverflowError, or ValueError from croniter."""
+    try:
+        return find(t)
+    except (OverflowError, ValueError):
+        if _near_the_edge(t):
+            return None
+        raise
+
+
 @dataclass(frozen=True)
 class Cron:
-    """A cron expression in a time zone, with Vixie cron's rule for DST transitions.
+    """A cron expression in a time zone, with Vixie cron's rule for DST transitions, as
+    Debian's cron applies it (and cronsim, which the differential test compares with).
 
-    A job at a fixed local time fires once on a transition day: a time the clocks skip
-    fires at the first instant after the gap, a time they show twice fires at its first
-    occurrence. A job whose hour field is ``*`` or a step (``*/2``) fires at every real
-    instant that matches: never in a gap, twice in a fold, so it keeps its hourly beat.
+    A *wildcard* job (its minute or hour field begins with ``*``) fires at every real
+    instant that matches: never in a gap, in both occurrences of a fold. Any other job
+    names fixed local times, which fire once on a transition day: a time the clocks
+    skip fires at the first instant after the gap (several skipped times fire there
+    once), a time they show twice fires at its first occurrence.
 
-    croniter walks the wall-clock readings; each is resolved to instants here, not by
-    croniter, whose own handling fires a fixed time twice in a fold.
+    croniter walks the wall-clock readings of the canonical expression; each reading is
+    resolved to instants here, not by croniter, whose own handling fires a fixed time
+    twice in a fold.
     """
 
-    expression: str
+    fields: CronFields
     zone: ZoneInfo
 
     relative = False
+
+    @property
+    def expression(self) -> str:
+        return self.fields.text
+
+    @property
+    def wildcard(self) -> bool:
+        """Vixie's "wildcard" job: the minute or the hour field begins with ``*``."""
+        return self.fields.wildcard
 
     @cached_property
     def misfire_grace(self) -> timedelta:
@@ -108,51 +165,68 @@ class Cron:
         return _default_grace(second - first)
 
     @cached_property
-    def follows_real_hours(self) -> bool:
-        """Vixie's "wildcard" job: the hour field is ``*`` or a step."""
-        hour = self.expression.split()[1]
-        return hour.startswith("*") or "/" in hour
+    def _walker(self) -> croniter:
+        expression, day_or = self.fields.for_croniter()
+        return croniter(expression, EPOCH.replace(tzinfo=None), day_or=day_or)
 
-    def instants(self, local: datetime) -> list[datetime]:
-        """The instants at which the wall-clock reading ``local`` fires."""
-        r = resolve(local, self.zone)
-        if r.kind is Kind.PLAIN:
-            return [r.first]
-        if not self.follows_real_hours:
-            return [r.first]  # the first instant after a gap; a fold's first occurrence
-        return [] if r.second is None else [r.first, r.second]
+    def _readings(self, start: datetime, backwards: bool) -> Iterator[datetime]:
+        """The matching wall-clock readings after (or before) the naive ``start``. A copy
+        of one walker, not a new croniter, because parsing is most of croniter's cost;
+        a copy because schedules are shared between threads."""
+        walker = copy.copy(self._walker)
+        walker.set_current(start, force=True)
+        step = walker.get_prev if backwards else walker.get_next
+        try:
+            while True:
+                yield step(datetime)
+        except CroniterBadDateError:  # no match within croniter's 50 years
+            return
+
+    def _instants(self, r: Resolved) -> tuple[datetime, ...]:
+        """The instants at which a resolved wall-clock reading fires."""
+        if r.kind is Kind.PLAIN or not self.wildcard:
+            return (r.first,)  # for a fixed time: the instant after a gap, a fold's first
+        return () if r.second is None else (r.first, r.second)
 
     def next_after(self, t: datetime) -> datetime | None:
         _require_aware(t)
+        return _unless_past_the_edge(self._next_after, t)
+
+    def _next_after(self, t: datetime) -> datetime | None:
         start = wall(t, self.zone)
-        if is_ambiguous(t, self.zone):  # the fold's second readings may still be ahead
-            start -= MAX_SHIFT
-        it = croniter(self.expression, start)
+        occurrence, length = fold_occurrence(t, self.zone)
+        if occurrence == 0 and self.wildcard:  # readings behind t come again, after it
+            start -= length
         best: datetime | None = None
-        while True:
-            local = it.get_next(datetime)
-            for instant in self.instants(local):
+        for local in self._readings(start, backwards=False):
+            r = resolve(local, self.zone)
+            for instant in self._instants(r):
                 if instant > t and (best is None or instant < best):
                     best = instant
             # Instants grow with the readings except inside a fold, so the first plain
             # reading past t ends the search.
-            if best is not None and resolve(local, self.zone).kind is Kind.PLAIN:
+            if best is not None and r.kind is Kind.PLAIN:
                 return best
+        return best
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         _require_aware(t)
+        return _unless_past_the_edge(self._latest_at_or_before, t)
+
+    def _latest_at_or_before(self, t: datetime) -> datetime | None:
         start = wall(t, self.zone) + timedelta(microseconds=1)
-        if is_ambiguous(t, self.zone):
-            start += MAX_SHIFT
-        it = croniter(self.expression, start)
+        occurrence, length = fold_occurrence(t, self.zone)
+        if occurrence == 1:  # readings ahead of t came already, at their first occurrence
+            start += length
         best: datetime | None = None
-        while True:
-            local = it.get_prev(datetime)
-            for instant in self.instants(local):
+        for local in self._readings(start, backwards=True):
+            r = resolve(local, self.zone)
+            for instant in self._instants(r):
                 if instant <= t and (best is None or instant > best):
                     best = instant
-            if best is not None and resolve(local, self.zone).kind is Kind.PLAIN:
+            if best is not None and r.kind is Kind.PLAIN:
                 return best
+        return best
 
 
 @dataclass(frozen=True)
@@ -171,13 +245,15 @@ class Every:
 
     def next_after(self, t: datetime) -> datetime | None:
         _require_aware(t)
-        start = EPOCH + self.offset
-        return start + ((t - start) // self.period + 1) * self.period
+        return _unless_past_the_edge(lambda t: self._slot(t, 1), t)
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         _require_aware(t)
+        return _unless_past_the_edge(lambda t: self._slot(t, 0), t)
+
+    def _slot(self, t: datetime, ahead: int) -> datetime:
         start = EPOCH + self.offset
-        return start + ((t - start) // self.period) * self.period
+        return start + ((t - start) // self.period + ahead) * self.period
 
 
 @dataclass(frozen=True)
@@ -192,7 +268,7 @@ class FixedDelay:
 
     def next_after(self, t: datetime) -> datetime | None:
         _require_aware(t)
-        return t + self.interval
+        return _unless_past_the_edge(lambda t: t + self.interval, t)
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         return None
@@ -223,7 +299,7 @@ def parse_schedule(text: str, timezone: str = "UTC", field: str = "schedule") ->
     if spec == "triggered":
         return Triggered()
     if m := _EVERY.fullmatch(spec):
-        period = parse_duration(m.group(1), field)
+        period = _period(m.group(1), "period", field)
         offset = timedelta(0)
         if m.group(2) is not None:
             offset = parse_duration(m.group(2), field)
@@ -231,14 +307,5 @@ def parse_schedule(text: str, timezone: str = "UTC", field: str = "schedule") ->
                 raise SpecError(field, f"the offset {m.group(2)} must be shorter than {m.group(1)}")
         return Every(period, offset)
     if m := _WITH_INTERVAL.fullmatch(spec):
-        return FixedDelay(parse_duration(m.group(1), field))
-    expression = _ALIASES.get(spec, spec)
-    if spec.startswith("@") and spec not in _ALIASES:
-        raise SpecError(field, f"unknown alias {text!r}; use one of {', '.join(_ALIASES)}")
-    if len(expression.split()) not in (5, 6) or not croniter.is_valid(expression):
-        raise SpecError(
-            field,
-            f"{text!r} is not a schedule: use 5 cron fields (6 with seconds), an alias "
-            "like @hourly, 'every 30s', 'with 10m interval' or 'triggered'",
-        )
-    return Cron(expression, zone)
+        return FixedDelay(_period(m.group(1), "interval", field))
+    return Cron(parse_cron(spec, field), zone)
