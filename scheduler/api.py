@@ -9,21 +9,75 @@ Everything the CLI does goes through here, so scripts and the CLI cannot disagre
 
 from __future__ import annotations
 
+import functools
 import uuid
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from scheduler.declarative import ApplyReport, apply
 from scheduler.engine import Engine
-from scheduler.errors import NotFound
+from scheduler.errors import NotFound, SpecError
 from scheduler.explain import explain, iso
 from scheduler.spec import JobSpec, load_job_file
 from scheduler.storage import job_store, run_store
+from scheduler.storage.db import explained_failures
 from statemachine import Pause, Resume, Trigger
+
+# The times cronchain takes from a person: far enough either way for any schedule,
+# backfill or question, and far from the year 9999 where date arithmetic overflows.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+MAX_HISTORY = 10_000  # rows one history call returns at most
+MAX_BACKFILL_CONCURRENCY = 10_000  # a backfill holds 10,000 slots at most
+MAX_ID = 2**63 - 1  # ids are 64-bit: a larger one names no invocation
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def check_time(field: str, value: datetime) -> datetime:
+    """``value``, if it has a time zone and lies in [EARLIEST, LATEST); else SpecError."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise SpecError(field, f"{value.isoformat()} has no time zone")
+    if not EARLIEST <= value < LATEST:
+        raise SpecError(
+            field,
+            f"{value.isoformat()} is out of range: from {EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d}",
+        )
+    return value
+
+
+def check_count(field: str, value: int, high: int) -> int:
+    """``value``, if it is a whole number from 1 to ``high``; else SpecError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise SpecError(field, f"must be a whole number from 1 to {high}, not {value!r}")
+    return value
+
+
+def _explained(
+    method: Callable[Concatenate[Scheduler, P], R],
+) -> Callable[Concatenate[Scheduler, P], R]:
+    """A database that cannot be reached or is not migrated raises TransientError with
+    one line that says which and what to do (scheduler.storage.db.explained_failures)."""
+
+    @functools.wraps(method)
+    def explained(self: Scheduler, *args: P.args, **kwargs: P.kwargs) -> R:
+        with explained_failures(self.engine.db):
+            return method(self, *args, **kwargs)
+
+    return explained
 
 
 class Scheduler:
+    """What a person or a script does with cronchain; the CLI is a thin shell over it.
+
+    Bad input raises ``SpecError`` (naming the field) or ``NotFound``; a database that
+    cannot be reached or is not migrated raises ``TransientError`` saying which. A
+    message the broker does not take is logged, not raised: the change is committed, and
+    the watchdog sends it once the broker is back."""
+
     def __init__(self, engine: Engine):
         self.engine = engine
 
@@ -33,12 +87,14 @@ class Scheduler:
 
         return cls(Runtime.from_env().engine)
 
+    @_explained
     def upgrade(self) -> None:
         """Bring the database schema to the newest migration."""
         from migrations import upgrade
 
         upgrade(self.engine.db)
 
+    @_explained
     def apply(
         self,
         jobs: list[JobSpec] | str | Path,
@@ -56,6 +112,7 @@ class Scheduler:
             raise ValueError("apply needs the project the jobs belong to")
         return apply(self.engine, project, jobs, dry_run=dry_run, prune=prune)
 
+    @_explained
     def jobs(self) -> list[dict[str, Any]]:
         with self.engine.db.connect() as conn:
             rows = job_store.list_jobs(conn)
@@ -76,17 +133,25 @@ class Scheduler:
             for job in rows
         ]
 
+    @_explained
     def history(
         self, job: str | None = None, *, since: datetime | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
-        """Invocations, newest first; ``job`` is ``project/name`` (or a unique name)."""
+        """Invocations, newest first, at most ``limit`` (up to MAX_HISTORY); ``job`` is
+        ``project/name`` (or a unique name)."""
+        check_count("limit", limit, MAX_HISTORY)
+        if since is not None:
+            check_time("since", since)
         with self.engine.db.connect() as conn:
             job_id = None if job is None else job_store.resolve_job(conn, job)
             rows = run_store.history(conn, job_id=job_id, since=since, limit=limit)
         return [_summary(r) for r in rows]
 
+    @_explained
     def invocation(self, invocation_id: int) -> dict[str, Any]:
         """One invocation whole: its earlier attempts and its debug log too."""
+        if not 1 <= invocation_id <= MAX_ID:
+            raise NotFound(f"no invocation {invocation_id}")
         with self.engine.db.connect() as conn:
             row = run_store.invocation(conn, invocation_id)
         if row is None:
@@ -101,12 +166,16 @@ class Scheduler:
             "log": row["log"] or "",
         }
 
+    @_explained
     def abort(self, job: str | None = None, *, invocation: int | None = None) -> list[int]:
         """Abort the job's active invocations, or one invocation; returns the ids."""
         if (job is None) == (invocation is None):
             raise ValueError("abort needs a job or an invocation id")
+        if invocation is not None and not 1 <= invocation <= MAX_ID:
+            raise NotFound(f"no invocation {invocation}")
         return self.engine.runs.abort(job=job, invocation_id=invocation)
 
+    @_explained
     def trigger(self, job: str) -> dict[str, Any]:
         """Start a run now; if one is active it is recorded as SKIPPED ("overlap")."""
         trigger_id = uuid.uuid4().hex
@@ -115,20 +184,25 @@ class Scheduler:
             return {"trigger_id": trigger_id, "invocation": fed.started, "skipped": None}
         return {"trigger_id": trigger_id, "invocation": None, "skipped": "overlap"}
 
+    @_explained
     def pause(self, job: str, reason: str | None = None) -> None:
         self.engine.command(job, Pause(reason), paused=True, pause_reason=reason)
 
+    @_explained
     def resume(self, job: str, *, catch_up: bool = False) -> None:
         """Tick again from now; the slots missed while paused are recorded SKIPPED
         ("paused"), or with ``catch_up`` the job's misfire policy decides about them."""
         self.engine.command(job, Resume(catch_up), paused=False, pause_reason=None)
 
+    @_explained
     def explain(self, job: str, at: datetime) -> dict[str, Any]:
         """Why ``job`` did or did not run at ``at``: an ``answer`` code (ran, skipped,
         paused, disabled, not_a_slot, not_created, future, pending, missing) and a text."""
+        check_time("at", at)
         with self.engine.db.connect() as conn:
             return explain(conn, job, at, self.engine.clock())
 
+    @_explained
     def backfill(
         self,
         job: str,
@@ -140,6 +214,9 @@ class Scheduler:
     ) -> dict[str, Any]:
         """Run ``job`` once for each slot in ``[start, end]`` that has no invocation yet,
         ``max_concurrent`` at a time, beside its schedule."""
+        check_time("start", start)
+        check_time("end", end)
+        check_count("max_concurrent", max_concurrent, MAX_BACKFILL_CONCURRENCY)
         report = self.engine.backfill(
             job, start, end, max_concurrent=max_concurrent, dry_run=dry_run
         )

@@ -1,39 +1,93 @@
-"""The ``cronchain`` command line. Exit status: 0 done, 1 failed, 2 bad input."""
+"""The ``cronchain`` command line.
+
+Exit status: 0 done; 1 the database or the broker cannot be reached, or the database is
+not migrated; 2 bad input (a file, a job, an argument or a ``CRONCHAIN_*`` variable).
+Each failure cronchain expects is one line on stderr, never a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scheduler.api import iso
+from scheduler.api import (
+    EARLIEST,
+    LATEST,
+    MAX_BACKFILL_CONCURRENCY,
+    MAX_HISTORY,
+    MAX_ID,
+    iso,
+)
 from scheduler.errors import NotFound, SpecError, TransientError
 from scheduler.timing.localtime import transitions
 from scheduler.timing.schedules import parse_schedule, parse_zone
 from statemachine import InvalidTransition
 
+if TYPE_CHECKING:
+    from scheduler.api import Scheduler
+
 Handler = Callable[[argparse.Namespace], int]
+MAX_NEXT = 1000  # fire times `next` lists at most
+MAX_PROCESSES = 1000  # `up --concurrency`
+MAX_THREADS = 10_000  # `up --work-concurrency`, as CRONCHAIN_WORK_CONCURRENCY
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its exit status (see the module's docstring)."""
     args = _parser().parse_args(argv)
+    logs = _LogLines()
+    logger = logging.getLogger("cronchain")
+    logger.addHandler(logs)
     try:
-        return args.handler(args)
+        code = args.handler(args)
     except (SpecError, NotFound, InvalidTransition) as err:
-        print(f"cronchain: {err}", file=sys.stderr)
-        return 2
+        return _fail(2, str(err))
     except TransientError as err:
-        print(f"cronchain: {err}", file=sys.stderr)
-        return 1
+        return _fail(1, str(err))
+    finally:
+        logger.removeHandler(logs)
+    unsent = args.runtime.unsent if getattr(args, "runtime", None) else None
+    if unsent is not None:
+        return _fail(
+            1,
+            f"the change is saved, but {unsent}; the watchdog will send its messages once"
+            " the broker is back",
+        )
+    return code
 
 
-def _scheduler():  # type: ignore[no-untyped-def]
+def _fail(code: int, message: str) -> int:
+    print(f"cronchain: {message}", file=sys.stderr)
+    return code
+
+
+class _LogLines(logging.Handler):
+    """cronchain's warnings during a command, one line each on stderr. A message the
+    broker did not take is left out (``main`` says so once, at the end); an unexpected
+    error keeps its traceback, since it is a bug."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.setFormatter(logging.Formatter("cronchain: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and isinstance(record.exc_info[1], TransientError):
+            return
+        print(self.format(record), file=sys.stderr)
+
+
+def _scheduler(args: argparse.Namespace) -> Scheduler:
+    """The command's scheduler. Its runtime stays on ``args``, for ``main`` to tell
+    whether a message did not reach the broker."""
     from scheduler.api import Scheduler
+    from scheduler.workers.runtime import Runtime
 
-    return Scheduler.from_env()
+    args.runtime = Runtime.for_command()
+    return Scheduler(args.runtime.engine)
 
 
 def _time(text: str) -> datetime:
@@ -43,13 +97,40 @@ def _time(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
     if value.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add Z or an offset")
+    try:
+        in_range = EARLIEST <= value < LATEST
+    except OverflowError:  # an offset that moves it past year 9999
+        in_range = False
+    if not in_range:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is out of range: give a time from {EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d}"
+        )
     return value.astimezone(UTC)
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
+def _count(high: int) -> Callable[[str], int]:
+    """An argument type: a whole number from 1 to ``high``."""
+
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if not 1 <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {high}")
+        return value
+
+    return count
+
+
+def _invocation_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_ID:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an invocation id (1 to {MAX_ID})")
+    return value
 
 
 def _print(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
@@ -74,13 +155,13 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    _scheduler().upgrade()
+    _scheduler(args).upgrade()
     print("database is at the newest revision")
     return 0
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    report = _scheduler().apply(args.file, dry_run=args.dry_run, prune=args.prune)
+    report = _scheduler(args).apply(args.file, dry_run=args.dry_run, prune=args.prune)
     prefix = "would be " if args.dry_run else ""
     for what in ("created", "updated", "disabled", "deleted", "unchanged"):
         if what == "deleted" and not args.prune:
@@ -92,18 +173,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     columns = ["id", "state", "schedule", "timezone", "next_tick", "paused", "revision"]
-    _print(_scheduler().jobs(), args.json, lambda rows: _table(rows, columns))
+    _print(_scheduler(args).jobs(), args.json, lambda rows: _table(rows, columns))
     return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     if args.invocation is not None:
-        detail = _scheduler().invocation(args.invocation)
+        detail = _scheduler(args).invocation(args.invocation)
         if args.job and args.job not in (detail["job"], detail["job"].rpartition("/")[2]):
             raise NotFound(f"invocation {args.invocation} is not one of {args.job}'s")
         _print(detail, args.json, _invocation_text)
         return 0
-    rows = _scheduler().history(args.job, since=args.since, limit=args.limit)
+    rows = _scheduler(args).history(args.job, since=args.since, limit=args.limit)
     columns = ["id", "job", "slot", "status", "attempt", "started_at", "finished_at", "error"]
     _print(rows, args.json, lambda rows: _table(rows, columns))
     return 0
@@ -140,14 +221,14 @@ def _invocation_text(d: dict[str, Any]) -> str:
 def cmd_abort(args: argparse.Namespace) -> int:
     if (args.job is None) == (args.invocation is None):
         raise SpecError("abort", "name a JOB or give --invocation ID (one of them)")
-    ids = _scheduler().abort(args.job, invocation=args.invocation)
+    ids = _scheduler(args).abort(args.job, invocation=args.invocation)
     what = args.job or f"invocation {args.invocation}"
     print(f"{what}: aborted {', '.join(map(str, ids))}" if ids else f"{what}: nothing active")
     return 0
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:
-    result = _scheduler().trigger(args.job)
+    result = _scheduler(args).trigger(args.job)
     if result["invocation"] is None:
         print(f"{args.job}: skipped, an invocation is already active")
     else:
@@ -156,25 +237,25 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    _scheduler().pause(args.job, args.reason)
+    _scheduler(args).pause(args.job, args.reason)
     print(f"{args.job}: paused")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    _scheduler().resume(args.job, catch_up=args.catch_up)
+    _scheduler(args).resume(args.job, catch_up=args.catch_up)
     print(f"{args.job}: resumed" + (", catching up" if args.catch_up else ""))
     return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    result = _scheduler().explain(args.job, args.at)
+    result = _scheduler(args).explain(args.job, args.at)
     _print(result, args.json, lambda r: f"{r['job']} at {r['at']}: {r['text']}")
     return 0
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    result = _scheduler().backfill(
+    result = _scheduler(args).backfill(
         args.job,
         args.start,
         args.end,
@@ -239,11 +320,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     Exit status: 0 when SIGINT or SIGTERM, to ``up`` alone or to its process group,
     stopped both paths (in time, or by force at the third signal); 1 when a path exited
     on its own or did not stop in time (scheduler.supervise)."""
-    from scheduler.settings import Settings
+    from scheduler.api import Scheduler
     from scheduler.supervise import supervise
+    from scheduler.workers.runtime import Runtime
 
-    settings = Settings.from_env()
-    sched = _scheduler()
+    runtime = Runtime.for_command()
+    settings = runtime.settings
+    sched = Scheduler(runtime.engine)
     sched.upgrade()
     for path in args.files:
         report = sched.apply(path)
@@ -251,6 +334,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"{path}: created {len(report.created)}, updated {len(report.updated)}, "
             f"disabled {len(report.disabled)}, unchanged {len(report.unchanged)}"
         )
+    if runtime.unsent is not None:  # the workers wait for the broker; the watchdog sends
+        print(f"cronchain: {runtime.unsent}; starting the workers anyway", file=sys.stderr)
     # Beat keeps its schedule file there, whichever the database and broker.
     settings.home.mkdir(parents=True, exist_ok=True)
     queues = ",".join([settings.queue, *args.queues])
@@ -309,13 +394,15 @@ def _parser() -> argparse.ArgumentParser:
     c = command("history", cmd_history, "list invocations, newest first")
     c.add_argument("job", nargs="?", help="project/name (all jobs if left out)")
     c.add_argument("--since", type=_time, help="ISO 8601 time with a zone")
-    c.add_argument("--limit", type=int, default=50)
-    c.add_argument("--invocation", type=int, metavar="ID", help="one invocation, with its log")
+    c.add_argument("--limit", type=_count(MAX_HISTORY), default=50, metavar="N")
+    c.add_argument(
+        "--invocation", type=_invocation_id, metavar="ID", help="one invocation, with its log"
+    )
     c.add_argument("--json", action="store_true")
 
     c = command("abort", cmd_abort, "abort a job's active invocations, or one invocation")
     c.add_argument("job", nargs="?", help="project/name")
-    c.add_argument("--invocation", type=int, metavar="ID")
+    c.add_argument("--invocation", type=_invocation_id, metavar="ID")
 
     c = command("trigger", cmd_trigger, "run a job now")
     c.add_argument("job")
@@ -341,7 +428,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("job")
     c.add_argument("--from", dest="start", type=_time, required=True, help="ISO 8601, inclusive")
     c.add_argument("--to", dest="end", type=_time, required=True, help="ISO 8601, inclusive")
-    c.add_argument("--max-concurrent", type=int, default=1, metavar="N")
+    c.add_argument(
+        "--max-concurrent", type=_count(MAX_BACKFILL_CONCURRENCY), default=1, metavar="N"
+    )
     c.add_argument("--dry-run", action="store_true", help="list the slots; create nothing")
     c.add_argument("--json", action="store_true")
 
@@ -349,12 +438,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("schedule")
     c.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
     c.add_argument("--after", type=_time, help="ISO 8601 time with a zone (default now)")
-    c.add_argument("--count", type=int, default=5)
+    c.add_argument("--count", type=_count(MAX_NEXT), default=5, metavar="N")
     c.add_argument("--json", action="store_true")
 
     c = command("up", cmd_up, "migrate, apply job files, run both paths' workers and beat")
     c.add_argument("files", nargs="*", metavar="FILE", help="job files to apply first")
-    c.add_argument("--concurrency", type=int, default=2, help="processes of the control path")
+    c.add_argument(
+        "--concurrency",
+        type=_count(MAX_PROCESSES),
+        default=2,
+        metavar="N",
+        help="processes of the control path",
+    )
     c.add_argument(
         "--queues",
         type=lambda s: s.split(","),
@@ -363,7 +458,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--work-concurrency",
-        type=_positive,
+        type=_count(MAX_THREADS),
         metavar="N",
         help="threads of the work path (default CRONCHAIN_WORK_CONCURRENCY, or 100)",
     )

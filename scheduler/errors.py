@@ -1,8 +1,10 @@
 """cronchain's small error vocabulary.
 
-``CronchainError`` is the base. ``SpecError`` and ``NotFound`` are permanent (bad input
-from a user: report it, never retry); ``TransientError`` wraps what may pass (a database
-restart, a broker outage) and is the only kind that Celery tasks retry.
+``CronchainError`` is the base. ``SpecError`` (and its ``ConfigError``) and ``NotFound``
+are permanent (bad input from a user: report it, never retry); ``TransientError`` wraps
+what may pass (a database restart, a broker outage, a database not migrated yet) and is
+the only kind that Celery tasks retry. The CLI exits 2 for the permanent ones and 1 for
+``TransientError``, printing the message alone: each says what went wrong and where.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class SpecError(CronchainError):
     def located(self, where: str) -> SpecError:
         """The same error, placed (``jobs.yaml: job 'ping'``)."""
         return SpecError(self.field, self.reason, where=where)
+
+
+class ConfigError(SpecError):
+    """A ``CRONCHAIN_*`` variable holds a value cronchain cannot use. The field is the
+    variable, and the message says what it accepts."""
 
 
 class NotFound(CronchainError):

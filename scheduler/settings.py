@@ -7,11 +7,15 @@ works with nothing installed but the package.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+
+from scheduler.errors import ConfigError, SpecError
 
 # Far below the Redis visibility timeout (celeryconfig sets 1 h), so that an ETA message is
 # never redelivered while it waits; ticks further away hop.
@@ -66,41 +70,154 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read and check every ``CRONCHAIN_*`` variable; an unset or empty one takes its
+        default. A value cronchain cannot use raises ``ConfigError`` naming the variable
+        and what it accepts, before anything connects anywhere."""
         env = os.environ if env is None else env
         home = Path(env.get("CRONCHAIN_HOME") or ".cronchain").resolve()
-        interval = float(env.get("CRONCHAIN_WATCHDOG_INTERVAL") or 30)
-        if interval <= 0:
-            raise ValueError("CRONCHAIN_WATCHDOG_INTERVAL must be a positive number of seconds")
-        imports = tuple(m for m in (env.get("CRONCHAIN_IMPORTS") or "").split(",") if m.strip())
-        reconcile = float(env.get("CRONCHAIN_RECONCILE_INTERVAL") or 60)
-        if reconcile <= 0:
-            raise ValueError("CRONCHAIN_RECONCILE_INTERVAL must be a positive number of seconds")
         jobs_dir = env.get("CRONCHAIN_JOBS_DIR")
-        tick_batch = int(env.get("CRONCHAIN_TICK_BATCH") or TICK_BATCH)
-        if tick_batch < 1:
-            raise ValueError("CRONCHAIN_TICK_BATCH must be a positive number of ticks")
-        ms = timedelta(milliseconds=1)
-        slack_ms = int(env.get("CRONCHAIN_TICK_SLACK_MS") or TICK_SLACK // ms)
-        if not 0 <= slack_ms <= 1000 or (slack_ms and 1000 % slack_ms):
-            raise ValueError(
-                "CRONCHAIN_TICK_SLACK_MS must divide a second (0, 1, 2, 4, 5, 8, 10, 20, 25,"
-                " 40, 50, 100, 125, 200, 250, 500 or 1000 milliseconds)"
+        queue = _queue(env, "CRONCHAIN_QUEUE", "cronchain")
+        work_queue = _queue(env, "CRONCHAIN_WORK_QUEUE", "cronchain.work")
+        if work_queue == queue:
+            raise ConfigError(
+                "CRONCHAIN_WORK_QUEUE",
+                f"must differ from CRONCHAIN_QUEUE ({queue!r}): the work path has a queue"
+                " of its own",
             )
-        work_concurrency = int(env.get("CRONCHAIN_WORK_CONCURRENCY") or WORK_CONCURRENCY)
-        if work_concurrency < 1:
-            raise ValueError("CRONCHAIN_WORK_CONCURRENCY must be a positive number of threads")
         return cls(
-            database_url=env.get("CRONCHAIN_DATABASE_URL") or f"sqlite:///{home}/cronchain.db",
-            broker_url=env.get("CRONCHAIN_BROKER_URL") or "filesystem://",
+            database_url=_url(
+                env,
+                "CRONCHAIN_DATABASE_URL",
+                f"sqlite:///{home}/cronchain.db",
+                "a database URL (postgresql://user:pass@host/db, sqlite:///path/cronchain.db)",
+            ),
+            broker_url=_broker_url(env),
             home=home,
-            watchdog_interval=interval,
-            queue=env.get("CRONCHAIN_QUEUE") or "cronchain",
-            work_queue=env.get("CRONCHAIN_WORK_QUEUE") or "cronchain.work",
-            work_concurrency=work_concurrency,
-            imports=tuple(m.strip() for m in imports),
-            http_allow=env.get("CRONCHAIN_HTTP_ALLOW") or "",
+            watchdog_interval=_seconds(env, "CRONCHAIN_WATCHDOG_INTERVAL", 30),
+            queue=queue,
+            work_queue=work_queue,
+            work_concurrency=_whole(
+                env, "CRONCHAIN_WORK_CONCURRENCY", WORK_CONCURRENCY, 1, 10_000, "threads"
+            ),
+            imports=_imports(env),
+            http_allow=_http_allow(env),
             jobs_dir=Path(jobs_dir).resolve() if jobs_dir else None,
-            reconcile_interval=reconcile,
-            tick_batch=tick_batch,
-            tick_slack=timedelta(milliseconds=slack_ms),
+            reconcile_interval=_seconds(env, "CRONCHAIN_RECONCILE_INTERVAL", 60),
+            tick_batch=_whole(env, "CRONCHAIN_TICK_BATCH", TICK_BATCH, 1, 1000, "ticks"),
+            tick_slack=_slack(env),
         )
+
+
+# Intervals from a second to a day: a shorter one would keep a worker busy with the
+# watchdog alone, a longer one leave a lost chain unrepaired for days.
+_SECONDS = (1.0, 86_400.0)
+
+
+def _text(env: Mapping[str, str], name: str) -> str:
+    return (env.get(name) or "").strip()
+
+
+def _whole(env: Mapping[str, str], name: str, default: int, low: int, high: int, unit: str) -> int:
+    text = _text(env, name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:  # not a number, or longer than Python converts
+        value = low - 1
+    if not low <= value <= high:
+        raise ConfigError(
+            name, f"must be a whole number of {unit} from {low} to {high}, not {text!r}"
+        )
+    return value
+
+
+def _slack(env: Mapping[str, str]) -> timedelta:
+    text = _text(env, "CRONCHAIN_TICK_SLACK_MS")
+    if not text:
+        return TICK_SLACK
+    divisors = [ms for ms in range(1, 1001) if 1000 % ms == 0]
+    try:
+        ms = int(text)
+    except ValueError:
+        ms = -1
+    if ms != 0 and ms not in divisors:
+        raise ConfigError(
+            "CRONCHAIN_TICK_SLACK_MS",
+            f"must divide a second: 0 (exact), {', '.join(map(str, divisors[:-1]))} or"
+            f" {divisors[-1]} milliseconds, not {text!r}",
+        )
+    return timedelta(milliseconds=ms)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = _text(env, name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    low, high = _SECONDS
+    if not low <= value <= high:  # NaN compares false: refused too, as is infinity
+        raise ConfigError(
+            name, f"must be a number of seconds from {low:g} to {high:g}, not {text!r}"
+        )
+    return value
+
+
+def _queue(env: Mapping[str, str], name: str, default: str) -> str:
+    text = _text(env, name)
+    if not text:
+        return default
+    if len(text) > 200 or any(c.isspace() or c == "," for c in text):
+        raise ConfigError(name, f"must be a queue name (no spaces or commas), not {text!r}")
+    return text
+
+
+def _url(env: Mapping[str, str], name: str, default: str, accepted: str) -> str:
+    text = _text(env, name)
+    if not text:
+        return default
+    if not _URL.match(text):
+        raise ConfigError(name, f"must be {accepted}")  # not echoed: it may hold a password
+    return text
+
+
+def _broker_url(env: Mapping[str, str]) -> str:
+    from kombu.transport import TRANSPORT_ALIASES
+
+    accepted = "a broker URL (redis://host:6379/0, or filesystem:// for the embedded one)"
+    url = _url(env, "CRONCHAIN_BROKER_URL", "filesystem://", accepted)
+    scheme = url.partition("://")[0].partition("+")[0]
+    if scheme not in TRANSPORT_ALIASES:
+        raise ConfigError(
+            "CRONCHAIN_BROKER_URL", f"must be {accepted}; kombu has no transport {scheme!r}"
+        )
+    return url
+
+
+def _imports(env: Mapping[str, str]) -> tuple[str, ...]:
+    modules = tuple(m.strip() for m in _text(env, "CRONCHAIN_IMPORTS").split(",") if m.strip())
+    for module in modules:
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise ConfigError(
+                "CRONCHAIN_IMPORTS", f"must be comma-separated module names, not {module!r}"
+            )
+    return modules
+
+
+def _http_allow(env: Mapping[str, str]) -> str:
+    from scheduler.invokers.netguard import parse_allow
+
+    text = _text(env, "CRONCHAIN_HTTP_ALLOW")
+    try:
+        parse_allow(text)
+    except SpecError as err:
+        raise ConfigError(
+            err.field, f"{err.reason}: give addresses or networks, comma-separated"
+        ) from None
+    return text
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")

@@ -15,6 +15,9 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+
+from scheduler.errors import SpecError, TransientError
 
 _WRITE = "cronchain_write"
 
@@ -37,9 +40,22 @@ def normalize_url(url: str) -> str:
 
 
 def make_engine(url: str) -> Engine:
+    """An engine for ``url``; one that names no database cronchain can use (malformed, an
+    unknown dialect, a driver not installed) raises ``SpecError``. Nothing connects yet."""
     url = normalize_url(url)
-    if make_url(url).get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
+    try:
+        if make_url(url).get_backend_name() == "sqlite":
+            return _sqlite_engine(url)
+        return _server_engine(url)
+    except (ArgumentError, ImportError) as err:
+        raise SpecError(
+            "database URL",
+            "must be a PostgreSQL or SQLite URL (postgresql://user:pass@host/db,"
+            f" sqlite:///path/cronchain.db): {_first_line(err)}",
+        ) from None
+
+
+def _server_engine(url: str) -> Engine:
     # No pre-ping: it costs a round trip and a transaction on every checkout, as many as
     # the work itself on the hot path. After a PostgreSQL restart, the first statement on
     # a stale connection fails instead; SQLAlchemy then discards the whole pool, and the
@@ -56,7 +72,13 @@ def make_engine(url: str) -> Engine:
 def _sqlite_engine(url: str) -> Engine:
     database = make_url(url).database
     if database and database != ":memory:":
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            where = make_url(url).render_as_string(hide_password=True)
+            raise TransientError(
+                f"database {where} is unreachable: cannot make its folder: {err.strerror}"
+            ) from err
     engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
@@ -75,3 +97,66 @@ def _sqlite_engine(url: str) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+# SQLSTATE classes of a server that cannot be reached or will not take us: connection
+# exception, invalid authorization, unknown database, operator intervention (shutting
+# down, starting up), insufficient resources (too many connections).
+_UNREACHABLE = ("08", "28", "3D", "57P", "53")
+_NOT_MIGRATED = ("42P01", "42703")  # undefined table, undefined column
+
+
+@contextmanager
+def explained_failures(engine: Engine) -> Iterator[None]:
+    """Around a command a person runs (the CLI, a script): a database that cannot be
+    reached, or that is not migrated, raises ``TransientError`` with one line that says so
+    and names the database (without its password). The engine's own ``TransientError``
+    (a write transaction that failed) is explained from its cause in the same way.
+    Any other error passes unchanged."""
+    try:
+        yield
+    except DBAPIError as err:
+        explained = explain_failure(engine, err)
+        if explained is None:
+            raise
+        raise explained from err
+    except TransientError as err:
+        cause = err.__cause__
+        explained = explain_failure(engine, cause) if isinstance(cause, DBAPIError) else None
+        if explained is None:
+            raise
+        raise explained from cause
+
+
+def explain_failure(engine: Engine, err: DBAPIError) -> TransientError | None:
+    """What ``err`` means to whoever ran the command, in one line; None for an error that
+    is neither an unreachable database nor a missing schema (a bug, or a constraint)."""
+    url = engine.url
+    if url.drivername == "postgresql+psycopg":  # as the user wrote it (normalize_url)
+        url = url.set(drivername="postgresql")
+    where = f"database {url.render_as_string(hide_password=True)}"
+    first = _first_line(err.orig or err)
+    code = getattr(err.orig, "sqlstate", None) or ""
+    if code in _NOT_MIGRATED or first.startswith(("no such table", "no such column")):
+        return TransientError(f"{where} is not migrated ({first}): run `cronchain db upgrade`")
+    if _unreachable(err):
+        return TransientError(f"{where} is unreachable: {first}")
+    if isinstance(err, OperationalError | InterfaceError):
+        return TransientError(f"{where} failed: {first}")  # a deadlock, a lock timeout
+    return None
+
+
+def _unreachable(err: DBAPIError) -> bool:
+    """Whether the database could not be used at all, rather than failing a statement."""
+    sqlite_error = getattr(err.orig, "sqlite_errorname", None)
+    if sqlite_error is not None:  # a folder, a file that is no database, no permission
+        return sqlite_error in ("SQLITE_CANTOPEN", "SQLITE_NOTADB", "SQLITE_PERM")
+    if not isinstance(err, OperationalError | InterfaceError):
+        return False
+    code = getattr(err.orig, "sqlstate", None)
+    return code is None or code.startswith(_UNREACHABLE)  # psycopg: none before connecting
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__

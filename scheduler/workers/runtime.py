@@ -5,15 +5,28 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from celery import Celery
+from kombu.exceptions import OperationalError
+from kombu.utils.url import maybe_sanitize_url
 
+from scheduler.effects import Port
 from scheduler.engine import Engine
-from scheduler.invokers import default_invokers
+from scheduler.errors import ConfigError, SpecError, TransientError
+from scheduler.invokers import Call, default_invokers
 from scheduler.settings import Settings
 from scheduler.storage.db import make_engine
 from scheduler.workers.port import CeleryPort
+
+# How long a process that only sends (the CLI, a script) waits for a broker that does
+# not answer: each connection attempt or command gives up after SEND_TIMEOUT seconds, and
+# is made twice. Workers and beat keep Celery's own patience (celeryconfig).
+SEND_TIMEOUT = 1.5
+_SEND_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 
 @dataclass(frozen=True)
@@ -33,13 +46,29 @@ class Runtime:
 
     @classmethod
     def from_env(cls, app: Celery | None = None) -> Runtime:
+        """A worker's runtime on its ``app``; without one (a script), a runtime whose
+        sends give up on a broker that does not answer within a few seconds."""
         settings = Settings.from_env()
-        if app is None:
-            app = Celery("cronchain")
-            app.config_from_object("celeryconfig")
-        port = CeleryPort(app, settings.queue, settings.work_queue)
+        port = CeleryPort(app or sending_app(), settings.queue, settings.work_queue)
+        return cls._wire(settings, port)
+
+    @classmethod
+    def for_command(cls) -> Runtime:
+        """The runtime of one CLI command: as ``from_env()`` without an app, and after
+        the first message the broker does not take it sends no more (each would wait as
+        long) and says why in ``unsent``."""
+        settings = Settings.from_env()
+        port = CeleryPort(sending_app(), settings.queue, settings.work_queue)
+        return cls._wire(settings, CommandPort(port, settings.broker_url))
+
+    @classmethod
+    def _wire(cls, settings: Settings, port: Port) -> Runtime:
+        try:
+            db = make_engine(settings.database_url)
+        except SpecError as err:
+            raise ConfigError("CRONCHAIN_DATABASE_URL", err.reason) from None
         engine = Engine(
-            make_engine(settings.database_url),
+            db,
             port,
             default_invokers(settings.http_allow),
             grace=settings.watchdog_grace,
@@ -47,6 +76,88 @@ class Runtime:
             slack=settings.tick_slack,
         )
         return cls(settings, engine)
+
+    @property
+    def unsent(self) -> TransientError | None:
+        """Why messages of this runtime's commands did not reach the broker, if some did
+        not (``for_command`` only). Their state is committed: the watchdog sends them."""
+        port = self.engine.port
+        return port.unsent if isinstance(port, CommandPort) else None
+
+
+def sending_app() -> Celery:
+    """The Celery app of a process that only sends: configured as the workers' is
+    (celeryconfig), but with ``patience_of_a_command``."""
+    app = Celery("cronchain")
+    app.config_from_object("celeryconfig")
+    return patience_of_a_command(app)
+
+
+def patience_of_a_command(app: Celery) -> Celery:
+    """``app``, made to give up on a broker that does not answer within a few seconds,
+    rather than retrying for as long as a worker would."""
+    timeouts = {"socket_timeout": SEND_TIMEOUT, "socket_connect_timeout": SEND_TIMEOUT}
+    app.conf.update(
+        broker_transport_options={**app.conf.broker_transport_options, **timeouts, **_SEND_RETRY},
+        broker_connection_timeout=SEND_TIMEOUT,
+        broker_connection_max_retries=_SEND_RETRY["max_retries"],
+        task_publish_retry_policy=_SEND_RETRY,
+    )
+    return app
+
+
+class CommandPort:
+    """The port of one command run by a person. It sends as ``CeleryPort`` does, until
+    a message does not reach the broker; from then on it sends nothing (each would wait
+    as long), and ``unsent`` says why. Each message it could not send raises
+    ``TransientError``: the engine logs it and carries on, since the state that message
+    carried is committed and the watchdog sends it once the broker is back."""
+
+    def __init__(self, port: CeleryPort, broker_url: str):
+        self.port = port
+        self.broker = maybe_sanitize_url(broker_url)
+        self.unsent: TransientError | None = None
+
+    def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
+        self._send(self.port.tick_later, job_id, nonce, eta)
+
+    def tick_batch(self, ticks: list[tuple[int, int]], eta: datetime) -> None:
+        self._send(self.port.tick_batch, ticks, eta)
+
+    def start_invocation(
+        self, invocation_id: int, attempt: int | None = None, eta: datetime | None = None
+    ) -> None:
+        self._send(self.port.start_invocation, invocation_id, attempt, eta)
+
+    def run(self, call: Call) -> None:
+        self._send(self.port.run, call)
+
+    def run_batch(self, calls: list[Call]) -> None:
+        self._send(self.port.run_batch, calls)
+
+    def revoke(self, task_id: str) -> None:
+        self._send(self.port.revoke, task_id)
+
+    def _send(self, send: Callable[..., None], *args: Any) -> None:
+        if self.unsent is not None:
+            raise TransientError(str(self.unsent))
+        try:
+            send(*args)
+        except Exception as err:
+            if not isinstance(err, self._broker_errors()):
+                raise  # a bug, not the broker: the engine logs it with its traceback
+            lines = str(err).strip().splitlines() or [type(err).__name__]
+            self.unsent = TransientError(f"the broker {self.broker} did not answer ({lines[0]})")
+            raise TransientError(str(self.unsent)) from err
+
+    def _broker_errors(self) -> tuple[type[BaseException], ...]:
+        connection = self.port.app.connection_for_write()  # not connected: its types only
+        return (
+            OperationalError,  # kombu's, for the transport's connection errors
+            OSError,
+            *connection.connection_errors,
+            *connection.channel_errors,
+        )
 
 
 _current: tuple[int, Runtime] | None = None
