@@ -4,6 +4,7 @@ that each file of a folder is applied or refused on its own."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -141,3 +142,24 @@ def test_the_largest_value_of_every_control_is_stored_and_runs(
     deliver_starts(engine, port)
     again = Scheduler(engine).invocation(1)
     assert [a["attempt"] for a in again["attempts"]] == [1, 2]
+
+
+BOMB = "project: p\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+)  # nine levels of ten: 10**9 nodes once expanded, in about 400 bytes
+
+
+def test_a_file_of_multiplying_aliases_is_refused_at_once_everywhere(
+    engine: Engine, tmp_path: Path
+):
+    """Through the Python API and the jobs folder alike: refused before it is expanded,
+    nothing written, and the folder's other files still applied."""
+    write(tmp_path, "a.yaml", BOMB)
+    write(tmp_path, "b.yaml", "project: q\njobs:\n  - {name: b, schedule: every 10s, noop: {}}\n")
+    started = time.perf_counter()
+    with pytest.raises(SpecError, match=r"a\.yaml: file: line \d+ column \d+: aliases expand"):
+        Scheduler(engine).apply(tmp_path / "a.yaml")
+    report = reconcile_folder(engine, tmp_path)
+    assert time.perf_counter() - started < 5  # expanded, it would take hours and terabytes
+    assert "aliases expand" in report.failed["a.yaml"]
+    assert [j["id"] for j in Scheduler(engine).jobs()] == ["q/b"]
