@@ -134,7 +134,7 @@ def parse_job_file(data: Any) -> JobFile:
         raise SpecError("project", "a job file is a mapping with 'project' and 'jobs'")
     unknown = set(data) - {"project", "jobs"}
     if unknown:
-        raise SpecError(sorted(unknown)[0], "unknown field")
+        raise SpecError(sorted(map(str, unknown))[0], "unknown field")
     project = data.get("project")
     if not isinstance(project, str):
         raise SpecError("project", "is required and must be a string")
