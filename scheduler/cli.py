@@ -108,7 +108,7 @@ def _time(text: str) -> datetime:
     return value.astimezone(UTC)
 
 
-def _count(high: int) -> Callable[[str], int]:
+def _count(high: int, what: str = "whole number") -> Callable[[str], int]:
     """An argument type: a whole number from 1 to ``high``."""
 
     def count(text: str) -> int:
@@ -117,20 +117,13 @@ def _count(high: int) -> Callable[[str], int]:
         except ValueError:
             value = 0
         if not 1 <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {high}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} from 1 to {high}")
         return value
 
     return count
 
 
-def _invocation_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_ID:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an invocation id (1 to {MAX_ID})")
-    return value
+_invocation_id = _count(MAX_ID, "invocation id")
 
 
 def _print(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
