@@ -40,7 +40,7 @@ from scheduler.storage import job_store, revokes, run_store
 from scheduler.storage.db import write_transaction
 from scheduler.storage.rows import InvocationRow, JobRow
 from scheduler.timing.eta import tick_eta
-from scheduler.timing.schedules import Schedule, parse_schedule
+from scheduler.timing.schedules import Schedule, stored_schedule
 from statemachine import (
     Abandon,
     AbortActive,
@@ -79,7 +79,7 @@ def _is_tick(message: Message, nonce: int | None) -> bool:
 
 @lru_cache(maxsize=8192)
 def schedule_of(text: str, timezone: str) -> Schedule:
-    return parse_schedule(text, timezone)
+    return stored_schedule(text, timezone)
 
 
 class Engine:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from scheduler.storage import job_store, run_store
-from scheduler.timing.schedules import Schedule, parse_schedule
+from scheduler.timing.schedules import Schedule, stored_schedule
 
 
 def iso(t: datetime | None) -> str | None:
@@ -34,7 +34,7 @@ def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str
         return base | _answer("not_created", f"the job did not exist yet (created {iso(created)})")
 
     in_force = [c for c in changes if c["at"] <= at][-1]
-    schedule = parse_schedule(in_force["schedule"], in_force["timezone"])
+    schedule = stored_schedule(in_force["schedule"], in_force["timezone"])
     what = f"{in_force['schedule']!r} ({in_force['timezone']})"
     base["schedule"] = in_force["schedule"]
     base["timezone"] = in_force["timezone"]

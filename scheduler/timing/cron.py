@@ -19,6 +19,7 @@ it before this module, so jobs may use it). A range with equal ends is that one 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from scheduler.errors import SpecError
@@ -39,7 +40,8 @@ _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
 _MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August")
 _MONTH_NAMES += ("September", "October", "November", "December")  # not calendar's: locale
 _WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-_NOT_CRON = set("lw#?h")  # croniter's extensions: L, W, #, ? and H
+# croniter's and Quartz's extensions: L, 15W, LW, 5L, 5#2, ?, H and H(0-29)/10.
+_EXTENSION = re.compile(r"l|w|lw|\d+[lw]|\d+#\d+|\?|h(\(\d+-\d+\))?(/\d+)?")
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class _Field:
         accepted = "a number"
         if self.names:
             accepted += f" or a name ({self.names[0]}-{self.names[-1]})"
-        hint = "; cron has no L, W, #, ? or H" if _NOT_CRON & set(token) else ""
+        hint = "; cron has no L, W, #, ? or H" if _EXTENSION.fullmatch(token) else ""
         raise SpecError(field, f"{self.name}: {_cut(token)!r} is not {accepted}{hint}")
 
     def step(self, token: str, field: str) -> int:
@@ -90,6 +92,8 @@ class _Field:
             high = self.value(last, field)
         elif slash:
             high = self.high  # a/n runs from a to the field's end
+        if self.high == 7 and high == 0 and last == "sun" and low > 0:
+            high = 7  # fri-sun: Sunday is also 7, and only that reading runs forwards
         if low > high:
             hint = " (Sunday is also 7)" if self.high == 7 and high == 0 else ""
             raise SpecError(field, f"{self.name}: {_cut(base)} runs backwards{hint}")
@@ -147,6 +151,20 @@ class CronFields:
         if self.seconds is not None:
             parts.append(_listed(self.seconds, 60))
         return " ".join(parts), self.day_or
+
+
+@dataclass(frozen=True)
+class StoredCron:
+    """A cron expression stored by an earlier cronchain that this dialect refuses
+    (croniter's ``L``, ``W``, ``#``, ``?``, ``H``): croniter reads it as it did then, so
+    that an upgrade neither stops nor changes a running job. Only stored jobs get one
+    (``scheduler.timing.schedules.stored_schedule``); ``apply`` refuses the expression."""
+
+    text: str
+    wildcard: bool
+
+    def for_croniter(self) -> tuple[str, bool]:
+        return self.text, True  # croniter's own day rule, as before
 
 
 def _listed(values: tuple[int, ...], every: int) -> str:

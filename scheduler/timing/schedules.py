@@ -18,6 +18,7 @@ time as an argument; nothing here reads the clock. Near the ends of ``datetime``
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -29,8 +30,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadDateError, croniter
 
 from scheduler.errors import SpecError
-from scheduler.timing.cron import CronFields, parse_cron
+from scheduler.timing.cron import CronFields, StoredCron, parse_cron
 from scheduler.timing.localtime import Kind, Resolved, fold_occurrence, resolve, wall
+
+log = logging.getLogger(__name__)
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|d|h|m|s)")
@@ -142,7 +145,7 @@ class Cron:
     twice in a fold.
     """
 
-    fields: CronFields
+    fields: CronFields | StoredCron
     zone: ZoneInfo
 
     relative = False
@@ -309,3 +312,34 @@ def parse_schedule(text: str, timezone: str = "UTC", field: str = "schedule") ->
     if m := _WITH_INTERVAL.fullmatch(spec):
         return FixedDelay(_period(m.group(1), "interval", field))
     return Cron(parse_cron(spec, field), zone)
+
+
+def stored_schedule(text: str, timezone: str) -> Schedule:
+    """The schedule of a job as stored. A schedule that an earlier cronchain accepted
+    and this one refuses (a period under a second, croniter's ``L`` or ``#``) is read
+    as it was then, with a warning, rather than stopping the job and every watchdog pass
+    over it; ``apply`` refuses it, so it goes with the next change of the job's file."""
+    try:
+        return parse_schedule(text, timezone)
+    except SpecError as err:
+        legacy = _as_before(" ".join(str(text).split()).lower(), parse_zone(timezone))
+        if legacy is None:
+            raise
+        log.warning("schedule %r is no longer accepted (%s); it runs as before", text, err)
+        return legacy
+
+
+def _as_before(spec: str, zone: ZoneInfo) -> Schedule | None:
+    """What cronchain before its own cron dialect made of ``spec``, or None."""
+    try:
+        if m := _EVERY.fullmatch(spec):
+            offset = parse_duration(m.group(2)) if m.group(2) else timedelta(0)
+            return Every(parse_duration(m.group(1)), offset)
+        if m := _WITH_INTERVAL.fullmatch(spec):
+            return FixedDelay(parse_duration(m.group(1)))
+    except SpecError:
+        return None
+    parts = spec.split()
+    if len(parts) in (5, 6) and croniter.is_valid(spec):
+        return Cron(StoredCron(spec, parts[0].startswith("*") or parts[1].startswith("*")), zone)
+    return None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
+from sqlalchemy import update
 
 from scheduler import declarative, watchdog
 from scheduler.api import Scheduler
@@ -18,6 +19,7 @@ from scheduler.engine import Engine
 from scheduler.errors import SpecError
 from scheduler.invokers import Call, Outcome
 from scheduler.spec import JobSpec
+from scheduler.storage.models import jobs
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_engine import deliver_starts, deliver_ticks
 
@@ -163,3 +165,22 @@ def test_a_file_of_multiplying_aliases_is_refused_at_once_everywhere(
     assert time.perf_counter() - started < 5  # expanded, it would take hours and terabytes
     assert "aliases expand" in report.failed["a.yaml"]
     assert [j["id"] for j in Scheduler(engine).jobs()] == ["q/b"]
+
+
+@pytest.mark.parametrize("stored", ["0 3 L * *", "0 0 * * 5#2", "every 500ms"])
+def test_a_schedule_stored_before_the_dialect_still_runs_and_can_be_retired(
+    engine: Engine, port: RecordingPort, clock: Clock, stored: str
+):
+    """An upgrade must not stop a job whose schedule an earlier cronchain accepted: its
+    ticks, the watchdog's pass and the apply that disables it all still work."""
+    sched = Scheduler(engine)
+    sched.apply([JobSpec("p", "old", "every 10s"), JobSpec("p", "new", "every 10s")], project="p")
+    with engine.db.begin() as conn:  # as an earlier version stored it
+        conn.execute(update(jobs).where(jobs.c.name == "old").values(schedule=stored))
+    with pytest.raises(SpecError, match="schedule"):
+        JobSpec("p", "old", stored)  # while apply refuses it
+    clock.advance(86400 * 40)
+    report = watchdog.run_once(engine)
+    assert report.ticks == 2  # both lapsed jobs repaired, the stored one included
+    deliver_ticks(engine, port)
+    assert sorted(sched.apply([], project="p").disabled) == ["p/new", "p/old"]
