@@ -10,7 +10,9 @@ when ``CRONCHAIN_JOBS_DIR`` is set, so the folder is the source of truth.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +22,7 @@ from sqlalchemy import Connection
 from scheduler.effects import Message
 from scheduler.engine import Engine
 from scheduler.errors import CronchainError, SpecError, TransientError
-from scheduler.spec import JobSpec, load_job_file
+from scheduler.spec import JobFile, JobSpec, load_job_file
 from scheduler.storage import job_store
 from scheduler.storage.rows import JobRow
 from scheduler.triggergraph import trigger_cycle
@@ -77,6 +79,8 @@ def apply(
 def _refuse_trigger_cycles(conn: Connection, project: str, specs: list[JobSpec]) -> None:
     """A cycle of triggers turns one run into runs without end: refuse the file."""
     declared = {s.id: s.controls["triggers"] for s in specs if "triggers" in s.controls}
+    if declared:
+        job_store.lock_trigger_graph(conn)
     cycle = trigger_cycle(declared, lambda refs: job_store.triggers_of(conn, refs, besides=project))
     if cycle:
         first = next((ref for ref in cycle if ref in declared), cycle[0])
@@ -127,6 +131,22 @@ class FolderReport:
     failed: dict[str, str] = field(default_factory=dict)  # file name -> error
 
 
+_PROJECT_LINE = re.compile(rb"^project:[ \t]*[\"']?([A-Za-z0-9][A-Za-z0-9_.-]{0,99})", re.M)
+
+
+def _load_claiming(path: Path, owners: dict[str, str]) -> JobFile:
+    """Load a job file; one that does not load still claims the project its text names,
+    so that a typo in it does not hand its project to the next file, which would then
+    disable its jobs."""
+    try:
+        return load_job_file(path)
+    except SpecError:
+        with contextlib.suppress(OSError), path.open("rb") as file:
+            if m := _PROJECT_LINE.search(file.read(64 * 1024)):
+                owners.setdefault(m.group(1).decode(), path.name)
+        raise
+
+
 def reconcile_folder(engine: Engine, folder: Path) -> FolderReport:
     """Apply each ``*.yaml``/``*.yml`` file of ``folder``, each on its own: a file that
     does not load or apply is reported and left out, and the other files are still
@@ -138,7 +158,7 @@ def reconcile_folder(engine: Engine, folder: Path) -> FolderReport:
     owners: dict[str, str] = {}  # project -> the file that declares it
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         try:
-            job_file = load_job_file(path)
+            job_file = _load_claiming(path, owners)
             owner = owners.setdefault(job_file.project, path.name)
             if owner != path.name:
                 why = f"is declared by {owner} already; a project belongs to one file"

@@ -49,6 +49,9 @@ class JobSpec:
             raise SpecError("kind", f"unknown kind {self.kind!r}; use one of {', '.join(KINDS)}")
         if not isinstance(self.controls or {}, Mapping):
             raise SpecError("controls", "must be a mapping")
+        unknown = set(self.controls or {}) - set(job_controls.KEYS)
+        if unknown:
+            raise SpecError(sorted(map(str, unknown))[0], "unknown field")
         entry = {
             **(self.controls or {}),
             "name": self.name,

@@ -38,17 +38,19 @@ from scheduler.errors import SpecError
 from scheduler.timing.schedules import parse_duration, parse_schedule, parse_zone
 
 KINDS = ("noop", "http", "celery")
-# Every duration is at most this: long enough for any real lease, wait or backoff, short
-# enough that adding it to a time near the present never overflows.
-MAX_DURATION = timedelta(days=30)
+# Every duration is at most this: long enough for any real lease, wait or backoff (and a
+# yearly job's misfire grace), short enough that adding it to a time near the present
+# never overflows.
+MAX_DURATION = timedelta(days=366)
 MIN_LEASE = 1.0
 MAX_TRIGGERS = 100
-MAX_URL = 2048
+MAX_URL = 8192  # signed webhook URLs run long; the whole job is at most 64 KiB
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")  # what HTTP/1.1 carries as it is
 _URL = re.compile(r"[\x21-\x7e]+")
+_NETLOC = re.compile(r"[^\s\x00-\x1f\x7f/?#@]+")  # no user:password@, checked first
 _STATUS_CLASS = re.compile(r"[1-5]xx")
 
 
@@ -76,7 +78,7 @@ def _duration(least: float = 0.0, *, above: bool = False) -> Any:
     def check(seconds: float) -> float:
         if seconds > most or seconds < least or (above and seconds == least):
             low = f"longer than {least:g}s and " if above else f"at least {least:g}s and "
-            raise ValueError(f"must be {low if least or above else ''}at most 30d")
+            raise ValueError(f"must be {low if least or above else ''}at most 366d")
         return seconds
 
     return Annotated[float, BeforeValidator(_seconds), AfterValidator(check)]
@@ -116,9 +118,22 @@ Name = Annotated[str, AfterValidator(_name)]
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _any_mapping(cls, data: Any) -> Any:
+        """Strict mode takes a dict only; the Python API may hand any mapping."""
+        return dict(data) if isinstance(data, Mapping) and not isinstance(data, dict) else data
+
 
 def _mapping_or_empty(value: Any) -> Any:
     return {} if value is None else value
+
+
+def _empty_as_none(value: Any) -> Any:
+    """``headers: []`` or ``triggers: ""``: nothing, as cronchain has always read them."""
+    if isinstance(value, str | list | dict) and not value:
+        return None
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 # --- the kinds --------------------------------------------------------------------------
@@ -142,7 +157,7 @@ class HttpOptions(_Strict):
     url: Annotated[str, Field(max_length=MAX_URL)]
     method: str = "GET"
     timeout: _duration(0.0, above=True) = 10.0  # type: ignore[valid-type]
-    headers: dict[str, str | Secret] | None = None
+    headers: Annotated[dict[str, str | Secret] | None, BeforeValidator(_empty_as_none)] = None
     body: str | None = None
     accept: Annotated[list[int | str], Field(min_length=1)] | None = None
     max_redirects: _count(0, 20) | None = None  # type: ignore[valid-type]
@@ -150,11 +165,6 @@ class HttpOptions(_Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
-        if not _URL.fullmatch(url):
-            raise ValueError(
-                "must be printable ASCII without spaces: percent-encode the path and "
-                "write an international host name in its xn-- form"
-            )
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r} is not an http(s) URL")
@@ -164,9 +174,14 @@ class HttpOptions(_Strict):
                 "with {secret: ...} or {env: NAME}, which history never shows"
             )
         try:
-            parts.port  # noqa: B018 - raises for a port out of range
-        except ValueError:
-            raise ValueError(f"{url!r} has no valid port") from None
+            port = parts.port  # raises for a port out of range
+            parts.hostname.encode("idna")  # an international name, as HTTP will send it
+        except (ValueError, UnicodeError):
+            port = 0
+        if port == 0 or not _NETLOC.fullmatch(parts.netloc):
+            raise ValueError(f"{url!r} has no valid host and port")
+        if not _URL.fullmatch(parts._replace(netloc="host").geturl()):
+            raise ValueError("must be printable ASCII without spaces: percent-encode the path")
         return url
 
     @field_validator("method")
@@ -181,7 +196,7 @@ class HttpOptions(_Strict):
     def _headers(cls, headers: Any) -> Any:
         if not isinstance(headers, Mapping):
             return headers  # pydantic says it must be a mapping
-        for name, value in headers.items():
+        for name, value in sorted(headers.items(), key=lambda item: str(item[0])):
             if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a header name")
             text = value if isinstance(value, str) else ""
@@ -221,7 +236,7 @@ class CeleryOptions(_Strict):
     task: Annotated[str, Field(min_length=1, max_length=255)]
     queue: Annotated[str, Field(min_length=1, max_length=255)] = "celery"
     args: list[Any] = []
-    kwargs: dict[str, Any] = {}
+    kwargs: Annotated[dict[str, Any], BeforeValidator(_empty_as_none)] = {}
 
     @field_validator("args", "kwargs")
     @classmethod
@@ -280,10 +295,11 @@ class _Job(_Strict):
     overlap: Overlap | None = None
     max_buffered: _count(1, 10_000) | None = None  # type: ignore[valid-type]
     max_concurrent: _count(1, 1_000) | None = None  # type: ignore[valid-type]
-    triggers: (
+    triggers: Annotated[
         Annotated[list[Annotated[str, AfterValidator(_trigger)]], Field(max_length=MAX_TRIGGERS)]
-        | None
-    ) = None
+        | None,
+        BeforeValidator(_empty_as_none),
+    ] = None
     misfire: Misfire | None = None
     misfire_grace: _duration() | None = None  # type: ignore[valid-type]
     catchup_limit: _count(1, 10_000) | None = None  # type: ignore[valid-type]
@@ -303,6 +319,9 @@ class _Job(_Strict):
                 raise SpecError(key, f"only applies with overlap: {mode}")
         if self.catchup_limit is not None and self.misfire != "all":
             raise SpecError("catchup_limit", "only applies with misfire: all")
+        if self.misfire == "skip" and self.misfire_grace is not None and self.misfire_grace < 1:
+            why = "must be at least 1s with misfire: skip (every tick is a little late)"
+            raise SpecError("misfire_grace", why)
         return self
 
 
@@ -354,10 +373,16 @@ def validate_entry(entry: Mapping[str, Any]) -> JobModel:
         raise _spec_error(err) from None
 
 
+# The members of a union, which pydantic names in an error's path: not a field.
+_TYPE_TAG = re.compile(r"(int|str|float|bool|dict|list)(\[.*\])?$|function-")
+
+
 def _where(error: Any) -> list[str]:
     """The path of a field as the user wrote it: the kind's tag and list indexes left
     out, and a key that is not a plain word quoted."""
     parts = [p for p in error["loc"][1:] if not isinstance(p, int)]
+    if error["type"] != "extra_forbidden":  # there the last part is the key as written
+        parts = [p for p in parts if not _TYPE_TAG.match(p)]
     return [p if re.fullmatch(r"[\w-]+", p) else repr(p) for p in parts]
 
 
@@ -392,7 +417,8 @@ def _spec_error(err: ValidationError) -> SpecError:
     if kind == "literal_error":
         choices = first["ctx"]["expected"].replace("'", "").replace(" or ", ", ")
         return SpecError(field, f"{first['input']!r} is not one of {choices}")
-    message = _MESSAGES.get(kind)
+    missing = first["input"] is None and kind.endswith("_type")
+    message = "is required" if missing else _MESSAGES.get(kind)
     if message is None:
         message = first["msg"][0].lower() + first["msg"][1:]
     return SpecError(field, message)

@@ -59,8 +59,9 @@ MAX_FILE_BYTES = 32 * 1024 * 1024
 # recursion limit.
 MAX_DEPTH = 64
 # Aliases may expand a document to this many nodes whatever its size: a small file can
-# share a defaults block among hundreds of jobs.
-MIN_EXPANDED_NODES = 100_000
+# share a defaults block among thousands of jobs. A bomb multiplies at each level, so
+# it crosses this in a few levels and a millisecond all the same.
+MIN_EXPANDED_NODES = 1_000_000
 # ...and a large one to 10 times the nodes written. ``<<: *defaults`` in every job
 # expands each job by the size of the defaults: 10x allows defaults several times
 # bigger than a job's own fields, while a bomb multiplies by its width at each level.

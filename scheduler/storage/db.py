@@ -47,7 +47,7 @@ def make_engine(url: str) -> Engine:
         if make_url(url).get_backend_name() == "sqlite":
             return _sqlite_engine(url)
         return _server_engine(url)
-    except (ArgumentError, ImportError) as err:
+    except (ArgumentError, ImportError, ValueError) as err:  # ValueError: a bad port
         raise SpecError(
             "database URL",
             "must be a PostgreSQL or SQLite URL (postgresql://user:pass@host/db,"

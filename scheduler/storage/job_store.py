@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, bindparam, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from scheduler.errors import NotFound
 from scheduler.storage.models import job_changes, jobs
@@ -205,6 +205,18 @@ def claim_lapsed_jobs(conn: Connection, now: datetime, limit: int) -> list[JobRo
         .with_for_update(skip_locked=True)
     )
     return [JobRow.from_row(r) for r in conn.execute(query)]
+
+
+# Any constant: the key of the one advisory lock that serializes changes of triggers.
+_TRIGGER_GRAPH_LOCK = 0x63726F6E  # "cron"
+
+
+def lock_trigger_graph(conn: Connection) -> None:
+    """Until this transaction ends, be the only one changing jobs' triggers, so that two
+    applies that each add half of a cycle cannot both find none. SQLite's writers are
+    one at a time already; PostgreSQL takes a transaction-level advisory lock."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(_TRIGGER_GRAPH_LOCK)))
 
 
 def triggers_of(conn: Connection, refs: set[str], *, besides: str) -> dict[str, list[str]]:

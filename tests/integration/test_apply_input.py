@@ -112,14 +112,14 @@ class Failing:
 
 
 LARGEST = {
-    "schedule_to_start": "30d",
-    "lease": "30d",
-    "timeout": "30d",
-    "retries": {"max_attempts": 100, "backoff": "30d", "max_backoff": "30d", "jitter": 1},
+    "schedule_to_start": "366d",
+    "lease": "366d",
+    "timeout": "366d",
+    "retries": {"max_attempts": 100, "backoff": "366d", "max_backoff": "366d", "jitter": 1},
     "overlap": "buffer_all",
     "max_buffered": 10_000,
     "misfire": "all",
-    "misfire_grace": "30d",
+    "misfire_grace": "366d",
     "catchup_limit": 10_000,
 }
 
@@ -138,7 +138,7 @@ def test_the_largest_value_of_every_control_is_stored_and_runs(
     waiting = Scheduler(engine).invocation(1)
     assert (waiting["status"], waiting["attempt"]) == ("STARTING", 1)
     retry_at = datetime.fromisoformat(waiting["start_at"])
-    assert timedelta(0) < retry_at - clock() <= timedelta(days=60)  # 30d, jitter 1
+    assert timedelta(0) < retry_at - clock() <= timedelta(days=732)  # 366d, jitter 1
     clock.now = retry_at + timedelta(seconds=1)
     watchdog.run_once(engine)
     deliver_starts(engine, port)
@@ -184,3 +184,14 @@ def test_a_schedule_stored_before_the_dialect_still_runs_and_can_be_retired(
     assert report.ticks == 2  # both lapsed jobs repaired, the stored one included
     deliver_ticks(engine, port)
     assert sorted(sched.apply([], project="p").disabled) == ["p/new", "p/old"]
+
+
+def test_a_file_that_stops_loading_keeps_its_project(engine: Engine, tmp_path: Path):
+    write(tmp_path, "a.yaml", "project: p\njobs:\n  - {name: a, schedule: every 10s, noop: {}}\n")
+    write(tmp_path, "b.yaml", "project: p\njobs:\n  - {name: b, schedule: every 10s, noop: {}}\n")
+    reconcile_folder(engine, tmp_path)
+    write(tmp_path, "a.yaml", "project: p\njobs:\n  - {name: a, schedule: every 10s, noop: {}\n")
+    report = reconcile_folder(engine, tmp_path)  # a.yaml has a typo: b.yaml must not take p
+    assert "not valid YAML" in report.failed["a.yaml"]
+    assert "declared by a.yaml already" in report.failed["b.yaml"]
+    assert {j["id"]: j["enabled"] for j in Scheduler(engine).jobs()} == {"p/a": True}

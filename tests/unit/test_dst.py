@@ -76,9 +76,13 @@ def test_latest_at_or_before_agrees(
 ) -> None:
     """Walking backwards finds the same slots: each slot is its own latest, and just
     before it the latest is the previous slot."""
-    if not expected:
-        return
     schedule = parse_schedule(expression, zone)
+    if not expected:  # no slot in the window: none is found walking back from its end
+        end = datetime.fromisoformat(until if "T" in until else until + "T00:00Z")
+        start = datetime.fromisoformat(after if "T" in after else after + "T00:00Z")
+        latest = schedule.latest_at_or_before(end)
+        assert latest is None or latest <= start
+        return
     after = after if "T" in after else after + "T00:00Z"
     t = datetime.fromisoformat(after)
     found = []

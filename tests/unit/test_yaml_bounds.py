@@ -97,19 +97,19 @@ def merge_bomb(levels: int) -> bytes:
 def test_an_alias_bomb_is_refused_at_its_first_big_level(levels: int):
     # 9 levels expand to 9**10 = 3.5 billion nodes, about 10 GB of text; 30 to 10**28.
     message = refused(alias_bomb(levels))
-    assert "line 6 column 5: aliases expand this list to more than 100,000 nodes " in message
+    assert "line 7 column 5: aliases expand this list to more than 1,000,000 nodes " in message
 
 
 def test_a_wide_alias_list_is_refused():
     data = b"a: &a [" + b"x, " * 1000 + b"x]\nb: [" + b"*a, " * 1000 + b"*a]\n"
-    assert "line 2 column 4: aliases expand this list to more than 100,000" in refused(data)
+    assert "line 2 column 4: aliases expand this list to more than 1,000,000" in refused(data)
 
 
 @pytest.mark.parametrize("levels", [20, 30])
 def test_a_merge_key_bomb_is_refused(levels: int):
-    # Refused at the list [*m13, *m13] of line 15; safe_load takes 14 s at 22 levels.
+    # Refused at the list [*m16, *m16] of line 18; safe_load takes 14 s at 22 levels.
     message = refused(merge_bomb(levels))
-    assert "line 15 column 16: aliases expand this list to more than 100,000 nodes" in message
+    assert "line 18 column 16: aliases expand this list to more than 1,000,000 nodes" in message
 
 
 def test_merged_values_that_multiply_are_refused():
@@ -120,15 +120,15 @@ def test_merged_values_that_multiply_are_refused():
 
 
 def test_the_budget_follows_the_size_of_the_file():
-    # An anchor of 1,000 nodes used 200 times (200,000 nodes expanded) in a file of
-    # 1,200 nodes is refused; with 30,000 plain nodes beside it, it is within 10x.
+    # An anchor of 1,000 nodes used 2,000 times (2,000,000 nodes expanded) in a file of
+    # 3,000 nodes is refused; with 300,000 plain nodes beside it, it is within 10x.
     anchor = "defaults: &d [" + ", ".join(["x"] * 999) + "]\n"
-    uses = "uses: [" + ", ".join(["*d"] * 200) + "]\n"
+    uses = "uses: [" + ", ".join(["*d"] * 2000) + "]\n"
     assert "aliases expand this list" in refused((anchor + uses).encode())
-    padding = "padding: [" + ", ".join(["p"] * 30_000) + "]\n"
+    padding = "padding: [" + ", ".join(["p"] * 300_000) + "]\n"
     data = load_yaml((anchor + padding + uses).encode(), "jobs.yaml")
-    assert len(data["uses"]) == 200 and data["uses"][0] is data["defaults"]
-    assert MIN_EXPANDED_NODES < 231_000 < EXPANSION_FACTOR * 31_000
+    assert len(data["uses"]) == 2000 and data["uses"][0] is data["defaults"]
+    assert MIN_EXPANDED_NODES < 2_301_000 < EXPANSION_FACTOR * 301_000
 
 
 @pytest.mark.parametrize(
