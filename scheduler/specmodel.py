@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from scheduler.errors import SpecError
-from scheduler.timing.schedules import parse_duration, parse_schedule, parse_zone
+from scheduler.timing.schedules import parse_schedule, parse_seconds, parse_zone
 
 KINDS = ("noop", "http", "celery")
 # Every duration is at most this: long enough for any real lease, wait or backoff (and a
@@ -58,16 +58,10 @@ def _seconds(value: object) -> float:
     """A duration: seconds as a number, or text like ``1h30m``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("must be a duration like 10s, 5m or 1h30m")
-    if isinstance(value, str):
-        try:
-            return parse_duration(value, "").total_seconds()
-        except SpecError as err:
-            raise ValueError(err.reason) from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError("must be a finite duration")
-    if value < 0:
-        raise ValueError("must not be negative")
-    return float(value)
+    try:
+        return parse_seconds(value, "")
+    except SpecError as err:
+        raise ValueError(err.reason) from None
 
 
 def _duration(least: float = 0.0, *, above: bool = False) -> Any:
