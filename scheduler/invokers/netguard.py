@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import time
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from scheduler.errors import SpecError
@@ -63,8 +64,11 @@ def connect(
     timeout: float | None,
     allow: tuple[Network, ...],
     source_address: tuple[str, int] | None = None,
+    deadline: float | None = None,
 ) -> socket.socket:
-    """Like ``socket.create_connection``, but only to permitted addresses."""
+    """Like ``socket.create_connection``, but only to permitted addresses. ``timeout``
+    bounds each address tried; ``deadline`` (a ``time.monotonic()`` instant) bounds them
+    all together, so a name with several unreachable addresses cannot multiply it."""
     last: OSError | None = None
     for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
         address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
@@ -72,10 +76,16 @@ def connect(
             named = address if host.strip("[]") == str(address) else f"{host} ({address})"
             last = Refused(f"{named} is not a public address; CRONCHAIN_HTTP_ALLOW can allow it")
             continue
+        wait = timeout
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no connection to {host} before the deadline")
+            wait = left if timeout is None else min(timeout, left)
         sock = socket.socket(family, kind, proto)
         try:
-            if timeout is not None:
-                sock.settimeout(timeout)
+            if wait is not None:
+                sock.settimeout(wait)
             if source_address:
                 sock.bind(source_address)
             sock.connect(sockaddr)

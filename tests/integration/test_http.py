@@ -1,18 +1,20 @@
 """The http kind against real local servers: the SSRF guard (tried with the usual
-tricks), redirects, accepted codes, timeouts and secret redaction."""
+tricks), redirects, accepted codes, the request's deadline and secret redaction."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from scheduler.invokers import Call
-from scheduler.invokers.http import HttpInvoker
+from scheduler.invokers.http import HttpInvoker, origin
 from scheduler.invokers.netguard import parse_allow
 from scheduler.spec import JobSpec
 
@@ -22,27 +24,41 @@ LOOPBACK = parse_allow("127.0.0.1/32")
 
 class Server:
     """Answers every request from ``routes`` (path -> (status, headers, body)); records
-    each request's path and headers."""
+    each request's path and headers.
+
+    A path in ``slow`` (path -> (seconds, count)) has the last ``count`` bytes of its
+    answer, or all of it when ``count`` is None, written one byte per ``seconds``: a
+    server that trickles, each byte well within any per-read timeout. ``cut`` is set
+    when the client closes such a connection before the answer is written whole."""
 
     def __init__(self, host: str = "127.0.0.1"):
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.routes: dict[str, tuple[int, dict[str, str], str]] = {}
+        self.slow: dict[str, tuple[float, int | None]] = {}
+        self.cut = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def handle_one(self) -> None:
                 server.requests.append((self.path, dict(self.headers)))
-                status, headers, body = server.routes.get(self.path.split("?")[0], (200, {}, "ok"))
+                path = self.path.split("?")[0]
+                status, headers, body = server.routes.get(path, (200, {}, "ok"))
                 if status == 0:  # hang
                     time.sleep(5)
                     return
                 body = body.replace("{auth}", self.headers.get("Authorization", ""))
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body.encode())))
-                self.end_headers()
-                self.wfile.write(body.encode())
+                head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body.encode())}"]
+                head += [f"{name}: {value}" for name, value in headers.items()]
+                answer = ("\r\n".join(head) + "\r\n\r\n" + body).encode()
+                seconds, count = server.slow.get(path, (0, 0))
+                at_once = len(answer) - (len(answer) if count is None else count)
+                try:
+                    self.wfile.write(answer[:at_once])
+                    for i in range(at_once, len(answer)):
+                        time.sleep(seconds)
+                        self.wfile.write(answer[i : i + 1])
+                except OSError:
+                    server.cut.set()
 
             do_GET = do_POST = handle_one  # noqa: N815
 
@@ -124,6 +140,16 @@ def test_redirects_are_bounded(server: Server):
     assert len(server.requests) == 3  # the first request and two redirects
 
 
+def test_max_redirects_counts_past_urllibs_own_limit_of_ten(server: Server):
+    for hop in range(12):
+        server.routes[f"/hop{hop}"] = (302, {"Location": f"/hop{hop + 1}"}, "")
+    outcome = HttpInvoker(LOOPBACK).invoke(
+        call(f"http://127.0.0.1:{server.port}/hop0", max_redirects=12)
+    )
+    assert outcome is not None and outcome.status == "SUCCEEDED", outcome
+    assert len(server.requests) == 13
+
+
 def test_max_redirects_zero_judges_the_redirect_itself(server: Server):
     server.routes["/moved"] = (301, {"Location": "/elsewhere"}, "")
     url = f"http://127.0.0.1:{server.port}/moved"
@@ -150,6 +176,76 @@ def test_a_hanging_endpoint_hits_the_timeout(server: Server):
     )
     assert outcome is not None and outcome.reason == "timeout"
     assert time.monotonic() - started < 3
+
+
+# A trickling server is cut at the deadline. The bound is generous for a loaded machine;
+# a timeout per socket read instead (each byte comes well within it) takes 30 s and more.
+DEADLINE_BOUND = 5
+
+
+@pytest.mark.parametrize("phase", ["head", "body"])
+def test_a_trickling_answer_is_cut_at_the_deadline(server: Server, phase: str):
+    server.routes["/drip"] = (200, {}, "x" * 100)
+    server.slow["/drip"] = (0.3, None if phase == "head" else 100)
+    started = time.monotonic()
+    outcome = HttpInvoker(LOOPBACK).invoke(
+        call(f"http://127.0.0.1:{server.port}/drip", timeout="1s")
+    )
+    took = time.monotonic() - started
+    assert outcome is not None and outcome.reason == "timeout", outcome
+    assert 1 <= took < DEADLINE_BOUND
+    assert "1s" in (outcome.error or "")
+    assert server.cut.wait(DEADLINE_BOUND)  # the connection was closed, not left to drip
+
+
+def test_the_deadline_covers_every_redirect(server: Server):
+    # Each hop answers within 0.6 s, under the timeout, but together they take 9 s.
+    for hop in range(15):
+        server.routes[f"/hop{hop}"] = (302, {"Location": f"/hop{hop + 1}"}, "")
+        server.slow[f"/hop{hop}"] = (0.3, 2)
+    started = time.monotonic()
+    outcome = HttpInvoker(LOOPBACK).invoke(
+        call(f"http://127.0.0.1:{server.port}/hop0", timeout="1s", max_redirects=20)
+    )
+    took = time.monotonic() - started
+    assert outcome is not None and outcome.reason == "timeout", outcome
+    assert 1 <= took < DEADLINE_BOUND
+    assert len(server.requests) < 5
+
+
+def test_a_trickle_after_a_redirect_is_cut_at_the_deadline(server: Server):
+    server.routes["/first"] = (302, {"Location": "/drip"}, "")
+    server.slow["/first"] = (0.3, 2)
+    server.routes["/drip"] = (200, {}, "x" * 100)
+    server.slow["/drip"] = (0.3, None)
+    started = time.monotonic()
+    outcome = HttpInvoker(LOOPBACK).invoke(
+        call(f"http://127.0.0.1:{server.port}/first", timeout="1s")
+    )
+    took = time.monotonic() - started
+    assert outcome is not None and outcome.reason == "timeout", outcome
+    assert 1 <= took < DEADLINE_BOUND
+    assert [path for path, _ in server.requests] == ["/first", "/drip"]
+
+
+def test_the_job_timeout_caps_the_deadline(server: Server):
+    server.routes["/drip"] = (200, {}, "x" * 100)
+    server.slow["/drip"] = (0.3, None)
+    c = call(f"http://127.0.0.1:{server.port}/drip", timeout="30s")
+    started = time.monotonic()
+    outcome = HttpInvoker(LOOPBACK).invoke(replace(c, timeout=timedelta(seconds=1)))
+    assert outcome is not None and outcome.reason == "timeout", outcome
+    assert time.monotonic() - started < DEADLINE_BOUND
+
+
+def test_a_slow_answer_within_the_deadline_succeeds(server: Server):
+    server.routes["/slow"] = (200, {}, "done")
+    server.slow["/slow"] = (0.2, 4)
+    outcome = HttpInvoker(LOOPBACK).invoke(
+        call(f"http://127.0.0.1:{server.port}/slow", timeout="5s")
+    )
+    assert outcome is not None and outcome.status == "SUCCEEDED", outcome
+    assert outcome.log == ("answered 200: done",)
 
 
 def test_a_secret_echoed_back_never_reaches_history(server: Server):
@@ -193,6 +289,48 @@ def test_secret_headers_do_not_follow_a_redirect_to_another_origin(server: Serve
         assert "Authorization" not in headers and headers["X-Plain"] == "1"
     finally:
         other.close()
+
+
+CREDENTIALS = {"Authorization": "Bearer plain", "Cookie": "sid=1", "Proxy-Authorization": "p"}
+
+
+def test_credentials_do_not_follow_a_redirect_to_another_origin(server: Server):
+    other = Server("127.0.0.1")
+    try:
+        server.routes["/away"] = (302, {"Location": f"http://127.0.0.1:{other.port}/"}, "")
+        c = call(f"http://127.0.0.1:{server.port}/away", headers={**CREDENTIALS, "X-Plain": "1"})
+        outcome = HttpInvoker(LOOPBACK).invoke(c)
+        assert outcome is not None and outcome.status == "SUCCEEDED", outcome
+        [(_, first)] = server.requests
+        assert {name: first[name] for name in CREDENTIALS} == CREDENTIALS
+        [(_, headers)] = other.requests
+        assert not set(CREDENTIALS) & set(headers) and headers["X-Plain"] == "1"
+    finally:
+        other.close()
+
+
+def test_credentials_follow_a_redirect_within_the_origin(server: Server):
+    server.routes["/here"] = (302, {"Location": f"http://127.0.0.1:{server.port}/there"}, "")
+    c = call(f"http://127.0.0.1:{server.port}/here", headers={**CREDENTIALS, "X-Plain": "1"})
+    outcome = HttpInvoker(LOOPBACK).invoke(c)
+    assert outcome is not None and outcome.status == "SUCCEEDED", outcome
+    assert [path for path, _ in server.requests] == ["/here", "/there"]
+    _, headers = server.requests[1]
+    assert {name: headers[name] for name in CREDENTIALS} == CREDENTIALS
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("http://Example.org/x", "http://example.org:80/y", True),
+        ("https://example.org/", "https://example.org:443/", True),
+        ("http://example.org/", "https://example.org/", False),
+        ("http://example.org/", "http://example.org:8080/", False),
+        ("http://example.org/", "http://www.example.org/", False),
+    ],
+)
+def test_an_origin_is_scheme_host_and_port(a: str, b: str, same: bool):
+    assert (origin(a) == origin(b)) is same
 
 
 def test_a_large_body_is_truncated_in_the_log(server: Server):
