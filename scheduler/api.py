@@ -23,7 +23,7 @@ from scheduler.explain import explain, iso
 from scheduler.spec import JobSpec, load_job_file
 from scheduler.storage import job_store, run_store
 from scheduler.storage.db import explained_failures
-from statemachine import Pause, Resume, Trigger
+from statemachine import Pause, Resume
 
 # The times cronchain takes from a person: far enough either way for any schedule,
 # backfill or question, and far from the year 9999 where date arithmetic overflows.
@@ -157,7 +157,7 @@ class Scheduler:
         if row is None:
             raise NotFound(f"no invocation {invocation_id}")
         return _summary(row) | {
-            "attempts": row["attempts"] or [],
+            "attempts": [_attempt(a) for a in row["attempts"] or []],
             "worker": row["worker"],
             "created_at": iso(row["created_at"]),
             "start_at": iso(row["start_at"]),
@@ -167,8 +167,12 @@ class Scheduler:
         }
 
     @_explained
-    def abort(self, job: str | None = None, *, invocation: int | None = None) -> list[int]:
-        """Abort the job's active invocations, or one invocation; returns the ids."""
+    def abort(
+        self, job: str | None = None, *, invocation: int | None = None
+    ) -> dict[str, list[int]]:
+        """Abort every active and waiting invocation of the job (so that none of them
+        starts after), or one invocation; returns the ids aborted by the status each had:
+        ``{"STARTING": [...], "RUNNING": [...], "WAITING": [...]}``."""
         if (job is None) == (invocation is None):
             raise ValueError("abort needs a job or an invocation id")
         if invocation is not None and not 1 <= invocation <= MAX_ID:
@@ -177,12 +181,20 @@ class Scheduler:
 
     @_explained
     def trigger(self, job: str) -> dict[str, Any]:
-        """Start a run now; if one is active it is recorded as SKIPPED ("overlap")."""
+        """Run the job now, under its overlap policy, and say what happened: ``result``
+        is ``started``, ``buffered`` (the run is WAITING for the active one) or
+        ``skipped`` (recorded SKIPPED, ``skipped`` giving the reason); ``invocation`` and
+        ``status`` are the run the trigger made, whichever it was."""
         trigger_id = uuid.uuid4().hex
-        fed = self.engine.command(job, Trigger(trigger_id))
-        if fed.started is not None:
-            return {"trigger_id": trigger_id, "invocation": fed.started, "skipped": None}
-        return {"trigger_id": trigger_id, "invocation": None, "skipped": "overlap"}
+        made = self.engine.trigger(job, trigger_id)
+        result = _TRIGGER_RESULTS.get(made["status"], "skipped")
+        return {
+            "trigger_id": trigger_id,
+            "result": result,
+            "invocation": made["id"],
+            "status": made["status"],
+            "skipped": made["reason"] if result == "skipped" else None,
+        }
 
     @_explained
     def pause(self, job: str, reason: str | None = None) -> None:
@@ -227,6 +239,20 @@ class Scheduler:
             "existing": [iso(s) for s in report.existing],
             "started": report.started,
         }
+
+
+_TRIGGER_RESULTS = {"STARTING": "started", "RUNNING": "started", "WAITING": "buffered"}
+
+
+def _attempt(record: dict[str, Any]) -> dict[str, Any]:
+    """An earlier attempt as stored (times in ISO 8601 with an offset), its times
+    written as every other time is (``iso``)."""
+    times = {
+        k: iso(datetime.fromisoformat(record[k]))
+        for k in ("started_at", "finished_at")
+        if record.get(k)
+    }
+    return record | times
 
 
 def _summary(r: Any) -> dict[str, Any]:

@@ -1,4 +1,9 @@
-"""Backfill: run a job for every slot of a past (or future) range, beside its schedule.
+"""Backfill: run a job for every slot of a past range, beside its schedule.
+
+A backfill is for the past: a range that holds a slot after now is refused whole, since
+that slot is the schedule's to fire when its time comes (had the backfill taken it, the
+schedule would find it fired already). A disabled job refuses a backfill (the engine asks
+its machine); a paused one takes it.
 
 Each slot becomes a WAITING invocation marked ``backfill``. The slot's unique key makes
 a second backfill of the same range a no-op, and a slot that already ran (or was
@@ -17,6 +22,7 @@ from sqlalchemy import Connection
 from scheduler import debuglog
 from scheduler.effects import Message, SendStart
 from scheduler.errors import SpecError
+from scheduler.explain import iso
 from scheduler.storage import run_store
 from scheduler.storage.rows import JobRow
 from scheduler.timing.schedules import Schedule
@@ -47,10 +53,25 @@ def slots_in(schedule: Schedule, first: datetime, last: datetime) -> list[dateti
 
 
 def plan(
-    conn: Connection, job: JobRow, schedule: Schedule, first: datetime, last: datetime
+    conn: Connection,
+    job: JobRow,
+    schedule: Schedule,
+    first: datetime,
+    last: datetime,
+    now: datetime,
 ) -> BackfillReport:
+    """The slots of ``[first, last]`` that have no invocation yet, and those that have;
+    SpecError if the range is empty, too long, or holds a slot after ``now``."""
     if last < first:
         raise SpecError("--to", "must not be before --from")
+    upcoming = None if schedule.relative else schedule.next_after(now)
+    if upcoming is not None and upcoming <= last:
+        raise SpecError(
+            "--to",
+            f"{iso(last)} is after now ({iso(now)}): the range holds {iso(upcoming)}, a slot"
+            " the schedule fires when its time comes. A backfill runs past slots only:"
+            " give a --to at or before now",
+        )
     slots = slots_in(schedule, first, last)
     taken = run_store.slots_taken(conn, job.id, first, last) if slots else set()
     return BackfillReport(

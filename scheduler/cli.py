@@ -214,18 +214,37 @@ def _invocation_text(d: dict[str, Any]) -> str:
 def cmd_abort(args: argparse.Namespace) -> int:
     if (args.job is None) == (args.invocation is None):
         raise SpecError("abort", "name a JOB or give --invocation ID (one of them)")
-    ids = _scheduler(args).abort(args.job, invocation=args.invocation)
+    aborted = _scheduler(args).abort(args.job, invocation=args.invocation)
     what = args.job or f"invocation {args.invocation}"
-    print(f"{what}: aborted {', '.join(map(str, ids))}" if ids else f"{what}: nothing active")
+    counts = [
+        f"{len(ids)} {status.lower()} ({', '.join(map(str, ids))})"
+        for status, ids in aborted.items()
+        if ids
+    ]
+    if not counts:
+        print(f"{what}: nothing active or waiting")
+    else:  # "aborted 1 running (4) and 2 waiting (5, 6)"
+        listed = ", ".join(counts[:-1]) + " and " if len(counts) > 1 else ""
+        print(f"{what}: aborted {listed}{counts[-1]}")
     return 0
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:
-    result = _scheduler(args).trigger(args.job)
-    if result["invocation"] is None:
-        print(f"{args.job}: skipped, an invocation is already active")
-    else:
-        print(f"{args.job}: invocation {result['invocation']} started")
+    r = _scheduler(args).trigger(args.job)
+    match r["result"]:
+        case "started":
+            print(f"{args.job}: invocation {r['invocation']} started")
+        case "buffered":
+            print(
+                f"{args.job}: invocation {r['invocation']} is WAITING: another run is active;"
+                " it starts in its turn"
+            )
+        case _:
+            why = ": another run is active" if r["skipped"] == "overlap" else ""
+            print(
+                f"{args.job}: skipped ({r['skipped']}){why}; recorded as invocation"
+                f" {r['invocation']}"
+            )
     return 0
 
 
@@ -393,7 +412,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--json", action="store_true")
 
-    c = command("abort", cmd_abort, "abort a job's active invocations, or one invocation")
+    c = command(
+        "abort", cmd_abort, "abort a job's active and waiting invocations, or one invocation"
+    )
     c.add_argument("job", nargs="?", help="project/name")
     c.add_argument("--invocation", type=_invocation_id, metavar="ID")
 

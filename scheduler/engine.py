@@ -45,6 +45,7 @@ from statemachine import (
     Abandon,
     AbortActive,
     Action,
+    Backfill,
     BufferInvocation,
     Event,
     InvocationStarted,
@@ -57,6 +58,7 @@ from statemachine import (
     Step,
     Tick,
     TickLater,
+    Trigger,
     Unbuffer,
     step,
 )
@@ -190,6 +192,19 @@ class Engine:
         self.send(fed.messages)
         return fed
 
+    def trigger(self, ref: str, trigger_id: str) -> dict[str, Any]:
+        """Run the job named ``ref`` now, under its overlap policy. Returns the row the
+        trigger made, as its transaction commits it: STARTING (started), WAITING
+        (buffered) or SKIPPED with its reason."""
+        with self.transaction() as conn:
+            job = job_store.lock_job_named(conn, ref)
+            fed = self.feed(conn, job, Trigger(trigger_id), self.clock())
+            made = run_store.invocation_of_trigger(conn, job.id, trigger_id)
+        self.send(fed.messages)
+        if made is None:  # every outcome of a trigger writes its row
+            raise AssertionError(f"trigger {trigger_id} of {ref} left no invocation")
+        return made
+
     def backfill(
         self,
         ref: str,
@@ -199,20 +214,18 @@ class Engine:
         max_concurrent: int = 1,
         dry_run: bool = False,
     ) -> backfills.BackfillReport:
-        """One invocation per slot of ``[first, last]`` that has none yet."""
+        """One invocation per slot of ``[first, last]`` that has none yet. Refused for a
+        disabled job (the machine says so) and for a range with a slot after now."""
         messages: list[Message] = []
         with self.transaction() as conn:
             job = job_store.lock_job_named(conn, ref)
+            now = self.clock()
+            self.feed(conn, job, Backfill(), now)  # changes nothing, or raises
             schedule = schedule_of(job.schedule, job.timezone)
-            report = backfills.plan(conn, job, schedule, first, last)
+            report = backfills.plan(conn, job, schedule, first, last, now)
             if not dry_run:
                 messages = backfills.create(
-                    conn,
-                    job,
-                    report,
-                    max_concurrent=max_concurrent,
-                    now=self.clock(),
-                    grace=self.grace,
+                    conn, job, report, max_concurrent=max_concurrent, now=now, grace=self.grace
                 )
         self.send(messages)
         return report

@@ -78,7 +78,7 @@ class Leases:
         try:
             with write_transaction(self.db) as conn:
                 current = run_store.renew_lease(
-                    conn, lease.invocation_id, lease.attempt, now + lease.length
+                    conn, lease.invocation_id, lease.attempt, now + lease.length, lease.job_id
                 )
                 if current and note:
                     run_store.append_log(conn, lease.invocation_id, now, note)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Outcome, celery_task_id
+from scheduler.invokers.call import bounded_error
 from scheduler.storage import job_store, revokes, run_store
 from scheduler.storage.rows import InvocationRow, JobRow
 from statemachine import (
@@ -40,6 +42,9 @@ ACTIVE = (STARTING, RUNNING)
 
 if TYPE_CHECKING:
     from scheduler.engine import Engine
+# An attempt as a worker names it: (invocation, attempt), or with its job as the
+# engine's messages carry it, (invocation, attempt, job).
+AttemptRef = tuple[int, int] | tuple[int, int, int | None]
 # Why an attempt that cronchain ended (not its worker) may still run: a ``celery`` task
 # is revoked for these.
 ENDED_HERE = ("timeout", "lease expired", "aborted")
@@ -123,21 +128,29 @@ class Runs:
             job_id=job.id,
         )
 
-    def claim(self, invocation_id: int, attempt: int, worker: str) -> Call | None:
+    def claim(
+        self, invocation_id: int, attempt: int, worker: str, *, job_id: int | None = None
+    ) -> Call | None:
         """Take an attempt for ``worker``, before its work begins: only the current
         attempt, and only one delivery of it, can be claimed. From now on its lease and
-        its timeout count. None: it is not current, or was claimed already."""
-        return next(iter(self.claim_many([(invocation_id, attempt)], worker)), None)
+        its timeout count. None: it is not current, or was claimed already, or (with
+        ``job_id``, which the engine's messages carry) it is not that job's run."""
+        return next(iter(self.claim_many([(invocation_id, attempt, job_id)], worker)), None)
 
-    def claim_many(self, attempts: list[tuple[int, int]], worker: str) -> list[Call]:
+    def claim_many(self, attempts: list[AttemptRef], worker: str) -> list[Call]:
         """``claim`` for attempts sent together, in one transaction: the calls of those
-        that could be claimed."""
-        wanted = dict(attempts)
+        that could be claimed. Each is ``(invocation, attempt)`` or ``(invocation,
+        attempt, job)``."""
+        wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
         calls = []
         with self.engine.transaction() as conn:
             now = self.engine.clock()
             for inv, job in run_store.lock_attempts(conn, list(wanted)):
-                if inv.status != RUNNING or inv.attempt != wanted[inv.id] or inv.worker:
+                attempt, job_id = wanted[inv.id]
+                if job_id is not None and job_id != job.id:
+                    _log_other_job("claim", inv.id, attempt, job_id, job.id)
+                    continue
+                if inv.status != RUNNING or inv.attempt != attempt or inv.worker:
                     continue
                 call = self.call_of(job, inv.id, inv.attempt, inv.slot)
                 run_store.update_invocation(conn, inv.id, **_claim_columns(inv, call, worker, now))
@@ -168,20 +181,26 @@ class Runs:
         job_id: int | None = None,
     ) -> bool:
         """Record the outcome of a RUNNING attempt; False if that attempt had already
-        ended or is not the current one (a zombie, a repeated report)."""
+        ended or is not the current one (a zombie, a repeated report), if its run is gone
+        (deleted with its job), or if ``job_id`` is given and the run is another job's."""
         with self.engine.transaction() as conn:
             locked = self.engine.lock(conn, invocation_id, job_id)
             inv = locked and locked[0]
             if locked is None or inv.status != RUNNING or attempt not in (None, inv.attempt):
+                owner = None if locked else run_store.invocation_job(conn, invocation_id)
+                if owner is not None:  # the run is another job's: leave it alone
+                    _log_other_job("outcome", invocation_id, attempt, job_id, owner)
+                    return False
                 if attempt is not None:  # that attempt's task has ended: no need to stop it
                     revokes.forget(conn, [celery_task_id(invocation_id, attempt)])
                 log.info(
-                    "outcome %s of invocation %s attempt %s ignored: it is %s (attempt %s)",
+                    "outcome %s of invocation %s attempt %s ignored: %s",
                     outcome.status,
                     invocation_id,
                     attempt,
-                    inv and inv.status,
-                    inv and inv.attempt,
+                    f"it is {inv.status} (attempt {inv.attempt})"
+                    if inv
+                    else "no such invocation (deleted with its job)",
                 )
                 return False
             fed = self.record_outcome(conn, *locked, outcome, self.engine.clock())
@@ -193,7 +212,9 @@ class Runs:
     ) -> Fed:
         """Within ``conn``'s transaction: end a locked attempt. A failure with attempts
         left goes back to STARTING after a backoff; anything else ends the invocation
-        and steps its job."""
+        and steps its job. The error recorded is bounded (``bounded_error``), whatever
+        kind of run reported it."""
+        outcome = replace(outcome, error=bounded_error(outcome.error))
         status = outcome.status.value
         check_move(inv.status, status)
         text = debuglog.append(
@@ -289,11 +310,14 @@ class Runs:
             conn, job, Trigger(f"after:{invocation_id}", strict=False), now
         ).messages
 
-    def abort(self, *, job: str | None = None, invocation_id: int | None = None) -> list[int]:
-        """Abort a job's active invocations, or one invocation (also a waiting one);
-        returns the ids aborted. A ``celery`` attempt's task is revoked."""
+    def abort(
+        self, *, job: str | None = None, invocation_id: int | None = None
+    ) -> dict[str, list[int]]:
+        """Abort every active (STARTING, RUNNING) and waiting (WAITING: buffered,
+        catch-up, backfill) invocation of a job, or one invocation; returns the ids
+        aborted by the status each had. A ``celery`` attempt's task is revoked."""
         messages: list[Message] = []
-        aborted: list[int] = []
+        aborted: dict[str, list[int]] = {STARTING: [], RUNNING: [], WAITING: []}
         with self.engine.transaction() as conn:
             now = self.engine.clock()
             if invocation_id is not None:
@@ -304,16 +328,17 @@ class Runs:
                 job_id = locked[1].id
             else:
                 job_id = job_store.lock_job_named(conn, job or "").id
-                # A backfill's waiting runs first, so that ending its active ones
-                # starts none of them.
-                targets = run_store.lock_invocations_of(conn, job_id, (WAITING,), backfill=True)
+                # Every waiting run first (each one the machine counted is counted out),
+                # so that ending the active ones frees a place for none of them: in
+                # this transaction, nothing of the job starts.
+                targets = run_store.lock_invocations_of(conn, job_id, (WAITING,), backfill=None)
                 targets += run_store.lock_invocations_of(conn, job_id, ACTIVE, backfill=None)
             for inv in targets:
                 row = job_store.lock_job(conn, job_id)
                 assert row is not None
                 outcome = Outcome(S.ABORTED, "aborted by a user", "aborted")
                 messages += self._end(conn, inv, row, outcome, now).messages
-                aborted.append(inv.id)
+                aborted[inv.status].append(inv.id)
         self.engine.send(messages)
         return aborted
 
@@ -339,6 +364,23 @@ class Runs:
             return Fed(job.snapshot, backfill.promote(conn, job, now, self.engine.grace))
         event: Event = Unbuffer() if inv.status == WAITING else InvocationFinished(inv.id, now)
         return self.engine.feed(conn, job, event, now)
+
+
+def _log_other_job(
+    what: str, invocation_id: int, attempt: int | None, job_id: int | None, owner: int
+) -> None:
+    """A claim or outcome sent for one job's run that names another job's: ids were
+    handed out again (SQLite before migration 0005) or the message was forged."""
+    log.warning(
+        "%s of invocation %s attempt %s refused: it was sent for job %s, and invocation %s"
+        " is job %s's",
+        what,
+        invocation_id,
+        attempt,
+        job_id,
+        invocation_id,
+        owner,
+    )
 
 
 def _claim_columns(inv: InvocationRow, call: Call, worker: str, now: datetime) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from statemachine.actions import (
 )
 from statemachine.events import (
     Abandon,
+    Backfill,
     Disable,
     Enable,
     Event,
@@ -36,6 +37,7 @@ from statemachine.policy import Misfire, MisfirePolicy, Overlap, OverlapPolicy, 
 __all__ = [
     "Abandon",
     "AbortActive",
+    "Backfill",
     "BufferInvocation",
     "Misfire",
     "MisfirePolicy",

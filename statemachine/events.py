@@ -49,6 +49,13 @@ class Trigger:
 
 
 @dataclass(frozen=True)
+class Backfill:
+    """A user's backfill of past slots. Its runs go beside the schedule, so the machine
+    changes nothing for it; but a disabled job refuses it, as it refuses a trigger. A
+    paused job takes it: a pause stops the schedule, not the runs a user asks for."""
+
+
+@dataclass(frozen=True)
 class InvocationStarted:
     invocation_id: int
 
@@ -84,6 +91,7 @@ Event = (
     | ScheduleChanged
     | Tick
     | Trigger
+    | Backfill
     | InvocationStarted
     | InvocationFinished
     | Repair

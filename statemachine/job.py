@@ -187,6 +187,7 @@ _TRANSITIONS: list[dict[str, Any]] = [
         conditions=[cb.lenient],
         after=[cb.skip_idle_trigger],
     ),
+    _internal("backfill", [*ACTIVE, S.SUSPENDED]),  # refused when DISABLED
     dict(trigger="invocationstarted", source=S.QUEUED, dest=S.RUNNING, after=[cb.mark_running]),
     _internal("invocationstarted", [S.SCHEDULED, S.RUNNING, S.OVERRUN, *IDLE], cb.mark_running),
     *_freed("invocationfinished", cb.finish),

@@ -18,6 +18,7 @@ from celery.signals import worker_ready
 from scheduler.declarative import reconcile_folder
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
+from scheduler.runs import AttemptRef
 from scheduler.settings import Settings
 from scheduler.watchdog import sweep, waited
 from scheduler.workers.runtime import Runtime
@@ -68,29 +69,40 @@ def start_invocation(invocation_id: int, attempt: int | None = None) -> None:
 
 
 @app.task(name="cronchain.run", bind=True, **RETRY)
-def run(self: Task, invocation_id: int, attempt: int) -> None:
-    """The work path: claim an attempt of a noop or http run, make its call, record it."""
-    if not _ints(invocation_id, attempt):
-        log.error("malformed run message dropped: %r %r", invocation_id, attempt)
+def run(self: Task, invocation_id: int, attempt: int, job_id: int | None = None) -> None:
+    """The work path: claim an attempt of a noop or http run, make its call, record it.
+    ``job_id`` is the run's job (absent from older messages: the ids alone)."""
+    if not _ints(invocation_id, attempt) or not (job_id is None or _ints(job_id)):
+        log.error("malformed run message dropped: %r %r %r", invocation_id, attempt, job_id)
         return
     worker = f"{self.request.hostname or 'worker'}:{os.getpid()}:{threading.get_ident()}"
-    execute(runtime().engine, invocation_id, attempt, worker)
+    execute(runtime().engine, invocation_id, attempt, worker, job_id)
 
 
 @app.task(name="cronchain.run_batch", bind=True, **RETRY)
 def run_batch(self: Task, attempts: Any) -> None:
-    """The work path: attempts begun together, claimed in one transaction."""
+    """The work path: attempts begun together, claimed in one transaction. Each is
+    ``[invocation, attempt, job]`` (``[invocation, attempt]`` in older messages)."""
     if not (
         isinstance(attempts, list)
         and 0 < len(attempts) <= MAX_BATCH
-        and all(isinstance(a, list | tuple) and len(a) == 2 and _ints(*a) for a in attempts)
+        and all(_attempt_ref(a) for a in attempts)
     ):
         log.error("malformed run_batch message dropped: %.200r", attempts)
         return
     worker = f"{self.request.hostname or 'worker'}:{os.getpid()}:{threading.get_ident()}"
     rt = runtime()
-    pairs = [(inv, attempt) for inv, attempt in attempts]
-    execute_batch(rt.engine, pairs, worker, rt.settings.work_concurrency)
+    refs: list[AttemptRef] = [(a[0], a[1], a[2] if len(a) == 3 else None) for a in attempts]
+    execute_batch(rt.engine, refs, worker, rt.settings.work_concurrency)
+
+
+def _attempt_ref(value: Any) -> bool:
+    return (
+        isinstance(value, list | tuple)
+        and len(value) in (2, 3)
+        and _ints(*value[:2])
+        and (len(value) == 2 or value[2] is None or _ints(value[2]))
+    )
 
 
 @worker_ready.connect

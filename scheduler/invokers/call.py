@@ -21,7 +21,9 @@ class Call:
     timeout: timedelta | None = None
     lost: threading.Event = field(default_factory=threading.Event)  # set: stop, it is over
     kind: str = "noop"
-    job_id: int | None = None  # saves the outcome a lookup of the job to lock first
+    # The run's job: it travels with the attempt, and a claim, heartbeat or outcome is
+    # recorded only on a run of that job (the engine's calls always name it).
+    job_id: int | None = None
 
     @property
     def task_id(self) -> str:
@@ -46,6 +48,21 @@ class Outcome:
 
 
 SUCCEEDED = Outcome(InvocationStatus.SUCCEEDED)
+
+ERROR_LIMIT = 4 * 1024  # characters of an attempt's error that are recorded
+_CUT = "\n[... {} characters cut ...]\n"
+
+
+def bounded_error(error: str | None, limit: int = ERROR_LIMIT) -> str | None:
+    """``error`` as an attempt records it: at most ``limit`` characters. Past that the
+    middle is cut and a marker says how much: the start says what failed, the end where
+    (the last frames of a traceback, the end of a response)."""
+    if error is None or len(error) <= limit:
+        return error
+    keep = limit - len(_CUT.format(len(error)))  # the longest marker this error can need
+    head = keep // 2
+    tail = keep - head
+    return error[:head] + _CUT.format(len(error) - keep) + error[-tail:]
 
 
 class Invoker(Protocol):

@@ -2,6 +2,8 @@
 
 The attempt travels in a ``cronchain`` header, which the hooks installed on those
 workers (:mod:`scheduler.workers.hooks`) read to claim it before the task body runs.
+The header names the job with the invocation and the attempt: a claim, a heartbeat or an
+outcome is recorded only on a run of that job.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ def send_task(app: Celery, call: Call) -> None:
     header = {
         "invocation": call.invocation_id,
         "attempt": call.attempt,
+        "job": call.job_id,
         "lease": call.lease.total_seconds(),  # read by workers of cronchain 0.1
     }
     app.send_task(

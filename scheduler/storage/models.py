@@ -112,6 +112,7 @@ jobs = Table(
     CheckConstraint("state <> 'DISABLED' OR NOT enabled", name="disabled"),
     CheckConstraint("state <> 'SUSPENDED' OR paused", name="suspended"),
     CheckConstraint("active >= 0 AND buffered >= 0", name="counts"),
+    sqlite_autoincrement=True,  # an id is never handed out again (see invocations)
 )
 Index("ix_jobs_watchdog_at", jobs.c.watchdog_at)
 
@@ -148,6 +149,10 @@ invocations = Table(
         "status NOT IN ('RUNNING', 'SUCCEEDED') OR started_at IS NOT NULL", name="started"
     ),
     CheckConstraint("status <> 'SKIPPED' OR reason IS NOT NULL", name="skipped_reason"),
+    # Task ids, messages and late outcomes name an invocation by its id: SQLite would
+    # hand a deleted last row's id out again, and a deleted job's run still in flight
+    # would then be taken for the new row's (PostgreSQL's sequences never reuse).
+    sqlite_autoincrement=True,
 )
 Index("ix_invocations_job_id_id", invocations.c.job_id, invocations.c.id)
 Index(

@@ -16,7 +16,6 @@ from sqlalchemy import (
     case,
     func,
     select,
-    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -31,12 +30,12 @@ _LOCK_INVOCATION = (
     select(invocations).where(invocations.c.id == bindparam("b_id")).with_for_update()
 )
 # A run and its job, both locked by one statement. PostgreSQL locks each joined row's
-# parts in the order of the FROM list: the job first, as every writer does. The join
-# has no condition so that a run of another job still comes back, for the caller to
-# refuse (Engine.lock).
+# parts in the order of the FROM list: the job first, as every writer does. A run that
+# is not that job's does not come back (nor is it locked): a late report naming a job
+# and a run of another job is refused, never recorded there.
 _LOCK_RUN = (
     select(jobs, invocations)
-    .select_from(jobs.join(invocations, true()))
+    .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
     .where(jobs.c.id == bindparam("b_job"), invocations.c.id == bindparam("b_inv"))
     .with_for_update()
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
@@ -97,7 +96,7 @@ def lock_run(
     conn: Connection, job_id: int, invocation_id: int
 ) -> tuple[InvocationRow, JobRow] | None:
     """An invocation and the job it is said to belong to, both locked; None if either
-    is gone. The caller checks that the invocation is that job's."""
+    is gone, or if the invocation is another job's."""
     row = conn.execute(_LOCK_RUN, {"b_job": job_id, "b_inv": invocation_id}).first()
     if row is None:
         return None
@@ -162,6 +161,15 @@ def oldest_waiting(
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
 
 
+def invocation_of_trigger(conn: Connection, job_id: int, trigger_id: str) -> dict[str, Any] | None:
+    """The run a trigger made (started, WAITING or SKIPPED), by its unique trigger id."""
+    query = select(invocations).where(
+        invocations.c.job_id == job_id, invocations.c.trigger_id == trigger_id
+    )
+    row = conn.execute(query).first()
+    return None if row is None else dict(row._mapping)
+
+
 def invocation_at(conn: Connection, job_id: int, slot: datetime) -> dict[str, Any] | None:
     """The invocation of a job's slot, if it has one."""
     query = select(invocations).where(invocations.c.job_id == job_id, invocations.c.slot == slot)
@@ -186,15 +194,24 @@ def count_backfill(conn: Connection, job_id: int, statuses: tuple[str, ...]) -> 
     return conn.execute(query).scalar_one()
 
 
-def renew_lease(conn: Connection, invocation_id: int, attempt: int, deadline: datetime) -> bool:
+def renew_lease(
+    conn: Connection,
+    invocation_id: int,
+    attempt: int,
+    deadline: datetime,
+    job_id: int | None = None,
+) -> bool:
     """Move a claimed attempt's lease deadline (never past its timeout). False: the
-    attempt is not (or no longer) the current one: it was retried, aborted or timed out."""
+    attempt is not (or no longer) the current one: it was retried, aborted or timed out,
+    or (``job_id`` given) the run is not that job's."""
     query = update(invocations).where(
         invocations.c.id == invocation_id,
         invocations.c.attempt == attempt,
         invocations.c.status == "RUNNING",
         invocations.c.worker.isnot(None),
     )
+    if job_id is not None:
+        query = query.where(invocations.c.job_id == job_id)
     timeout_at = invocations.c.timeout_at
     deadline_value = case((timeout_at < deadline, timeout_at), else_=deadline)
     return conn.execute(query.values(deadline=deadline_value)).rowcount == 1

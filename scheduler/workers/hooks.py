@@ -1,13 +1,15 @@
 """The worker side of the ``celery`` kind: claim, heartbeat, report, without any change
 to the user's task.
 
-cronchain sends a job's task with a ``cronchain`` header naming the invocation and the
-attempt (its epoch). On the worker that runs it:
+cronchain sends a job's task with a ``cronchain`` header naming the invocation, the
+attempt (its epoch) and the job. On the worker that runs it:
 
 - before the task body runs, the attempt is claimed in the database. Only the current
   attempt, and only one delivery of it, can be claimed: a redelivered message (an
   ``acks_late`` redelivery, a replay) or one from an older attempt is ignored, so it can
-  never start a second concurrent run;
+  never start a second concurrent run. Nor can a task of a deleted job claim another
+  job's run: the claim, the heartbeats and the outcome are recorded only on a run of
+  the job the header names;
 - while it runs, a thread renews the lease at a third of its length; a task may also
   call :func:`heartbeat` to report progress (and learn that it should stop);
 - when it ends, its success or failure (with the exception text) finishes the attempt.
@@ -68,17 +70,20 @@ def _ints(*values: Any) -> bool:
 def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
     fields = header if isinstance(header, dict) else {}
     invocation_id, attempt = fields.get("invocation"), fields.get("attempt")
-    if not _ints(invocation_id, attempt):
+    job_id = fields.get("job")  # absent from older headers: the ids alone
+    if not _ints(invocation_id, attempt) or not (job_id is None or _ints(job_id)):
         log.error("task %s has a malformed cronchain header %r: not run", task_id, header)
         return False
     engine = Runtime.current(task.app).engine
     worker = f"{task.request.hostname or 'worker'}:{os.getpid()}"
-    call = engine.runs.claim(invocation_id, attempt, worker)
+    call = engine.runs.claim(invocation_id, attempt, worker, job_id=job_id)
     if call is None:
         log.warning(
-            "invocation %s attempt %s is not current or was claimed already: task %s not run",
+            "invocation %s attempt %s (job %s) is not current or was claimed already, or"
+            " is not that job's: task %s not run",
             invocation_id,
             attempt,
+            job_id,
             task_id,
         )
         return False

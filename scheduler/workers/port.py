@@ -43,7 +43,7 @@ class CeleryPort:
         if call.kind != "celery":
             self.app.send_task(
                 "cronchain.run",
-                args=(call.invocation_id, call.attempt),
+                args=(call.invocation_id, call.attempt, call.job_id),
                 queue=self.work_queue,
                 task_id=call.task_id,
             )
@@ -53,7 +53,7 @@ class CeleryPort:
     def run_batch(self, calls: list[Call]) -> None:
         self.app.send_task(
             "cronchain.run_batch",
-            args=([[call.invocation_id, call.attempt] for call in calls],),
+            args=([[call.invocation_id, call.attempt, call.job_id] for call in calls],),
             queue=self.work_queue,
         )
 

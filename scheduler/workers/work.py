@@ -7,6 +7,7 @@ work-path worker (``celery -A tasks worker --queues cronchain.work --pool thread
 takes the message, claims the attempts (from then on their leases and timeouts count),
 makes each call while its lease is renewed, and records each outcome. A redelivered or
 repeated message finds its attempts claimed, or no longer current, and does nothing.
+Each attempt is named with its job, and is claimed and recorded only on a run of it.
 """
 
 from __future__ import annotations
@@ -18,22 +19,30 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from scheduler.engine import Engine
 from scheduler.invokers import Call, Invoker, Outcome
 from scheduler.leases import Lease
+from scheduler.runs import AttemptRef
 
 log = logging.getLogger("cronchain.work")
 
 
-def execute(engine: Engine, invocation_id: int, attempt: int, worker: str) -> Outcome | None:
+def execute(
+    engine: Engine, invocation_id: int, attempt: int, worker: str, job_id: int | None = None
+) -> Outcome | None:
     """Claim the attempt, make its call and record its outcome; None if the attempt
-    could not be claimed (not current, or claimed by another delivery)."""
-    call = engine.runs.claim(invocation_id, attempt, worker)
+    could not be claimed (not current, claimed by another delivery, or not ``job_id``'s)."""
+    call = engine.runs.claim(invocation_id, attempt, worker, job_id=job_id)
     if call is None:
-        log.info("invocation %s attempt %s: not current or claimed already", invocation_id, attempt)
+        log.info(
+            "invocation %s attempt %s (job %s): not current, claimed already or gone",
+            invocation_id,
+            attempt,
+            job_id,
+        )
         return None
     return _run(engine, call)
 
 
 def execute_batch(
-    engine: Engine, attempts: list[tuple[int, int]], worker: str, threads: int
+    engine: Engine, attempts: list[AttemptRef], worker: str, threads: int
 ) -> list[Outcome]:
     """Claim attempts sent together in one transaction, make their calls side by side
     (one slow endpoint must not hold up the others) and record each outcome as it
@@ -56,7 +65,8 @@ def execute_batch(
 
 
 def _run(engine: Engine, call: Call) -> Outcome:
-    lease = engine.leases.hold(Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost))
+    lease = Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost, job_id=call.job_id)
+    engine.leases.hold(lease)
     try:  # held until the outcome is recorded, so that the watchdog leaves the run alone
         outcome = _call(engine.invokers.get(call.kind), call)
         engine.runs.record_patiently(call.invocation_id, call.attempt, outcome, job_id=call.job_id)

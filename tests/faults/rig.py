@@ -4,7 +4,9 @@ A rig is a PostgreSQL cluster and a Redis server of the test's own (so it can ki
 celery workers (control path, work path, the user's queue) and beat as real processes,
 50 noop jobs firing every 1 s or 2 s, a few slow ``celery`` jobs and a few slow ``http``
 jobs against an endpoint of the rig's own. A fault is a function of the rig; the ledger
-then checks the whole window against each job's own schedule.
+then checks the whole window against each job's own schedule, and each run's outcome
+against the work done for that job (each slow job's task body writes to a file of its
+own job, each http call names its run).
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ WORKERS = {"worker": "cronchain", "work": "cronchain.work", "tasks": "slow"}
 POOLS = {"work": ("threads", 20)}  # the others: prefork, two processes
 SUMMARY: list[str] = []  # one line per fault, printed at the end of the run
 FINAL = ("SUCCEEDED", "SKIPPED", "FAILED", "ABORTED")
+WITNESSED = ("slow", "http")  # the jobs whose work the rig sees done (name prefixes)
 
 
-def job_file(path: Path, slow_log: Path, slow_url: str) -> Path:
+def job_file(path: Path, slow_logs: Path, slow_url: str) -> Path:
     controls = {"lease": f"{LEASE:g}s", "retries": {"max_attempts": 5, "backoff": "1s"}}
     specs = [
         {"name": f"noop{i:02d}", "schedule": f"every {1 + i % 2}s", "noop": {}, **controls}
@@ -60,7 +63,7 @@ def job_file(path: Path, slow_log: Path, slow_url: str) -> Path:
             "celery": {
                 "task": "faults.slow",
                 "queue": "slow",
-                "kwargs": {"log": str(slow_log), "seconds": 1.5},
+                "kwargs": {"log": str(slow_logs / f"slow{i}"), "seconds": 1.5},
             },
             **controls,
         }
@@ -88,7 +91,7 @@ class Rig:
     db: sqlalchemy.Engine = field(init=False)
 
     def __post_init__(self) -> None:
-        self.slow_log = self.folder / "slow-runs"
+        self.slow_logs = self.folder / "slow-runs"  # a file per slow job, named after it
         self.cluster = Cluster.create(
             self.folder,
             CRONCHAIN_DATABASE_URL=self.pg.url,
@@ -103,9 +106,10 @@ class Rig:
     def up(self) -> None:
         """Migrate, start a worker and beat, apply the jobs, and let them run a while."""
         upgrade(self.db)
+        self.slow_logs.mkdir()
         self.start_beat()
         self.start_workers()
-        jobs_file = job_file(self.folder / "jobs.yaml", self.slow_log, self.endpoint.url)
+        jobs_file = job_file(self.folder / "jobs.yaml", self.slow_logs, self.endpoint.url)
         self.cluster.cronchain("apply", str(jobs_file))
         self.fired_since(now(), 20)
 
@@ -331,6 +335,7 @@ class Ledger:
     lost: list[tuple[str, datetime]] = field(default_factory=list)
     unexpected: list[tuple[str, datetime]] = field(default_factory=list)
     duplicates: int = 0
+    crossed: int = 0  # work done or outcomes recorded on another job's run
     unfinished: int = 0
     recover: float = 0.0
 
@@ -340,20 +345,23 @@ class Ledger:
         return (
             f"{fault:<28} expected {self.expected:>5}  fired {self.fired:>5}  "
             f"skipped {sum(self.skipped.values()):>3} ({skipped})  failed {failed}  "
-            f"duplicates {self.duplicates}  lost {len(self.lost)}  "
+            f"duplicates {self.duplicates}  crossed {self.crossed}  lost {len(self.lost)}  "
             f"recovered in {self.recover:.1f} s"
         )
 
     @property
     def whole(self) -> bool:
-        return not (self.lost or self.unexpected or self.duplicates or self.failed)
+        return not (self.lost or self.unexpected or self.duplicates or self.crossed or self.failed)
 
 
 def check_ledger(rig: Rig, end: datetime) -> Ledger:
     """Every slot of every job, from its first to ``end``, against history: exactly once,
     as SUCCEEDED or SKIPPED with a reason; no celery body run twice for one attempt, no
-    http call made twice for one attempt."""
+    http call made twice for one attempt; no outcome recorded on another job's run."""
     ledger = Ledger()
+    witnessed_at = now()  # the work done is read first: every run it names exists
+    bodies = {p.name: p.read_text().split("\n") for p in rig.slow_logs.iterdir()}
+    calls = Counter(rig.endpoint.calls)
     with rig.db.connect() as conn:
         job_rows = conn.execute(
             select(jobs.c.id, jobs.c.name, jobs.c.schedule, jobs.c.created_at)
@@ -386,10 +394,60 @@ def check_ledger(rig: Rig, end: datetime) -> Ledger:
             ledger.failed[f"{row.status}: {row.error or row.reason}"] += 1
         else:
             ledger.unfinished += 1
-    runs = Counter(rig.slow_log.read_text().split("\n")) if rig.slow_log.exists() else Counter()
-    ledger.duplicates += sum(n - 1 for line, n in runs.items() if line and n > 1)
-    ledger.duplicates += sum(n - 1 for n in rig.endpoint.calls.values() if n > 1)
+    for lines in bodies.values():
+        runs = Counter(line for line in lines if line)
+        ledger.duplicates += sum(n - 1 for n in runs.values() if n > 1)
+    ledger.duplicates += sum(n - 1 for n in calls.values() if n > 1)
+    with rig.db.connect() as conn:
+        ledger.crossed = crossed_runs(conn, bodies, calls, witnessed_at)
     return ledger
+
+
+def crossed_runs(
+    conn: sqlalchemy.Connection,
+    bodies: dict[str, list[str]],
+    calls: Counter[tuple[int, int]],
+    witnessed_at: datetime,
+) -> int:
+    """How many times a run and the work done for it belong to different jobs: a slow
+    job's task body that ran under another job's run; a run's attempt that ended by its
+    task (SUCCEEDED, or FAILED with the task's ``error``) before ``witnessed_at`` while no
+    body of its own job ran for that attempt (the outcome came from another job's task);
+    an http call for a run that is not an http job's. Each is a claim or an outcome
+    matched by an id that named another job's run."""
+    names = dict(conn.execute(select(jobs.c.id, jobs.c.name)).all())
+    runs = conn.execute(
+        select(
+            invocations.c.id, invocations.c.job_id, invocations.c.status,
+            invocations.c.reason, invocations.c.attempt, invocations.c.finished_at,
+            invocations.c.attempts,
+        ).where(invocations.c.job_id.in_([j for j, n in names.items() if n.startswith(WITNESSED)]))
+    ).all()  # fmt: skip
+    owner = {run.id: names[run.job_id] for run in runs}
+    seen = {
+        (name, *map(int, line.split()))
+        for name, lines in bodies.items()
+        for line in lines
+        if line.replace(" ", "").isdigit()
+    }
+    crossed = sum(owner.get(inv) != name for name, inv, _attempt in seen)
+    crossed += sum(not owner.get(inv, "").startswith("http") for inv, _attempt in calls)
+    for run in runs:
+        if not owner[run.id].startswith("slow"):
+            continue
+        ended = [
+            (a["attempt"], datetime.fromisoformat(a["finished_at"]))
+            for a in run.attempts or []
+            if a["reason"] == "error"
+        ]
+        if run.finished_at and (run.status == "SUCCEEDED" or run.reason == "error"):
+            ended.append((run.attempt, run.finished_at))
+        crossed += sum(
+            (owner[run.id], run.id, attempt) not in seen
+            for attempt, at in ended
+            if at < witnessed_at
+        )
+    return crossed
 
 
 def settle(rig: Rig, end: datetime, timeout: float = 30) -> Ledger:

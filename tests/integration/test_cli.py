@@ -158,7 +158,9 @@ def test_abort_and_one_invocation_with_its_log(cli, tmp_path: Path):  # type: ig
     cli("apply", str(path))
     cli("trigger", "demo/slow")  # no worker runs here: the invocation stays STARTING
     [row] = json.loads(cli("history", "demo/slow", "--json").stdout)
-    assert cli("abort", "demo/slow").stdout.strip() == f"demo/slow: aborted {row['id']}"
+    # how many of each status, with their ids (issue 15)
+    aborted = cli("abort", "demo/slow").stdout.strip()
+    assert aborted == f"demo/slow: aborted 1 starting ({row['id']})"
     detail = json.loads(
         cli("history", "demo/slow", "--invocation", str(row["id"]), "--json").stdout
     )
@@ -166,7 +168,8 @@ def test_abort_and_one_invocation_with_its_log(cli, tmp_path: Path):  # type: ig
     assert "aborted by a user" in detail["log"]
     text = cli("history", "--invocation", str(row["id"])).stdout
     assert "status: ABORTED" in text and "log:" in text
-    assert cli("abort", "--invocation", str(row["id"])).stdout.strip().endswith("nothing active")
+    again = cli("abort", "--invocation", str(row["id"])).stdout.strip()
+    assert again.endswith("nothing active or waiting")  # issue 15: waiting runs count too
     assert "one of them" in cli("abort", code=2).stderr
     assert "no invocation 999" in cli("history", "--invocation", "999", code=2).stderr
 

@@ -175,13 +175,14 @@ def test_abort_ends_the_running_invocation_and_revokes_its_task(
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     claim_tasks(engine, port)
-    assert Scheduler(engine).abort("p/a") == [inv]
+    # abort returns the ids by the status each had (issue 15: it says how many of each)
+    assert Scheduler(engine).abort("p/a") == {"STARTING": [], "RUNNING": [inv], "WAITING": []}
     row = rows(engine)[0]
     assert (row["status"], row["reason"]) == ("ABORTED", "aborted")
     assert port.revoked == [f"cronchain-{inv}-1"]
     assert job(engine).snapshot.state == "SCHEDULED"
     assert engine.runs.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=1) is False
-    assert Scheduler(engine).abort("p/a") == []
+    assert Scheduler(engine).abort("p/a") == {"STARTING": [], "RUNNING": [], "WAITING": []}
 
 
 def test_buffer_one_runs_one_waiting_slot_after_the_active_one(db: sqlalchemy.Engine, clock: Clock):
@@ -209,7 +210,8 @@ def test_aborting_a_waiting_invocation_frees_its_place(db: sqlalchemy.Engine, cl
     sched.trigger("p/a")
     waiting = rows(engine)[1]
     assert waiting["status"] == "WAITING"
-    assert sched.abort(invocation=waiting["id"]) == [waiting["id"]]
+    # by status since issue 15
+    assert sched.abort(invocation=waiting["id"])["WAITING"] == [waiting["id"]]
     assert job(engine).snapshot.buffered == 0
     assert rows(engine)[1]["status"] == "ABORTED"
 

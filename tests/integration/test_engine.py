@@ -315,7 +315,14 @@ def test_trigger_pause_resume(engine: Engine, port: RecordingPort, clock: Clock)
     first = sched.trigger("p/a")
     assert first["invocation"] is not None
     second = sched.trigger("a")  # a unique name needs no project
-    assert second == {"trigger_id": second["trigger_id"], "invocation": None, "skipped": "overlap"}
+    # Since issue 15 a trigger says what happened, and names the row it recorded.
+    assert second == {
+        "trigger_id": second["trigger_id"],
+        "result": "skipped",
+        "invocation": first["invocation"] + 1,
+        "status": "SKIPPED",
+        "skipped": "overlap",
+    }
     deliver_starts(engine, port)
     sched.pause("p/a", "maintenance")
     row = job(engine)

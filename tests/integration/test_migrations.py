@@ -75,3 +75,90 @@ def test_0003_records_what_is_known_of_existing_jobs(db: sqlalchemy.Engine):
         ("p", "enabled", None),
         ("p", "paused", "ops"),
     ]
+
+
+def _insert_job(conn: sqlalchemy.Connection, name: str) -> int:
+    conn.execute(
+        sqlalchemy.text(
+            "INSERT INTO jobs (project, name, kind, schedule, timezone, spec, revision, enabled,"
+            " paused, state, generation, invocation_running, overruns, active, buffered,"
+            " created_at, updated_at) VALUES ('m', :name, 'celery', 'triggered', 'UTC', '{}',"
+            " 'r1', true, false, 'SCHEDULED', 0, false, 0, 0, 0, '2026-01-01 00:00:00+00',"
+            " '2026-01-01 00:00:00+00')"
+        ),
+        {"name": name},
+    )
+    query = sqlalchemy.text("SELECT id FROM jobs WHERE name = :name")
+    return conn.execute(query, {"name": name}).scalar_one()
+
+
+def _insert_run(conn: sqlalchemy.Connection, job_id: int, trigger: str) -> int:
+    conn.execute(
+        sqlalchemy.text(
+            "INSERT INTO invocations (job_id, trigger_id, revision, status, attempt, created_at,"
+            " started_at, deadline, backfill) VALUES (:job, :trigger, 'r1', 'RUNNING', 1,"
+            " '2026-01-01 00:00:00+00', '2026-01-01 00:00:00+00', '2026-01-01 00:01:00+00',"
+            " false)"
+        ),
+        {"job": job_id, "trigger": trigger},
+    )
+    query = sqlalchemy.text("SELECT id FROM invocations WHERE trigger_id = :trigger")
+    return conn.execute(query, {"trigger": trigger}).scalar_one()
+
+
+def _everything(engine: sqlalchemy.Engine) -> dict[str, list[tuple[object, ...]]]:
+    queries = {
+        "jobs": "SELECT id, name FROM jobs ORDER BY id",
+        "invocations": "SELECT id, job_id, trigger_id, status FROM invocations ORDER BY id",
+        "revokes": "SELECT task_id, invocation_id FROM revokes ORDER BY task_id",
+        "job_changes": "SELECT id, job_id, change FROM job_changes ORDER BY id",
+    }
+    with engine.connect() as conn:
+        return {t: [tuple(r) for r in conn.execute(sqlalchemy.text(q))] for t, q in queries.items()}
+
+
+def test_0005_keeps_every_row_and_id_and_never_hands_an_id_out_again(db: sqlalchemy.Engine):
+    """SQLite's tables are rebuilt with AUTOINCREMENT (PostgreSQL's sequences already
+    never reuse): every row and id is kept, rows that reference the rebuilt tables too
+    (with foreign keys on, dropping the old table would have deleted them), up, down and
+    up again. Then the last job and its run are deleted: no new row gets their ids."""
+    downgrade(db, "0004")
+    with db.begin() as conn:
+        a, gap, last = (_insert_job(conn, name) for name in ("a", "gap", "last"))
+        runs = [_insert_run(conn, job, f"t{job}") for job in (a, gap, last)]
+        conn.execute(sqlalchemy.text("DELETE FROM jobs WHERE id = :id"), {"id": gap})
+        conn.execute(
+            sqlalchemy.text("INSERT INTO revokes VALUES (:task, :inv, '2026-01-01 00:00:00+00')"),
+            {"task": f"cronchain-{runs[2]}-1", "inv": runs[2]},
+        )
+        conn.execute(
+            sqlalchemy.text(
+                "INSERT INTO job_changes (job_id, at, change, revision, schedule, timezone)"
+                " VALUES (:job, '2026-01-01 00:00:00+00', 'created', 'r1', 'triggered', 'UTC')"
+            ),
+            {"job": last},
+        )
+    before = _everything(db)
+    assert [len(rows) for rows in before.values()] == [2, 2, 1, 1]
+    upgrade(db)
+    assert _everything(db) == before
+    downgrade(db, "0004")
+    assert _everything(db) == before
+    upgrade(db)
+    assert _everything(db) == before
+    assert differences(db) == []
+    if db.dialect.name == "sqlite":
+        with db.connect() as conn:
+            query = "SELECT name, sql FROM sqlite_master WHERE name IN ('jobs', 'invocations')"
+            sql = dict(conn.exec_driver_sql(query).all())
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1  # on again
+        assert all("AUTOINCREMENT" in sql[t] for t in ("jobs", "invocations")), sql
+    with db.begin() as conn:
+        conn.execute(sqlalchemy.text("DELETE FROM jobs WHERE id = :id"), {"id": last})
+    after = _everything(db)  # the references still hold: its rows went with it
+    assert [len(rows) for rows in after.values()] == [1, 1, 0, 0]
+    assert after["invocations"] == before["invocations"][:1]
+    with db.begin() as conn:
+        job = _insert_job(conn, "new")
+        run = _insert_run(conn, job, "new")
+    assert job > last and run > runs[2]

@@ -1,0 +1,254 @@
+"""Every run accounted for (issue 15): a backfill stays in the past, abort stops every
+run of the job (waiting ones too), trigger says what it did, a disabled job is not
+backfilled, and times are written one way. On SQLite and PostgreSQL, with a fixed clock;
+the CLI runs in this process on the same engine, so that its words are checked against
+the same rows."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy
+
+import scheduler.cli
+from scheduler.api import Scheduler
+from scheduler.engine import Engine
+from scheduler.errors import SpecError
+from scheduler.invokers import Outcome
+from scheduler.timing.schedules import Every
+from statemachine import Backfill, InvalidTransition, InvocationStatus, JobSnapshot, JobState, step
+from tests.conftest import Clock, RecordingPort
+from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
+from tests.integration.test_engine import deliver_ticks, job
+from tests.integration.test_time import T0, at, history, run_until, settle
+
+pytestmark = pytest.mark.postgres
+S = InvocationStatus
+OK = "SUCCEEDED"
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    """``cronchain ARGV`` on a test's engine: (exit status, stdout, stderr)."""
+
+    def run(engine: Engine, *argv: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(scheduler.cli, "_scheduler", lambda args: Scheduler(engine))
+        code = scheduler.cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def statuses(engine: Engine) -> list[tuple[str, str | None]]:
+    return [(r["status"], r["reason"]) for r in rows(engine)]
+
+
+# --- 2. a backfill is for the past ------------------------------------------------------
+
+
+def test_a_backfill_past_now_is_refused_and_the_schedule_fires_every_slot(
+    engine: Engine, port: RecordingPort, clock: Clock, cli: Any
+):
+    sched = Scheduler(engine)
+    add(engine, spec(schedule="every 10s"))
+    for dry_run in (True, False):
+        with pytest.raises(SpecError, match=r"^--to: .* after now"):
+            sched.backfill("p/a", at(-10), at(30), dry_run=dry_run)
+    window = ("--from", "2026-03-01T11:59:50Z", "--to", "2026-03-01T12:00:30Z")
+    code, out, err = cli(engine, "backfill", "p/a", *window)
+    assert (code, out) == (2, "")
+    assert err.startswith("cronchain: --to: ") and "2026-03-01T12:00:10Z" in err
+    assert rows(engine) == []  # nothing written
+    run_until(engine, port, clock, 30)
+    assert history(engine) == [(10, OK, None), (20, OK, None), (30, OK, None)]
+    assert not any(r["backfill"] for r in rows(engine))
+
+
+def test_a_backfill_up_to_now_runs_the_past_slots_beside_the_schedule(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    sched = Scheduler(engine)
+    add(engine, spec(schedule="every 10s"))
+    report = sched.backfill("p/a", at(-30), at(0), max_concurrent=4)  # now is a slot: taken
+    assert len(report["slots"]) == len(report["started"]) == 4
+    settle(engine, port)
+    run_until(engine, port, clock, 20)
+    assert history(engine) == [(s, OK, None) for s in range(-30, 30, 10)]
+    assert [r["backfill"] for r in rows(engine)] == [True] * 4 + [False] * 2
+
+
+# --- 3. abort stops every run of the job -------------------------------------------------
+
+
+def test_abort_ends_the_runs_waiting_under_buffer_all_and_none_starts(
+    db: sqlalchemy.Engine, clock: Clock, cli: Any
+):
+    engine, port = engine_with(db, clock, Scripted(None))  # the first run hangs
+    add(engine, spec(overlap="buffer_all"))
+    sched = Scheduler(engine)
+    sched.trigger("p/a")
+    deliver(engine, port)
+    sched.trigger("p/a")
+    sched.trigger("p/a")
+    assert statuses(engine) == [("RUNNING", None), ("WAITING", None), ("WAITING", None)]
+    ids = [r["id"] for r in rows(engine)]
+    code, out, err = cli(engine, "abort", "p/a")
+    deliver(engine, port)
+    assert statuses(engine) == [("ABORTED", "aborted")] * 3
+    assert port.start_messages == [] and port.runs == []
+    assert (code, err) == (0, "")
+    assert out == f"p/a: aborted 1 running ({ids[0]}) and 2 waiting ({ids[1]}, {ids[2]})\n"
+    snapshot = job(engine).snapshot
+    assert (snapshot.state, snapshot.active, snapshot.buffered) == ("SCHEDULED", 0, 0)
+    assert sched.abort("p/a") == {"STARTING": [], "RUNNING": [], "WAITING": []}
+    assert sched.trigger("p/a")["result"] == "started"  # the job runs again
+
+
+def test_abort_ends_the_waiting_catch_up_runs_of_misfire_all(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock, Scripted(None))  # the first catch-up run hangs
+    add(engine, spec(schedule="every 10s", misfire="all"))
+    clock.advance(55)  # slots 10 to 50 are missed
+    deliver_ticks(engine, port)
+    deliver(engine, port)
+    assert [r["status"] for r in rows(engine)] == ["RUNNING"] + ["WAITING"] * 4
+    first, *waiting = [r["id"] for r in rows(engine)]
+    aborted = Scheduler(engine).abort("p/a")
+    deliver(engine, port)
+    assert {r["status"] for r in rows(engine)} == {"ABORTED"}
+    assert aborted == {"STARTING": [], "RUNNING": [first], "WAITING": waiting}
+    assert (job(engine).snapshot.active, job(engine).snapshot.buffered) == (0, 0)
+    clock.advance(5)  # the schedule goes on: slot 60
+    deliver_ticks(engine, port)
+    deliver(engine, port)
+    assert history(engine)[-1] == (60, OK, None)
+
+
+def test_abort_of_one_invocation_still_lets_a_waiting_run_take_its_place(
+    db: sqlalchemy.Engine, clock: Clock, cli: Any
+):
+    engine, port = engine_with(db, clock, Scripted(None))
+    add(engine, spec(overlap="buffer_one"))
+    sched = Scheduler(engine)
+    first = sched.trigger("p/a")["invocation"]
+    deliver(engine, port)
+    second = sched.trigger("p/a")["invocation"]
+    code, out, _ = cli(engine, "abort", "--invocation", str(first))
+    assert (code, out) == (0, f"invocation {first}: aborted 1 running ({first})\n")
+    deliver(engine, port)
+    assert statuses(engine) == [("ABORTED", "aborted"), ("SUCCEEDED", None)]
+    assert rows(engine)[1]["id"] == second
+    assert cli(engine, "abort", "p/a")[1] == "p/a: nothing active or waiting\n"
+
+
+# --- 4. trigger says what happened ------------------------------------------------------
+
+
+def test_trigger_says_whether_its_run_started_waits_or_was_skipped(
+    db: sqlalchemy.Engine, clock: Clock, cli: Any
+):
+    engine, port = engine_with(db, clock, Scripted(None))
+    add(engine, spec(overlap="buffer_one"))
+    sched = Scheduler(engine)
+    started = sched.trigger("p/a")
+    deliver(engine, port)
+    buffered = sched.trigger("p/a")
+    waiting = rows(engine)[1]
+    assert buffered["skipped"] is None  # it was not skipped: it waits
+    assert started | {"trigger_id": None} == {
+        "trigger_id": None,
+        "result": "started",
+        "invocation": rows(engine)[0]["id"],
+        "status": "STARTING",
+        "skipped": None,
+    }
+    assert (waiting["status"], waiting["trigger_id"]) == ("WAITING", buffered["trigger_id"])
+    assert buffered | {"trigger_id": None} == {
+        "trigger_id": None,
+        "result": "buffered",
+        "invocation": waiting["id"],
+        "status": "WAITING",
+        "skipped": None,
+    }
+    code, out, _ = cli(engine, "trigger", "p/a")  # buffer_one: one waits already
+    skipped = rows(engine)[2]
+    assert (skipped["status"], skipped["reason"]) == ("SKIPPED", "overlap")
+    assert code == 0
+    assert out == (
+        f"p/a: skipped (overlap): another run is active; recorded as invocation {skipped['id']}\n"
+    )
+    engine.runs.finish_invocation(started["invocation"], Outcome(S.SUCCEEDED), attempt=1)
+    code, out, _ = cli(engine, "trigger", "p/a")  # the buffered run is active now
+    assert out == (
+        f"p/a: invocation {rows(engine)[3]['id']} is WAITING: another run is active;"
+        " it starts in its turn\n"
+    )
+    assert rows(engine)[3]["status"] == "WAITING"
+    while port.start_messages:  # the buffered runs start and succeed, one after the other
+        deliver(engine, port)
+    assert [r["status"] for r in rows(engine)] == [OK, OK, "SKIPPED", OK]
+    code, out, _ = cli(engine, "trigger", "p/a")  # idle again
+    assert out == f"p/a: invocation {rows(engine)[4]['id']} started\n"
+
+
+# --- 5. a disabled job is not backfilled -------------------------------------------------
+
+
+def test_a_disabled_job_refuses_a_backfill_and_a_paused_one_takes_it(
+    engine: Engine, port: RecordingPort, clock: Clock, cli: Any
+):
+    sched = Scheduler(engine)
+    add(engine, spec(schedule="every 10s"), spec("b", schedule="every 10s"))
+    sched.apply([spec("b", schedule="every 10s")], project="p")  # p/a is disabled
+    assert job(engine).enabled is False
+    for dry_run in (True, False):
+        with pytest.raises(InvalidTransition, match="cannot backfill a job that is DISABLED"):
+            sched.backfill("p/a", at(-30), at(-10), dry_run=dry_run)
+    window = ("--from", "2026-03-01T11:59:30Z", "--to", "2026-03-01T11:59:50Z")
+    code, out, err = cli(engine, "backfill", "p/a", *window)
+    assert (code, out) == (2, "")
+    assert err == "cronchain: cannot backfill a job that is DISABLED\n"
+    assert rows(engine) == []
+
+    sched.pause("p/b", "maintenance")  # a paused job: its schedule stops, a backfill runs
+    code, out, _ = cli(engine, "backfill", "p/b", *window)
+    assert code == 0 and out.startswith("p/b: created 3 invocations")
+    settle(engine, port)
+    assert [(r["status"], r["backfill"]) for r in rows(engine)] == [(OK, True)] * 3
+    assert job(engine, "p/b").snapshot.state == "SUSPENDED"
+
+
+@pytest.mark.parametrize("state", ["SCHEDULED", "RUNNING", "SUSPENDED"])
+def test_the_machine_takes_a_backfill_unchanged_unless_the_job_is_disabled(state: str):
+    """The pure rule the engine asks before it plans a backfill."""
+    schedule = Every(timedelta(seconds=10))
+    with pytest.raises(InvalidTransition, match="cannot backfill a job that is DISABLED"):
+        step(JobSnapshot(), Backfill(), now=T0, schedule=schedule, nonce=1)
+    snapshot = JobSnapshot(JobState(state), active=int(state == "RUNNING"), buffered=1)
+    done = step(snapshot, Backfill(), now=T0, schedule=schedule, nonce=1)
+    assert (done.snapshot, done.actions, done.changed) == (snapshot, [], False)
+
+
+# --- 7. one way to write a time ----------------------------------------------------------
+
+
+def test_attempt_times_are_written_with_a_z_like_every_other_time(
+    db: sqlalchemy.Engine, clock: Clock, cli: Any
+):
+    failed = Outcome.failed("boom", "error")
+    engine, port = engine_with(db, clock, Scripted(failed))
+    add(engine, spec(retries={"max_attempts": 2, "backoff": "1s", "jitter": 0}))
+    inv = Scheduler(engine).trigger("p/a")["invocation"]
+    deliver(engine, port)
+    clock.advance(2)
+    deliver(engine, port, clock)
+    code, out, _ = cli(engine, "history", "--invocation", str(inv), "--json")
+    detail = json.loads(out)
+    [attempt] = detail["attempts"]
+    assert attempt["started_at"] == "2026-03-01T12:00:00Z"
+    assert attempt["finished_at"] == "2026-03-01T12:00:00Z"
+    assert detail["finished_at"] == "2026-03-01T12:00:02Z" == detail["started_at"]
+    assert Scheduler(engine).invocation(inv)["attempts"] == [attempt]

@@ -1,0 +1,409 @@
+"""Every run is accounted for on its own job (issue 15, item 1).
+
+SQLite's ``INTEGER PRIMARY KEY`` hands the id of a deleted last row out again. A
+``celery`` run of a job deleted while its task still ran then had its task id, its
+heartbeats and its outcome matched to the next job's run that got the same ids: its
+exception was recorded there, that run was retried while its first task still ran, and
+its task body ran twice at once. Ids that messages, task ids and outcomes name are never
+handed out again, on either backend, and an outcome must also name the job of its run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+from celery import Celery
+from celery.app.trace import build_tracer
+from sqlalchemy import select
+
+from scheduler.api import Scheduler
+from scheduler.engine import Engine
+from scheduler.invokers import SUCCEEDED, Call, Outcome, default_invokers
+from scheduler.invokers import celery as celery_kind
+from scheduler.invokers.call import ERROR_LIMIT, bounded_error
+from scheduler.settings import Settings
+from scheduler.spec import JobSpec
+from scheduler.storage import run_store
+from scheduler.storage.models import invocations, jobs
+from scheduler.workers import hooks, runtime, work
+from scheduler.workers.port import CeleryPort
+from tests.conftest import Clock, RecordingPort
+
+pytestmark = pytest.mark.postgres
+
+
+@dataclass
+class CeleryWire(RecordingPort):
+    """A port that sends ``celery`` attempts through cronchain's own ``send_task`` and
+    keeps each message (task name, options, headers) as the broker would."""
+
+    messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def run(self, call: Call) -> None:
+        super().run(call)
+        if call.kind == "celery":
+            celery_kind.send_task(self, call)  # type: ignore[arg-type]  # self is the app
+
+    def send_task(self, name: str, **options: Any) -> None:
+        self.messages.append((name, options))
+
+
+@dataclass
+class Bodies:
+    """What the user's task bodies did: each start, and how many of each job's ran at
+    once at most. A body waits for its job's gate before it ends."""
+
+    started: list[tuple[str, Any]] = field(default_factory=list)
+    running: Counter[str] = field(default_factory=Counter)
+    most: Counter[str] = field(default_factory=Counter)
+    gates: dict[str, threading.Event] = field(default_factory=dict)
+    heartbeats: list[bool] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def gate(self, name: str) -> threading.Event:
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
+
+
+def until(condition: Callable[[], Any], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+# The user's worker: an app with cronchain's hooks installed, and one task whose body
+# records itself in the running test's ``Bodies``. One for the module: Celery keeps one
+# callable per task name for the whole process.
+APP = Celery("ids-test", set_as_current=False)
+hooks.install(APP)
+BODIES: list[Bodies] = []
+
+
+@APP.task(name="ids.body", bind=True)
+def body(self: Any, name: str) -> None:
+    bodies = BODIES[-1]
+    with bodies.lock:
+        bodies.started.append((name, getattr(self.request, celery_kind.HEADER, None)))
+        bodies.running[name] += 1
+        bodies.most[name] = max(bodies.most[name], bodies.running[name])
+    try:
+        bodies.gate(name).wait(10)
+        if name == "x/a":  # the deleted job's task: it goes on, then fails
+            bodies.heartbeats.append(hooks.heartbeat("x/a is still going"))
+            raise RuntimeError("x/a failed late")
+    finally:
+        with bodies.lock:
+            bodies.running[name] -= 1
+
+
+@pytest.fixture
+def bodies() -> Iterator[Bodies]:
+    BODIES.append(Bodies())
+    yield BODIES[-1]
+    for gate in BODIES.pop().gates.values():
+        gate.set()
+
+
+class Deliveries:
+    """The user's worker: each message the wire carried is run on a thread of its own,
+    through Celery's tracer (so the hooks claim, heartbeat and report as on a worker);
+    start messages whose time has come are handed to the engine."""
+
+    def __init__(self, engine: Engine, port: CeleryWire, app: Celery, clock: Clock):
+        self.engine, self.port, self.app, self.clock = engine, port, app, clock
+        self.threads: dict[str, threading.Thread] = {}  # by task id: the last delivery
+        self.delivered = 0
+
+    def pump(self) -> None:
+        for message in list(self.port.start_messages):
+            invocation_id, attempt, eta = message
+            if eta is None or eta <= self.clock.now:
+                self.port.start_messages.remove(message)
+                self.engine.runs.start_invocation(invocation_id, attempt)
+        while self.delivered < len(self.port.messages):
+            name, options = self.port.messages[self.delivered]
+            self.delivered += 1
+            self._run(name, options)
+
+    def _run(self, name: str, options: dict[str, Any]) -> None:
+        task = self.app.tasks[name]
+        request = {"id": options["task_id"], "task": name, "hostname": "user@test"}
+        request |= options["headers"]  # a worker reads custom headers off the request
+        tracer = build_tracer(name, task, eager=True, propagate=False, app=self.app)
+        args = (options["task_id"], options["args"], options["kwargs"], request)
+        thread = threading.Thread(target=tracer, args=args, daemon=True)
+        thread.start()
+        self.threads[options["task_id"]] = thread
+
+    def join(self, task_id: str | None = None) -> None:
+        """Wait until a task (or every task) has ended and its outcome is reported: the
+        hook reports it before the tracer returns."""
+        for thread in [self.threads[task_id]] if task_id else self.threads.values():
+            thread.join(timeout=15)
+            assert not thread.is_alive()
+
+
+def celery_job(project: str, name: str, **controls: Any) -> JobSpec:
+    options = {"task": "ids.body", "queue": "user", "args": [f"{project}/{name}"]}
+    return JobSpec(project, name, "triggered", kind="celery", options=options, controls=controls)
+
+
+def start_due(engine: Engine, port: RecordingPort) -> None:
+    """Deliver the start messages sent so far (the control path's start_invocation)."""
+    for invocation_id, attempt, _eta in port.start_messages:
+        engine.runs.start_invocation(invocation_id, attempt)
+    port.start_messages.clear()
+
+
+def every_run(db: sqlalchemy.Engine) -> list[dict[str, Any]]:
+    query = (
+        select(invocations, (jobs.c.project + "/" + jobs.c.name).label("job"))
+        .join(jobs, jobs.c.id == invocations.c.job_id)
+        .order_by(invocations.c.id)
+    )
+    with db.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def test_a_late_outcome_of_a_deleted_job_lands_on_no_other_run(
+    db: sqlalchemy.Engine,
+    clock: Clock,
+    bodies: Bodies,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """``x/a``'s task is claimed and running when ``apply --prune`` deletes ``x/a``; then
+    a job takes its place and runs are triggered. ``x/a``'s heartbeat and its exception
+    reach no other run: each other run's attempt 1 runs once and succeeds, and no body
+    runs twice."""
+    caplog.set_level(logging.INFO, logger="cronchain")
+    port = CeleryWire()
+    engine = Engine(
+        db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock, rand=lambda: 0.5
+    )
+    settings = Settings(str(db.url), "memory://", Path("."), 1.0)
+    monkeypatch.setattr(runtime, "_current", (os.getpid(), runtime.Runtime(settings, engine)))
+    worker = Deliveries(engine, port, APP, clock)
+    api = Scheduler(engine)
+    retried = {"retries": {"max_attempts": 2, "backoff": "1s"}}
+    api.apply([celery_job("y", "b", **retried)], project="y")
+    api.apply([celery_job("x", "a")], project="x")  # the last job: SQLite's max id
+    deleted = api.trigger("x/a")["invocation"]
+    worker.pump()
+    until(lambda: [n for n, _ in bodies.started] == ["x/a"], "x/a's task body to start")
+
+    api.apply([], project="x", prune=True)  # x/a and its run are deleted
+    api.apply([celery_job("x", "c", **retried)], project="x")
+    for job in ("x/c", "y/b"):
+        api.trigger(job)
+    worker.pump()
+    until(lambda: len(bodies.started) == 3, "the new runs' task bodies to start")
+
+    bodies.gate("x/a").set()  # x/a's task goes on: a heartbeat, then its exception
+    worker.join(f"cronchain-{deleted}-1")
+    clock.advance(5)  # past any retry's backoff
+    worker.pump()
+    bodies.gate("x/c").set()
+    bodies.gate("y/b").set()
+    until(lambda: not bodies.running["x/c"] and not bodies.running["y/b"], "the bodies to end")
+    worker.pump()
+    worker.join()
+
+    assert bodies.heartbeats == [False]  # x/a's run is gone: its task is told to stop
+    runs = every_run(db)
+    for run in runs:
+        text = f"{run['error']} {run['attempts']} {run['log']}"
+        assert "x/a" not in text, f"x/a's report recorded on {run['job']}'s run {run['id']}"
+    assert [(r["job"], r["status"], r["attempt"]) for r in runs] == [
+        ("x/c", "SUCCEEDED", 1),
+        ("y/b", "SUCCEEDED", 1),
+    ]
+    assert all(r["id"] > deleted for r in runs)  # no id handed out again
+    assert sorted(n for n, _ in bodies.started) == ["x/a", "x/c", "y/b"]  # each body once
+    assert max(bodies.most.values()) == 1  # and none twice at once
+    refused = [r.getMessage() for r in caplog.records if f"invocation {deleted} " in r.getMessage()]
+    assert any("ignored" in line or "refused" in line for line in refused), refused
+
+
+def test_an_id_is_never_handed_out_again(db: sqlalchemy.Engine, clock: Clock):
+    """Delete the last job with its last run, then make new ones: none gets an old id
+    (SQLite's INTEGER PRIMARY KEY without AUTOINCREMENT gave both out again)."""
+    engine = Engine(
+        db, RecordingPort(), default_invokers(), grace=timedelta(seconds=15), clock=clock
+    )
+    api = Scheduler(engine)
+    api.apply([celery_job("x", "a")], project="x")
+    first = api.trigger("x/a")["invocation"]
+    [old_job] = [r["job_id"] for r in every_run(db)]
+    api.apply([], project="x", prune=True)
+    api.apply([celery_job("x", "a")], project="x")  # the same name again
+    again = api.trigger("x/a")["invocation"]
+    [run] = every_run(db)
+    assert run["id"] == again and again > first
+    assert run["job_id"] > old_job
+
+
+def sent_run(db: sqlalchemy.Engine, clock: Clock) -> tuple[Engine, CeleryWire, Call, int]:
+    """A celery attempt of ``p/a``, sent and not claimed yet, and another job's id."""
+    port = CeleryWire()
+    engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
+    api = Scheduler(engine)
+    api.apply([celery_job("p", "a"), celery_job("p", "b")], project="p")
+    api.trigger("p/a")
+    start_due(engine, port)
+    [call] = port.runs
+    with db.connect() as conn:
+        other = conn.execute(select(jobs.c.id).where(jobs.c.name == "b")).scalar_one()
+    return engine, port, call, other
+
+
+def test_a_claim_heartbeat_or_outcome_naming_another_job_is_refused(
+    db: sqlalchemy.Engine, clock: Clock, caplog: pytest.LogCaptureFixture
+):
+    """Whatever the ids, a report is recorded only on a run of the job it names: one
+    that names another job's run is refused and logged, and the run is left as it was."""
+    engine, _port, call, other = sent_run(db, clock)
+    inv, attempt = call.invocation_id, call.attempt
+    assert call.job_id is not None and call.job_id != other
+    assert engine.runs.claim(inv, attempt, "w@other", job_id=other) is None
+    assert engine.runs.claim(inv, attempt, "w@test", job_id=call.job_id) is not None
+    with engine.db.begin() as conn:
+        lease = clock.now + timedelta(seconds=60)
+        assert not run_store.renew_lease(conn, inv, attempt, lease, job_id=other)
+        assert run_store.renew_lease(conn, inv, attempt, lease, job_id=call.job_id)
+    failed = Outcome.failed("RuntimeError: not mine", "error")
+    assert engine.runs.finish_invocation(inv, failed, attempt=attempt, job_id=other) is False
+    [run] = every_run(db)
+    assert (run["status"], run["attempt"], run["worker"], run["error"]) == (
+        "RUNNING",
+        1,
+        "w@test",
+        None,
+    )
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 2 and all(f"job {call.job_id}'s" in line for line in refusals)
+    assert engine.runs.finish_invocation(inv, SUCCEEDED, attempt=attempt, job_id=call.job_id)
+    assert every_run(db)[0]["status"] == "SUCCEEDED"
+
+
+def test_a_work_path_attempt_naming_another_job_is_not_run(db: sqlalchemy.Engine, clock: Clock):
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
+    api = Scheduler(engine)
+    api.apply([JobSpec("p", n, "triggered") for n in ("a", "b")], project="p")
+    api.trigger("p/a")
+    start_due(engine, port)
+    [call] = port.runs
+    with db.connect() as conn:
+        other = conn.execute(select(jobs.c.id).where(jobs.c.name == "b")).scalar_one()
+    assert work.execute(engine, call.invocation_id, call.attempt, "w", other) is None
+    assert work.execute_batch(engine, [(call.invocation_id, call.attempt, other)], "w", 2) == []
+    assert every_run(db)[0]["worker"] is None  # not claimed
+    outcome = work.execute(engine, call.invocation_id, call.attempt, "w", call.job_id)
+    assert outcome == SUCCEEDED and every_run(db)[0]["status"] == "SUCCEEDED"
+
+
+class SentMessages:
+    """A Celery app that keeps what it is asked to send."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def send_task(self, name: str, **options: Any) -> None:
+        self.sent.append((name, options))
+
+
+def test_the_job_travels_with_every_attempt_sent():
+    """In the celery task's header, and in the work path's messages."""
+    app = SentMessages()
+    port = CeleryPort(app, "cronchain", "cronchain.work")  # type: ignore[arg-type]
+    noop = Call(11, 2, "p/a", None, {}, kind="noop", job_id=5)
+    options = {"task": "t", "args": [], "kwargs": {}, "queue": "q"}
+    task = Call(12, 1, "p/b", None, options, kind="celery", job_id=6)
+    port.run(noop)
+    port.run(task)
+    port.run_batch([noop])
+    (run_name, run), (task_name, sent), (batch_name, batch) = app.sent
+    assert (run_name, run["args"]) == ("cronchain.run", (11, 2, 5))
+    assert (task_name, sent["task_id"]) == ("t", "cronchain-12-1")
+    assert sent["headers"]["cronchain"] | {"lease": None} == {
+        "invocation": 12,
+        "attempt": 1,
+        "job": 6,
+        "lease": None,
+    }
+    assert (batch_name, batch["args"]) == ("cronchain.run_batch", ([[11, 2, 5]],))
+
+
+@pytest.mark.parametrize(
+    "task, args",
+    [
+        ("run", (1, 1, "5")),
+        ("run", (1, 1, True)),
+        ("run_batch", ([[1, 1, "5"]],)),
+        ("run_batch", ([[1, 1, 5, 6]],)),
+    ],
+)
+def test_a_malformed_job_in_a_work_message_is_dropped(
+    task: str, args: tuple[Any, ...], caplog: pytest.LogCaptureFixture
+):
+    from tasks import chain
+
+    getattr(chain, task).run(*args)  # dropped before any database is reached
+    assert "malformed" in caplog.text
+
+
+# --- the error an attempt records is bounded (issue 15, item 7) -------------------------
+
+
+def test_bounded_error_keeps_head_and_tail_and_says_what_was_cut():
+    assert bounded_error(None) is None
+    assert bounded_error("x" * ERROR_LIMIT) == "x" * ERROR_LIMIT
+    text = "HEAD" + "m" * 200_000 + "TAIL"
+    cut = bounded_error(text)
+    assert cut is not None and len(cut) <= ERROR_LIMIT
+    assert cut.startswith("HEAD") and cut.endswith("TAIL")
+    kept = len(cut) - len(re.search(r"\n\[\.\.\. \d+ characters cut \.\.\.\]\n", cut)[0])
+    assert f"[... {len(text) - kept} characters cut ...]" in cut
+
+
+def test_a_200_kb_exception_is_recorded_bounded(db: sqlalchemy.Engine, clock: Clock):
+    """At the one place outcomes are recorded, so that every kind's error is bounded:
+    the error column, each earlier attempt's, the debug log, and what ``history
+    --invocation`` shows."""
+    port = CeleryWire()
+    engine = Engine(
+        db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock, rand=lambda: 0.5
+    )
+    api = Scheduler(engine)
+    retried = {"retries": {"max_attempts": 2, "backoff": "1s"}}
+    api.apply([celery_job("p", "a", **retried)], project="p")
+    inv = api.trigger("p/a")["invocation"]
+    huge = "RuntimeError: " + "".join(f"line {i}\n" for i in range(25_000)) + "the end"
+    assert len(huge) > 200_000
+    for attempt in (1, 2):
+        start_due(engine, port)
+        assert engine.runs.claim(inv, attempt, "w") is not None
+        engine.runs.finish_invocation(inv, Outcome.failed(huge, "error"), attempt=attempt)
+        clock.advance(5)
+    shown = api.invocation(inv)
+    assert (shown["status"], shown["attempt"]) == ("FAILED", 2)
+    for error in (shown["error"], shown["attempts"][0]["error"]):
+        assert len(error) <= ERROR_LIMIT
+        assert error.startswith("RuntimeError: line 0\n") and error.endswith("the end")
+        assert "characters cut ...]" in error
+    assert len(shown["log"]) <= 16 * 1024
