@@ -7,7 +7,6 @@ Each failure cronchain expects is one line on stderr, never a traceback."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from scheduler.api import (
     MAX_ID,
     iso,
 )
+from scheduler.clitext import invocation_text, show, table
 from scheduler.errors import NotFound, SpecError, TransientError
 from scheduler.timing.localtime import transitions
 from scheduler.timing.schedules import parse_schedule, parse_zone
@@ -126,24 +126,6 @@ def _count(high: int, what: str = "whole number") -> Callable[[str], int]:
 _invocation_id = _count(MAX_ID, "invocation id")
 
 
-def _print(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
-    if as_json:
-        print(json.dumps(rows, indent=2))
-    else:
-        print(text(rows))
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    if not rows:
-        return "(none)"
-    cells = [[str("" if r[c] is None else r[c]) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = [columns, *cells]
-    return "\n".join(
-        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
-
-
 # --- commands --------------------------------------------------------------------------
 
 
@@ -166,7 +148,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     columns = ["id", "state", "schedule", "timezone", "next_tick", "paused", "revision"]
-    _print(_scheduler(args).jobs(), args.json, lambda rows: _table(rows, columns))
+    show(_scheduler(args).jobs(), args.json, lambda rows: table(rows, columns))
     return 0
 
 
@@ -175,40 +157,12 @@ def cmd_history(args: argparse.Namespace) -> int:
         detail = _scheduler(args).invocation(args.invocation)
         if args.job and args.job not in (detail["job"], detail["job"].rpartition("/")[2]):
             raise NotFound(f"invocation {args.invocation} is not one of {args.job}'s")
-        _print(detail, args.json, _invocation_text)
+        show(detail, args.json, invocation_text)
         return 0
     rows = _scheduler(args).history(args.job, since=args.since, limit=args.limit)
     columns = ["id", "job", "slot", "status", "attempt", "started_at", "finished_at", "error"]
-    _print(rows, args.json, lambda rows: _table(rows, columns))
+    show(rows, args.json, lambda rows: table(rows, columns))
     return 0
-
-
-def _invocation_text(d: dict[str, Any]) -> str:
-    keys = [
-        "id",
-        "job",
-        "slot",
-        "trigger_id",
-        "status",
-        "reason",
-        "attempt",
-        "worker",
-        "started_at",
-        "finished_at",
-        "start_at",
-        "deadline",
-        "timeout_at",
-        "error",
-        "revision",
-    ]
-    lines = [f"{k}: {d[k]}" for k in keys if d[k] is not None]
-    for a in d["attempts"]:
-        reason = f" ({a['reason']})" if a.get("reason") else ""
-        lines.append(
-            f"attempt {a['attempt']}: {a['status']}{reason} {a['started_at']} -> "
-            f"{a['finished_at']}: {a['error']}"
-        )
-    return "\n".join([*lines, "log:", d["log"].rstrip() or "(empty)"])
 
 
 def cmd_abort(args: argparse.Namespace) -> int:
@@ -262,7 +216,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     result = _scheduler(args).explain(args.job, args.at)
-    _print(result, args.json, lambda r: f"{r['job']} at {r['at']}: {r['text']}")
+    show(result, args.json, lambda r: f"{r['job']} at {r['at']}: {r['text']}")
     return 0
 
 
@@ -283,7 +237,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             lines.append(f"{len(r['existing'])} slots have an invocation already (left alone)")
         return "\n".join(lines)
 
-    _print(result, args.json, text)
+    show(result, args.json, text)
     return 0
 
 
@@ -315,7 +269,7 @@ def cmd_next(args: argparse.Namespace) -> int:
             lines.append(f"{r['utc']}  {r['local']}")
         return "\n".join(lines)
 
-    _print(rows, args.json, text)
+    show(rows, args.json, text)
     return 0
 
 
@@ -326,52 +280,17 @@ def _offset(delta: timedelta) -> str:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """Migrate, apply the given job files, then run both paths until stopped: the control
-    path (a worker with beat embedded) and the work path (a worker of threads).
+    """Migrate, apply the given job files, then run both paths until stopped
+    (scheduler.up)."""
+    from scheduler.up import up
 
-    Exit status: 0 when SIGINT or SIGTERM, to ``up`` alone or to its process group,
-    stopped both paths (in time, or by force at the third signal); 1 when a path exited
-    on its own or did not stop in time (scheduler.supervise)."""
-    from scheduler.api import Scheduler
-    from scheduler.supervise import supervise
-    from scheduler.workers.runtime import Runtime
-
-    runtime = Runtime.for_command()
-    settings = runtime.settings
-    sched = Scheduler(runtime.engine)
-    sched.upgrade()
-    for path in args.files:
-        report = sched.apply(path)
-        print(
-            f"{path}: created {len(report.created)}, updated {len(report.updated)}, "
-            f"disabled {len(report.disabled)}, unchanged {len(report.unchanged)}"
-        )
-    if runtime.unsent is not None:  # the workers wait for the broker; the watchdog sends
-        print(f"cronchain: {runtime.unsent}; starting the workers anyway", file=sys.stderr)
-    # Beat keeps its schedule file there, whichever the database and broker.
-    settings.home.mkdir(parents=True, exist_ok=True)
-    queues = ",".join([settings.queue, *args.queues])
-    threads = args.work_concurrency or settings.work_concurrency
-    celery = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", args.loglevel]
-    commands = {
-        "control": [
-            *celery,
-            *("--beat", "--queues", queues, "--concurrency", str(args.concurrency)),
-            *("--hostname", "control@%h"),
-        ],
-        "work": [
-            *celery,
-            *("--queues", settings.work_queue, "--pool", "threads"),
-            *("--concurrency", str(threads), "--hostname", "work@%h"),
-        ],
-    }
-    print(f"cronchain: database {settings.database_url}, broker {settings.broker_url}")
-    print(
-        f"cronchain: control path on {queues} (prefork, {args.concurrency} processes, beat); "
-        f"work path on {settings.work_queue} (threads, {threads})",
-        flush=True,
+    return up(
+        args.files,
+        concurrency=args.concurrency,
+        queues=args.queues,
+        work_concurrency=args.work_concurrency,
+        loglevel=args.loglevel,
     )
-    return supervise(commands)
 
 
 # --- the parser ------------------------------------------------------------------------

@@ -1,0 +1,53 @@
+"""What the command line prints: JSON, or text for a person (tables, one invocation)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+
+def show(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(text(rows))
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[str("" if r[c] is None else r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = [columns, *cells]
+    return "\n".join(
+        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def invocation_text(d: dict[str, Any]) -> str:
+    keys = [
+        "id",
+        "job",
+        "slot",
+        "trigger_id",
+        "status",
+        "reason",
+        "attempt",
+        "worker",
+        "started_at",
+        "finished_at",
+        "start_at",
+        "deadline",
+        "timeout_at",
+        "error",
+        "revision",
+    ]
+    lines = [f"{k}: {d[k]}" for k in keys if d[k] is not None]
+    for a in d["attempts"]:
+        reason = f" ({a['reason']})" if a.get("reason") else ""
+        lines.append(
+            f"attempt {a['attempt']}: {a['status']}{reason} {a['started_at']} -> "
+            f"{a['finished_at']}: {a['error']}"
+        )
+    return "\n".join([*lines, "log:", d["log"].rstrip() or "(empty)"])
