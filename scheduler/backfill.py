@@ -61,7 +61,8 @@ def plan(
     now: datetime,
 ) -> BackfillReport:
     """The slots of ``[first, last]`` that have no invocation yet, and those that have;
-    SpecError if the range is empty, too long, or holds a slot after ``now``."""
+    SpecError if the range is empty, too long, or holds a slot of the schedule's: one
+    after ``now``, or the one its pending tick is for."""
     if last < first:
         raise SpecError("--to", "must not be before --from")
     upcoming = None if schedule.relative else schedule.next_after(now)
@@ -71,6 +72,13 @@ def plan(
             f"{iso(last)} is after now ({iso(now)}): the range holds {iso(upcoming)}, a slot"
             " the schedule fires when its time comes. A backfill runs past slots only:"
             " give a --to at or before now",
+        )
+    pending = job.snapshot.tick_at  # past already when its tick is in flight or late
+    if pending is not None and not schedule.relative and first <= pending <= last:
+        raise SpecError(
+            "--to",
+            f"the range holds {iso(pending)}, the slot the schedule fires next (its tick"
+            f" is due): give a --to before {iso(pending)}",
         )
     slots = slots_in(schedule, first, last)
     taken = run_store.slots_taken(conn, job.id, first, last) if slots else set()

@@ -68,6 +68,24 @@ def test_a_backfill_past_now_is_refused_and_the_schedule_fires_every_slot(
     assert not any(r["backfill"] for r in rows(engine))
 
 
+def test_a_backfill_leaves_the_slot_the_schedule_is_about_to_fire(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    """The pending tick's slot is the schedule's even once it is past (its message is in
+    flight, or the workers are down): a backfill taking it would run it without the
+    overlap and misfire policies and without triggering anything."""
+    sched = Scheduler(engine)
+    add(engine, spec(schedule="every 10s"))
+    clock.now = at(10) + timedelta(seconds=0.5)  # the tick for 12:00:10 not handled yet
+    with pytest.raises(SpecError, match=r"^--to: .*2026-03-01T12:00:10Z"):
+        sched.backfill("p/a", at(5), at(10.5))
+    assert len(sched.backfill("p/a", at(-20), at(5))["slots"]) == 3  # before it: fine
+    deliver_ticks(engine, port)  # the late tick arrives: its slot is still the schedule's
+    settle(engine, port)
+    assert (10, OK, None) in history(engine)
+    assert [r["slot"] for r in rows(engine) if not r["backfill"]] == [at(10)]
+
+
 def test_a_backfill_up_to_now_runs_the_past_slots_beside_the_schedule(
     engine: Engine, port: RecordingPort, clock: Clock
 ):
