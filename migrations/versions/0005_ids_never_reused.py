@@ -4,8 +4,10 @@ SQLite's ``INTEGER PRIMARY KEY`` hands the id of a deleted last row out again; a
 (``cronchain-<invocation>-<attempt>``), a message or a late outcome naming the deleted
 row then matched a new one. With AUTOINCREMENT an id is never handed out twice in the
 life of the database. SQLite can only add it by rebuilding the table (batch mode); the
-rows and their ids are kept, and ``sqlite_sequence`` starts from the largest id. On
-PostgreSQL, sequences never hand a value out twice: nothing to do.
+rows and their ids are kept. ``sqlite_sequence`` starts a margin past the largest id
+left: ids deleted before the upgrade were above it perhaps, and messages that name them
+may still be queued. On PostgreSQL, sequences never hand a value out twice: nothing to
+do.
 
 Revision ID: 0005
 Revises: 0004
@@ -21,6 +23,9 @@ depends_on = None
 
 # Parents first: a child's rebuild copies rows that reference the rebuilt parent.
 TABLES = ("jobs", "invocations")
+# How far past the largest id left the new ids start: more than the rows a deployment on
+# the embedded default deletes between two upgrades.
+MARGIN = 1_000_000
 
 
 def upgrade() -> None:
@@ -44,3 +49,9 @@ def _rebuild(*, autoincrement: bool) -> None:
             table, recreate="always", table_kwargs={"sqlite_autoincrement": autoincrement}
         ):
             pass
+        if autoincrement:
+            op.execute(f"DELETE FROM sqlite_sequence WHERE name = '{table}'")
+            op.execute(
+                "INSERT INTO sqlite_sequence (name, seq) "
+                f"SELECT '{table}', COALESCE(MAX(id), 0) + {MARGIN} FROM {table}"
+            )

@@ -121,7 +121,8 @@ def test_0005_keeps_every_row_and_id_and_never_hands_an_id_out_again(db: sqlalch
     """SQLite's tables are rebuilt with AUTOINCREMENT (PostgreSQL's sequences already
     never reuse): every row and id is kept, rows that reference the rebuilt tables too
     (with foreign keys on, dropping the old table would have deleted them), up, down and
-    up again. Then the last job and its run are deleted: no new row gets their ids."""
+    up again. Then the last job and its run are deleted: no new row gets their ids, nor
+    those of a job deleted before the upgrade."""
     downgrade(db, "0004")
     with db.begin() as conn:
         a, gap, last = (_insert_job(conn, name) for name in ("a", "gap", "last"))
@@ -138,6 +139,11 @@ def test_0005_keeps_every_row_and_id_and_never_hands_an_id_out_again(db: sqlalch
             ),
             {"job": last},
         )
+        # Deleted before the upgrade, its start message perhaps still queued: its ids
+        # must not come back either, although no row is left above them to say so.
+        doomed = _insert_job(conn, "doomed")
+        doomed_run = _insert_run(conn, doomed, "doomed")
+        conn.execute(sqlalchemy.text("DELETE FROM jobs WHERE id = :id"), {"id": doomed})
     before = _everything(db)
     assert [len(rows) for rows in before.values()] == [2, 2, 1, 1]
     upgrade(db)
@@ -161,4 +167,4 @@ def test_0005_keeps_every_row_and_id_and_never_hands_an_id_out_again(db: sqlalch
     with db.begin() as conn:
         job = _insert_job(conn, "new")
         run = _insert_run(conn, job, "new")
-    assert job > last and run > runs[2]
+    assert job > doomed > last and run > doomed_run > runs[2]
