@@ -58,6 +58,10 @@ def refused(address: Address, allow: tuple[Network, ...]) -> bool:
     return not inner.is_global or inner.is_multicast
 
 
+# The least time one address of several is given to answer a connection.
+MIN_CONNECT_SHARE = 0.25
+
+
 def connect(
     host: str,
     port: int,
@@ -70,7 +74,8 @@ def connect(
     bounds each address tried; ``deadline`` (a ``time.monotonic()`` instant) bounds them
     all together, so a name with several unreachable addresses cannot multiply it."""
     last: OSError | None = None
-    for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    for index, (family, kind, proto, _, sockaddr) in enumerate(found):
         address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
         if refused(address, allow):
             named = address if host.strip("[]") == str(address) else f"{host} ({address})"
@@ -81,7 +86,10 @@ def connect(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no connection to {host} before the deadline")
-            wait = left if timeout is None else min(timeout, left)
+            # Each address left gets its share, so that one that never answers (a broken
+            # IPv6 route listed first) leaves time for the next.
+            share = max(left / (len(found) - index), min(left, MIN_CONNECT_SHARE))
+            wait = share if timeout is None else min(timeout, share)
         sock = socket.socket(family, kind, proto)
         try:
             if wait is not None:

@@ -3,6 +3,7 @@ tricks), redirects, accepted codes, the request's deadline and secret redaction.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -337,3 +338,43 @@ def test_a_large_body_is_truncated_in_the_log(server: Server):
     server.routes["/big"] = (200, {}, "x" * 200_000)
     outcome = HttpInvoker(LOOPBACK).invoke(call(f"http://127.0.0.1:{server.port}/big"))
     assert outcome is not None and len(outcome.log[0]) < 1200
+
+
+def test_an_address_that_never_answers_leaves_time_for_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A name whose first address drops every connection (a broken route listed first)
+    still reaches its second within the deadline: each address gets its share."""
+    good = Server("127.0.0.1")
+    good.routes["/"] = (200, {}, "ok")
+    black = socket.socket()
+    black.bind(("127.0.0.2", good.port))
+    black.listen(0)
+    filling = []
+    for _ in range(3):  # fill the accept queue: later connections are never answered
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.2", good.port))
+        filling.append(c)
+    real = socket.getaddrinfo
+
+    def two_addresses(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        if host != "twice.test":
+            return real(host, port, *args, **kwargs)
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))
+            for address in ("127.0.0.2", "127.0.0.1")
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+    try:
+        started = time.monotonic()
+        outcome = HttpInvoker(parse_allow("127.0.0.0/8")).invoke(
+            call(f"http://twice.test:{good.port}/", timeout="2s")
+        )
+        assert outcome.status == "SUCCEEDED", outcome
+        assert time.monotonic() - started < DEADLINE_BOUND
+    finally:
+        for c in [*filling, black]:
+            c.close()
+        good.close()
