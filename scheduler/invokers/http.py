@@ -126,7 +126,11 @@ def _guarded(
         def _connect_guarded(self, address, timeout=None, source_address=None):  # type: ignore[no-untyped-def]
             host, port = address
             sock = netguard.connect(host, port, None, allow, source_address, deadline.at)
-            sock.settimeout(deadline.left())  # what the TLS handshake, if any, may take
+            try:
+                sock.settimeout(deadline.left())  # what the TLS handshake, if any, may take
+            except BaseException:  # the deadline passed while connecting
+                sock.close()
+                raise
             return sock
 
         def connect(self) -> None:
@@ -148,7 +152,11 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         self.deadline = deadline
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
-        self.deadline.left()
+        try:
+            self.deadline.left()
+        except BaseException:  # out of time: the 3xx is closed, not left to the collector
+            fp.close()
+            raise
         followed = getattr(req, "cronchain_redirects", 0)
         if followed >= self.limit:
             return None  # the 3xx itself is the answer, judged by ``accept``
