@@ -208,8 +208,9 @@ class Scheduler:
 
     @_explained
     def explain(self, job: str, at: datetime) -> dict[str, Any]:
-        """Why ``job`` did or did not run at ``at``: an ``answer`` code (ran, skipped,
-        paused, disabled, not_a_slot, not_created, future, pending, missing) and a text."""
+        """Why ``job`` did or did not run at ``at``: an ``answer`` code (ran, running,
+        waiting, skipped, paused, disabled, not_a_slot, not_created, future, pending,
+        missing) and a text."""
         check_time("at", at)
         with self.engine.db.connect() as conn:
             return explain(conn, job, at, self.engine.clock())

@@ -83,9 +83,21 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
         }.get(inv["reason"], inv["reason"])
         return _answer("skipped", f"the slot was SKIPPED ({inv['reason']}): {why}", **fields)
     how = " by a backfill" if inv["backfill"] else ""
+    if inv["status"] in _UNDER_WAY:
+        code, what = _UNDER_WAY[inv["status"]]
+        whose = " (a backfill's)" if inv["backfill"] else ""
+        return _answer(code, f"the slot's invocation {inv['id']}{whose} {what}", **fields)
     tail = f": {inv['error']}" if inv["error"] else ""
     text = f"the slot ran{how} as invocation {inv['id']}, {inv['status']}{tail}"
     return _answer("ran", text, **fields)
+
+
+# An invocation that has not ended has not run yet: what it is doing instead.
+_UNDER_WAY = {
+    "WAITING": ("waiting", "waits for its turn (overlap policy, catch-up or backfill)"),
+    "STARTING": ("running", "is starting (sent, or waiting for a retry)"),
+    "RUNNING": ("running", "is running"),
+}
 
 
 def _not_a_slot(

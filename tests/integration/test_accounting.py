@@ -270,3 +270,17 @@ def test_attempt_times_are_written_with_a_z_like_every_other_time(
     assert attempt["finished_at"] == "2026-03-01T12:00:00Z"
     assert detail["finished_at"] == "2026-03-01T12:00:02Z" == detail["started_at"]
     assert Scheduler(engine).invocation(inv)["attempts"] == [attempt]
+
+
+def test_explain_does_not_say_ran_of_a_run_that_has_not(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    """A backfill's slot still WAITING, or a run under way, has an invocation but has
+    not run: explain says which (found by review: it answered "ran")."""
+    sched = Scheduler(engine)
+    add(engine, spec(schedule="every 10s"))
+    sched.backfill("p/a", at(-30), at(-10))  # one at a time: two of them wait
+    assert sched.explain("p/a", at(-10))["answer"] == "waiting"
+    assert sched.explain("p/a", at(-30))["answer"] == "running"  # STARTING: sent
+    settle(engine, port)
+    assert sched.explain("p/a", at(-10))["answer"] == "ran"

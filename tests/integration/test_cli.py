@@ -196,7 +196,8 @@ def test_time_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
     assert "created 0 invocations" in again and "2 slots have an invocation already" in again
 
     explained = cli("explain", "demo/nightly", "--at", "2026-01-02T01:00Z").stdout
-    assert "the slot ran by a backfill as invocation" in explained
+    # Not "ran" (issue 15 review): no worker runs here, so the backfill's run is sent only.
+    assert "the slot's invocation 2 (a backfill's) is starting" in explained
     off = json.loads(cli("explain", "nightly", "--at", "2030-01-01T00:30Z", "--json").stdout)
     assert off["answer"] == "not_a_slot"
     assert cli(
