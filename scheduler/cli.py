@@ -171,9 +171,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
     aborted = _scheduler(args).abort(args.job, invocation=args.invocation)
     what = args.job or f"invocation {args.invocation}"
     counts = [
-        f"{len(ids)} {status.lower()} ({', '.join(map(str, ids))})"
-        for status, ids in aborted.items()
-        if ids
+        f"{len(ids)} {status.lower()} ({_ids(ids)})" for status, ids in aborted.items() if ids
     ]
     if not counts:
         print(f"{what}: nothing active or waiting")
@@ -181,6 +179,12 @@ def cmd_abort(args: argparse.Namespace) -> int:
         listed = ", ".join(counts[:-1]) + " and " if len(counts) > 1 else ""
         print(f"{what}: aborted {listed}{counts[-1]}")
     return 0
+
+
+def _ids(ids: list[int], most: int = 10) -> str:
+    """A few ids, then how many more: an abort may end thousands (the API returns all)."""
+    shown = ", ".join(map(str, ids[:most]))
+    return shown + (f", ... {len(ids) - most} more" if len(ids) > most else "")
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:

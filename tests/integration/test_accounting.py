@@ -126,6 +126,19 @@ def test_abort_ends_the_runs_waiting_under_buffer_all_and_none_starts(
     assert sched.trigger("p/a")["result"] == "started"  # the job runs again
 
 
+def test_abort_of_many_runs_names_a_few_and_counts_the_rest(
+    db: sqlalchemy.Engine, clock: Clock, cli: Any
+):
+    engine, port = engine_with(db, clock, Scripted(None))
+    add(engine, spec(overlap="buffer_all"))
+    for _ in range(13):
+        Scheduler(engine).trigger("p/a")
+    ids = [r["id"] for r in rows(engine)]
+    code, out, _ = cli(engine, "abort", "p/a")
+    shown = ", ".join(map(str, ids[1:11]))
+    assert out == f"p/a: aborted 1 starting ({ids[0]}) and 12 waiting ({shown}, ... 2 more)\n"
+
+
 def test_abort_ends_the_waiting_catch_up_runs_of_misfire_all(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None))  # the first catch-up run hangs
     add(engine, spec(schedule="every 10s", misfire="all"))
