@@ -24,7 +24,8 @@ depends_on = None
 # Parents first: a child's rebuild copies rows that reference the rebuilt parent.
 TABLES = ("jobs", "invocations")
 # How far past the largest id left the new ids start: more than the rows a deployment on
-# the embedded default deletes between two upgrades.
+# the embedded default deletes between two upgrades. An empty table (a new database)
+# starts from 1.
 MARGIN = 1_000_000
 
 
@@ -53,5 +54,5 @@ def _rebuild(*, autoincrement: bool) -> None:
             op.execute(f"DELETE FROM sqlite_sequence WHERE name = '{table}'")
             op.execute(
                 "INSERT INTO sqlite_sequence (name, seq) "
-                f"SELECT '{table}', COALESCE(MAX(id), 0) + {MARGIN} FROM {table}"
+                f"SELECT '{table}', COALESCE(MAX(id) + {MARGIN}, 0) FROM {table}"
             )

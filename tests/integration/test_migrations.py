@@ -168,3 +168,12 @@ def test_0005_keeps_every_row_and_id_and_never_hands_an_id_out_again(db: sqlalch
         job = _insert_job(conn, "new")
         run = _insert_run(conn, job, "new")
     assert job > doomed > last and run > doomed_run > runs[2]
+
+
+def test_a_new_database_numbers_from_one(db: sqlalchemy.Engine):
+    """The margin 0005 leaves past ids deleted before an upgrade is for used tables: a
+    new database's first job and invocation are 1."""
+    with db.begin() as conn:
+        job = _insert_job(conn, "first")
+        run = _insert_run(conn, job, "first")
+    assert (job, run) == (1, 1)
