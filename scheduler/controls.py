@@ -13,26 +13,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from scheduler.specmodel import RETRY_DEFAULTS
+from scheduler.specmodel import RETRY_DEFAULTS, JobFields
 from statemachine import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
 
 if TYPE_CHECKING:
     from scheduler.specmodel import JobModel
     from scheduler.storage.rows import JobRow
 
-KEYS = (
-    "schedule_to_start",
-    "lease",
-    "timeout",
-    "retries",
-    "overlap",
-    "max_buffered",
-    "max_concurrent",
-    "triggers",
-    "misfire",
-    "misfire_grace",
-    "catchup_limit",
-)
+# The job fields that are controls: every field of the spec's model but what names the
+# job and when it runs.
+KEYS = tuple(k for k in JobFields.model_fields if k not in ("name", "schedule", "timezone"))
 DEFAULT_LEASE = 60.0
 # Long enough that a worker outage of minutes, or a deep queue, never fails a run.
 DEFAULT_SCHEDULE_TO_START = 3600.0

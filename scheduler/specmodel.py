@@ -276,7 +276,7 @@ Overlap = Literal["skip", "buffer_one", "buffer_all", "allow", "cancel_other"]
 Misfire = Literal["skip", "latest", "all"]
 
 
-class _Job(_Strict):
+class JobFields(_Strict):
     """What every kind shares: the name, the schedule and the controls."""
 
     name: Name
@@ -305,7 +305,7 @@ class _Job(_Strict):
         return name
 
     @model_validator(mode="after")
-    def _consistent(self) -> _Job:
+    def _consistent(self) -> JobFields:
         parse_schedule(self.schedule, self.timezone)
         needs = {"max_buffered": "buffer_all", "max_concurrent": "allow"}
         for key, mode in needs.items():
@@ -319,15 +319,15 @@ class _Job(_Strict):
         return self
 
 
-class NoopJob(_Job):
+class NoopJob(JobFields):
     noop: Annotated[NoopOptions, BeforeValidator(_mapping_or_empty)]
 
 
-class HttpJob(_Job):
+class HttpJob(JobFields):
     http: HttpOptions
 
 
-class CeleryJob(_Job):
+class CeleryJob(JobFields):
     celery: CeleryOptions
 
 
