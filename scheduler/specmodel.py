@@ -130,6 +130,12 @@ def _empty_as_none(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else value
 
 
+def _empty_as_empty_mapping(value: Any) -> Any:
+    """``kwargs: {}``, ``[]`` or ``null``: no keyword arguments."""
+    empty = value is None or (isinstance(value, str | list | dict) and not value)
+    return {} if empty else _empty_as_none(value)
+
+
 # --- the kinds --------------------------------------------------------------------------
 
 
@@ -230,7 +236,7 @@ class CeleryOptions(_Strict):
     task: Annotated[str, Field(min_length=1, max_length=255)]
     queue: Annotated[str, Field(min_length=1, max_length=255)] = "celery"
     args: list[Any] = []
-    kwargs: Annotated[dict[str, Any], BeforeValidator(_empty_as_none)] = {}
+    kwargs: Annotated[dict[str, Any], BeforeValidator(_empty_as_empty_mapping)] = {}
 
     @field_validator("args", "kwargs")
     @classmethod

@@ -220,3 +220,14 @@ def test_the_debug_log_keeps_its_start_and_end():
         text = debuglog.append(text, datetime(2026, 1, 1, tzinfo=UTC), f"line {n}")
     assert text is not None and len(text) <= debuglog.LIMIT
     assert "line 0\n" in text and "line 1999\n" in text and "characters trimmed" in text
+
+
+@pytest.mark.parametrize("empty", [{}, None, []])
+def test_empty_celery_kwargs_and_args_are_none_given(empty: object):
+    """``kwargs: {}`` was refused as "is required" (an empty mapping read as missing)."""
+    plain = JobSpec("p", "n", "@daily", kind="celery", options={"task": "t"})
+    given = JobSpec("p", "n", "@daily", kind="celery", options={"task": "t", "kwargs": empty})
+    assert given.options == plain.options and given.revision == plain.revision
+    if empty is not None:
+        args = JobSpec("p", "n", "@daily", kind="celery", options={"task": "t", "args": []})
+        assert args.revision == plain.revision
