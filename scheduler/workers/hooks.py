@@ -57,10 +57,26 @@ ANNOTATIONS = {"*": {"@before_start": _fence}}
 
 
 def install(app: celery.Celery) -> None:
-    """Make ``app``'s workers claim, heartbeat and report cronchain's runs."""
+    """Make ``app``'s workers claim, heartbeat and report cronchain's runs.
+
+    An app not configured yet is annotated as its configuration loads, not now: reading
+    ``app.conf`` here would load it early and send ``on_after_configure`` before the
+    module connects its handlers, losing their ``add_periodic_task`` entries."""
+    if app.configured:
+        _annotate(app)
+    else:
+        app.on_after_configure.connect(_annotate_configured, sender=app, weak=False)
+
+
+def _annotate_configured(sender: celery.Celery, **_: Any) -> None:
+    _annotate(sender)
+
+
+def _annotate(app: celery.Celery) -> None:
     existing = app.conf.task_annotations
     rest = [] if existing is None else existing if isinstance(existing, list) else [existing]
-    app.conf.task_annotations = [ANNOTATIONS, *rest]
+    if ANNOTATIONS not in rest:
+        app.conf.task_annotations = [ANNOTATIONS, *rest]
 
 
 def _ints(*values: Any) -> bool:
