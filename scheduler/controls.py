@@ -113,4 +113,6 @@ def normalized(job: JobModel) -> dict[str, Any]:
         out["retries"] = retries
     if job.triggers:
         out["triggers"] = sorted(set(job.triggers))
+    if job.paused:
+        out["paused"] = job.paused
     return out

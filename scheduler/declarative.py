@@ -26,7 +26,7 @@ from scheduler.spec import JobFile, JobSpec, load_job_file
 from scheduler.storage import job_store
 from scheduler.storage.rows import JobRow
 from scheduler.triggergraph import trigger_cycle
-from statemachine import Disable, Enable, Event, ScheduleChanged
+from statemachine import Disable, Enable, Event, Pause, Resume, ScheduleChanged
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,14 @@ def apply(
             (report.created if job is None else report.updated).append(spec.id)
             if dry_run:
                 continue
+            was_paused = job is not None and bool(job.spec.get("paused"))
             if job is None:
                 job = job_store.lock_job(conn, job_store.insert_job(conn, spec, now))
                 assert job is not None
             messages += engine.feed(
                 conn, job, _event_for(job, spec), now, spec=spec, enabled=True
             ).messages
+            messages += _declare_pause(engine, conn, job.id, spec, now, was_paused=was_paused)
         for job in existing.values():
             messages += _retire(engine, conn, job, report, now, dry_run=dry_run, prune=prune)
     engine.send(messages)
@@ -117,6 +119,24 @@ def _retire(
     return fed.messages
 
 
+def _declare_pause(
+    engine: Engine, conn: Connection, job_id: int, spec: JobSpec, now: datetime, *, was_paused: bool
+) -> list[Message]:
+    """``paused`` in a changed spec pauses the job; taken out, it resumes the job that the
+    spec had paused. An operator's own pause or resume stands until the spec changes."""
+    declared = spec.controls.get("paused")
+    if not declared and not was_paused:
+        return []
+    job = job_store.lock_job(conn, job_id)
+    assert job is not None
+    if declared and not job.paused:
+        reason = declared if isinstance(declared, str) else None
+        return engine.feed(conn, job, Pause(reason), now, paused=True, pause_reason=reason).messages
+    if not declared and was_paused and job.paused:
+        return engine.feed(conn, job, Resume(), now, paused=False, pause_reason=None).messages
+    return []
+
+
 def _event_for(job: JobRow, spec: JobSpec) -> Event:
     """Enable a new or disabled job; move the tick of an enabled one whose schedule
     changed. Enable on an enabled job is a no-op for the machine: only the spec is saved."""
@@ -129,6 +149,7 @@ def _event_for(job: JobRow, spec: JobSpec) -> Event:
 class FolderReport:
     applied: dict[str, ApplyReport] = field(default_factory=dict)  # file name -> report
     failed: dict[str, str] = field(default_factory=dict)  # file name -> error
+    owners: dict[str, str] = field(default_factory=dict)  # project -> the file declaring it
 
 
 _PROJECT_LINE = re.compile(rb"^project:[ \t]*[\"']?([A-Za-z0-9][A-Za-z0-9_.-]{0,99})", re.M)
@@ -155,7 +176,7 @@ def reconcile_folder(engine: Engine, folder: Path) -> FolderReport:
     A project whose file is removed keeps its jobs: empty the file (``jobs: []``) to
     disable them. A database outage is not a file's fault: it ends the pass."""
     report = FolderReport()
-    owners: dict[str, str] = {}  # project -> the file that declares it
+    owners = report.owners
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         try:
             job_file = _load_claiming(path, owners)

@@ -237,6 +237,8 @@ class CeleryOptions(_Strict):
     queue: Annotated[str, Field(min_length=1, max_length=255)] = "celery"
     args: list[Any] = []
     kwargs: Annotated[dict[str, Any], BeforeValidator(_empty_as_empty_mapping)] = {}
+    priority: _count(0, 255) | None = None  # type: ignore[valid-type]
+    expires: _duration(0.0, above=True) | None = None  # type: ignore[valid-type]
 
     @field_validator("args", "kwargs")
     @classmethod
@@ -248,7 +250,11 @@ class CeleryOptions(_Strict):
         return value
 
     def normalized(self) -> dict[str, Any]:
-        return {"task": self.task, "queue": self.queue, "args": self.args, "kwargs": self.kwargs}
+        out = {"task": self.task, "queue": self.queue, "args": self.args, "kwargs": self.kwargs}
+        for key in ("priority", "expires"):  # kept only when given: no revision changes
+            if (value := getattr(self, key)) is not None:
+                out[key] = value
+        return out
 
 
 # --- the controls ----------------------------------------------------------------------
@@ -303,6 +309,8 @@ class JobFields(_Strict):
     misfire: Misfire | None = None
     misfire_grace: _duration() | None = None  # type: ignore[valid-type]
     catchup_limit: _count(1, 10_000) | None = None  # type: ignore[valid-type]
+    # Declared paused: true, or the reason (an import keeps a task disabled in its source).
+    paused: Annotated[str, Field(min_length=1, max_length=500)] | bool | None = None
 
     @field_validator("timezone")
     @classmethod

@@ -32,4 +32,6 @@ def send_task(app: Celery, call: Call) -> None:
         queue=o["queue"],
         task_id=call.task_id,
         headers={HEADER: header},
+        # Only when the job sets them: a task's own defaults and routes apply otherwise.
+        **{key: o[key] for key in ("priority", "expires") if key in o},
     )
