@@ -65,8 +65,9 @@ beat_schedule = {
         "options": {"expires": _settings.watchdog_interval},
     },
 }
-if _settings.jobs_dir is not None:
-    # The folder is the source of truth: each interval, its job files are applied.
+if _settings.jobs_dir is not None or _settings.apps:
+    # The folder and the apps' @periodic tasks are the source of truth: each interval,
+    # and as beat starts (tasks.chain), their jobs are applied.
     beat_schedule["cronchain-reconcile"] = {
         "task": "cronchain.reconcile",
         "schedule": _settings.reconcile_interval,

@@ -113,6 +113,30 @@ class Scheduler:
         return apply(self.engine, project, jobs, dry_run=dry_run, prune=prune)
 
     @_explained
+    def apply_app(
+        self,
+        ref: str,
+        *,
+        project: str | None = None,
+        dry_run: bool = False,
+        prune: bool = False,
+    ) -> dict[str, ApplyReport]:
+        """Apply the jobs that the tasks of the Celery app ``ref`` (``module:attribute``)
+        declare with ``@periodic``, project by project as ``apply`` does with a file; or
+        ``project``'s alone. Every project is checked (a dry run) before any is written,
+        so that one refused project leaves the others as they were."""
+        from scheduler.declared import jobs_of_app
+
+        declared = jobs_of_app(ref, project)
+        if not dry_run:
+            for name, specs in declared.items():
+                apply(self.engine, name, specs, dry_run=True)
+        return {
+            name: apply(self.engine, name, specs, dry_run=dry_run, prune=prune)
+            for name, specs in declared.items()
+        }
+
+    @_explained
     def jobs(self) -> list[dict[str, Any]]:
         with self.engine.db.connect() as conn:
             rows = job_store.list_jobs(conn)

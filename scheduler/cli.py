@@ -21,6 +21,7 @@ from scheduler.api import (
     MAX_ID,
     iso,
 )
+from scheduler.beatimport.command import add_arguments as import_beat_arguments
 from scheduler.clitext import invocation_text, show, table
 from scheduler.errors import NotFound, SpecError, TransientError
 from scheduler.timing.localtime import transitions
@@ -136,13 +137,26 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    report = _scheduler(args).apply(args.file, dry_run=args.dry_run, prune=args.prune)
+    """A file's project, or each project an app's ``@periodic`` tasks declare (its lines
+    prefixed with the project when there are several)."""
+    if (args.file is None) == (args.app is None):
+        raise SpecError("apply", "give a FILE or --app MODULE:APP (one of them)")
+    if args.project is not None and args.app is None:
+        raise SpecError("--project", "goes with --app: a file names its own project")
+    options = {"dry_run": args.dry_run, "prune": args.prune}
+    if args.app is None:
+        reports = {"": _scheduler(args).apply(args.file, **options)}
+    else:
+        reports = _scheduler(args).apply_app(args.app, project=args.project, **options)
     prefix = "would be " if args.dry_run else ""
-    for what in ("created", "updated", "disabled", "deleted", "unchanged"):
-        if what == "deleted" and not args.prune:
-            continue
-        names = getattr(report, what)
-        print(f"{prefix}{what}: {len(names)}" + (f" ({', '.join(names)})" if names else ""))
+    for project, report in reports.items():
+        label = f"{project}: " if len(reports) > 1 else ""
+        for what in ("created", "updated", "disabled", "deleted", "unchanged"):
+            if what == "deleted" and not args.prune:
+                continue
+            names = getattr(report, what)
+            listed = f" ({', '.join(names)})" if names else ""
+            print(f"{label}{prefix}{what}: {len(names)}{listed}")
     return 0
 
 
@@ -283,6 +297,12 @@ def _offset(delta: timedelta) -> str:
     return f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
 
 
+def cmd_import_beat(args: argparse.Namespace) -> int:
+    from scheduler.beatimport.command import cmd_import_beat
+
+    return cmd_import_beat(args)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Migrate, apply the given job files, then run both paths until stopped
     (scheduler.up)."""
@@ -314,13 +334,19 @@ def _parser() -> argparse.ArgumentParser:
     up = db_sub.add_parser("upgrade", help="migrate the database to the newest schema")
     up.set_defaults(handler=cmd_db_upgrade)
 
-    c = command("apply", cmd_apply, "create, update and disable a project's jobs from a file")
-    c.add_argument("file")
+    c = command(
+        "apply",
+        cmd_apply,
+        "create, update and disable a project's jobs from a file, or from an app's @periodic tasks",
+    )
+    c.add_argument("file", nargs="?")
+    c.add_argument("--app", metavar="MODULE:APP", help="a Celery app whose tasks declare jobs")
+    c.add_argument("--project", help="with --app: apply this project's jobs only")
     c.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
     c.add_argument(
         "--prune",
         action="store_true",
-        help="delete the project's jobs missing from the file (with their history)",
+        help="delete the project's jobs missing from the file or app (with their history)",
     )
 
     c = command("jobs", cmd_jobs, "list jobs")
@@ -370,6 +396,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--dry-run", action="store_true", help="list the slots; create nothing")
     c.add_argument("--json", action="store_true")
+
+    c = command(
+        "import-beat", cmd_import_beat, "write a job file from a Celery beat schedule, to apply"
+    )
+    import_beat_arguments(c)
 
     c = command("next", cmd_next, "show the next fire times of a schedule")
     c.add_argument("schedule")

@@ -48,6 +48,7 @@ class Settings:
     imports: tuple[str, ...] = ()
     http_allow: str = ""  # addresses/networks the http kind may call besides public ones
     jobs_dir: Path | None = None  # job files that beat reconciles on an interval
+    apps: tuple[str, ...] = ()  # Celery apps whose @periodic jobs beat reconciles too
     reconcile_interval: float = 60.0
     tick_batch: int = TICK_BATCH
     tick_slack: timedelta = TICK_SLACK
@@ -102,6 +103,7 @@ class Settings:
             imports=_imports(env),
             http_allow=_http_allow(env),
             jobs_dir=Path(jobs_dir).resolve() if jobs_dir else None,
+            apps=_apps(env),
             reconcile_interval=_seconds(env, "CRONCHAIN_RECONCILE_INTERVAL", 60),
             tick_batch=_whole(env, "CRONCHAIN_TICK_BATCH", TICK_BATCH, 1, 1000, "ticks"),
             tick_slack=_slack(env),
@@ -205,6 +207,22 @@ def _imports(env: Mapping[str, str]) -> tuple[str, ...]:
                 "CRONCHAIN_IMPORTS", f"must be comma-separated module names, not {module!r}"
             )
     return modules
+
+
+# An app as ``celery -A`` names it: a module, and the app's attribute after a colon.
+_APP_REF = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?")
+
+
+def _apps(env: Mapping[str, str]) -> tuple[str, ...]:
+    refs = [r.strip() for r in _text(env, "CRONCHAIN_APPS").split(",") if r.strip()]
+    for ref in refs:
+        if not _APP_REF.fullmatch(ref):
+            raise ConfigError(
+                "CRONCHAIN_APPS",
+                f"must be comma-separated Celery apps as module:attribute (etl.celery:app),"
+                f" not {ref!r}",
+            )
+    return tuple(dict.fromkeys(refs))  # an app named twice is applied once
 
 
 def _http_allow(env: Mapping[str, str]) -> str:

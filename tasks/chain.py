@@ -13,9 +13,10 @@ import threading
 from typing import Any
 
 from celery import Task
-from celery.signals import worker_ready
+from celery.signals import beat_init, worker_ready
 
-from scheduler.declarative import reconcile_folder
+from scheduler.declarative import ApplyReport, reconcile_folder
+from scheduler.declared import reconcile_apps
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
 from scheduler.runs import AttemptRef
@@ -141,21 +142,48 @@ def invocation_failed(task_id: str | None = None, *, invocation_id: int) -> None
 
 @app.task(name="cronchain.reconcile", **RETRY)
 def reconcile() -> dict[str, Any]:
-    """Apply the job files of ``CRONCHAIN_JOBS_DIR`` (sent by beat on an interval)."""
+    """Apply the job files of ``CRONCHAIN_JOBS_DIR``, then the jobs that the apps of
+    ``CRONCHAIN_APPS`` declare with ``@periodic`` (sent by beat as it starts and on an
+    interval). A project a file declares is the file's: an app's declarations of it are
+    refused. Each file and each app's project is applied or refused on its own."""
     rt = runtime()
-    if rt.settings.jobs_dir is None:
-        return {"applied": 0, "failed": {}}
-    report = reconcile_folder(rt.engine, rt.settings.jobs_dir)
-    for name, error in report.failed.items():
-        log.error("job file %s not applied: %s", name, error)
+    applied: dict[str, ApplyReport] = {}
+    failed: dict[str, str] = {}
+    owners: dict[str, str] = {}  # project -> the job file that declares it
+    if rt.settings.jobs_dir is not None:
+        folder = reconcile_folder(rt.engine, rt.settings.jobs_dir)
+        applied |= folder.applied
+        failed |= folder.failed
+        for name, error in folder.failed.items():
+            log.error("job file %s not applied: %s", name, error)
+        owners = folder.owners
+    if rt.settings.apps:  # keys "module:app: project", or "module:app" if it did not load
+        apps = reconcile_apps(rt.engine, rt.settings.apps, owners)
+        applied |= apps.applied
+        failed |= apps.failed
+        for name, error in apps.failed.items():
+            log.error("app %s not applied: %s", name, error)
     changed = {
         name: {"created": r.created, "updated": r.updated, "disabled": r.disabled}
-        for name, r in report.applied.items()
+        for name, r in applied.items()
         if r.created or r.updated or r.disabled
     }
     if changed:
-        log.warning("reconciled %s: %s", rt.settings.jobs_dir, changed)
-    return {"applied": len(report.applied), "changed": changed, "failed": report.failed}
+        log.warning("reconciled: %s", changed)
+    return {"applied": len(applied), "changed": changed, "failed": failed}
+
+
+RECONCILE_ENTRY = "cronchain-reconcile"  # its name in celeryconfig's beat_schedule
+
+
+@beat_init.connect
+def _reconcile_at_start(sender: Any, **_: Any) -> None:
+    """Make the reconcile entry due at beat's first tick. Celery first sends an interval
+    entry one interval after it is added (or after its last run, kept in beat's schedule
+    file), so that files and apps changed while beat was down would wait that long."""
+    entry = sender.scheduler.schedule.get(RECONCILE_ENTRY)
+    if entry is not None:
+        entry.last_run_at = entry.default_now() - entry.schedule.run_every
 
 
 @app.task(name="cronchain.watchdog", bind=True, **RETRY)

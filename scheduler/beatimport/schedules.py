@@ -1,0 +1,104 @@
+"""Celery beat's schedule objects as cronchain schedules, or the reason there is none.
+
+A ``crontab`` is read from the sets Celery itself expands its fields to, so that every
+spelling Celery accepts (names, ranges, steps, lists, ``*/n``) means here what it meant
+there; a full field is written ``*`` and an evenly stepped one ``*/n``, which keeps the
+job in the DST class cronchain gives ``*`` fields (see the README's *Daylight saving*).
+An interval becomes ``every``. Anything whose firing times cronchain cannot reproduce is
+:class:`Unsupported`, never approximated.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from celery.schedules import crontab, schedule, solar
+
+
+class Unsupported(Exception):
+    """A beat entry that has no faithful cronchain equivalent; the text says why."""
+
+
+_DAY = 86_400
+_MAX_PERIOD = 1000 * _DAY  # cronchain's longest `every`
+_UNITS = (("d", _DAY * 1000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1))
+
+
+def schedule_text(beat_schedule: Any) -> str:
+    """The cronchain schedule for a beat entry's ``schedule`` value."""
+    if beat_schedule is None or isinstance(beat_schedule, bool):
+        raise Unsupported(f"schedule {beat_schedule!r} is not a schedule")
+    if isinstance(beat_schedule, int | float | timedelta):
+        return every_text(beat_schedule)
+    if type(beat_schedule) is schedule:
+        if beat_schedule.relative:
+            raise Unsupported("relative=True rounds the start to the period; cronchain does not")
+        _no_nowfun(beat_schedule)
+        return every_text(beat_schedule.run_every)
+    if type(beat_schedule) is crontab:
+        _no_nowfun(beat_schedule)
+        return cron_text(beat_schedule)
+    if isinstance(beat_schedule, solar):
+        raise Unsupported(f"solar schedule ({beat_schedule.event}) has no cron equivalent")
+    what = type(beat_schedule).__name__
+    raise Unsupported(f"custom schedule class {what} cannot be read as cron or an interval")
+
+
+def _no_nowfun(beat_schedule: schedule | crontab) -> None:
+    if beat_schedule.nowfun is not None:
+        raise Unsupported("nowfun replaces the clock; cronchain keeps its own")
+
+
+def every_text(period: float | timedelta) -> str:
+    """``every`` for a period of whole milliseconds from 1 s to 1000 days."""
+    seconds = period.total_seconds() if isinstance(period, timedelta) else float(period)
+    ms = round(seconds * 1000)
+    if not 1 <= seconds <= _MAX_PERIOD or abs(ms - seconds * 1000) > 1e-6:
+        raise Unsupported(
+            f"interval {seconds:g}s: cronchain's periods are whole milliseconds from 1s to 1000d"
+        )
+    parts = []
+    for unit, size in _UNITS:
+        count, ms = divmod(ms, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "every " + "".join(parts)
+
+
+def cron_text(cron: crontab) -> str:
+    """Five cron fields from the values Celery expanded each field to."""
+    days, weekdays = cron.day_of_month, cron.day_of_week
+    if len(days) < 31 and len(weekdays) < 7:
+        raise Unsupported(
+            "day_of_month and day_of_week are both restricted: Celery runs only on days that"
+            " match both, cron on days that match either"
+        )
+    return " ".join(
+        [
+            _field(cron.minute, 0, 59),
+            _field(cron.hour, 0, 23),
+            _field(days, 1, 31),
+            _field(cron.month_of_year, 1, 12),
+            _field(weekdays, 0, 6),
+        ]
+    )
+
+
+def _field(values: set[int], low: int, high: int) -> str:
+    """``*``, ``*/n`` when the values step evenly from the field's start, otherwise a list
+    of values and ranges."""
+    ordered = sorted(values)
+    if ordered == list(range(low, high + 1)):
+        return "*"
+    if len(ordered) > 1:
+        step = ordered[1] - ordered[0]
+        if ordered[0] == low and ordered == list(range(low, high + 1, step)):
+            return f"*/{step}"
+    runs: list[list[int]] = []  # runs of consecutive values
+    for value in ordered:
+        if runs and value == runs[-1][-1] + 1:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

@@ -1,0 +1,329 @@
+"""``import-beat --django-celery-beat`` (issue 19) on real django-celery-beat databases,
+made by its own migrations and filled through its own models in subprocesses: this
+process never sets Django up, as the importer must not need it. The job file written is
+applied to a cronchain database; what has no faithful equivalent is named on stderr, and
+what is imported is checked against what django-celery-beat's own scheduler reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+import yaml
+
+from scheduler.api import Scheduler
+from scheduler.beatimport import djangobeat
+from scheduler.cli import main
+from scheduler.engine import Engine
+from scheduler.errors import SpecError, TransientError
+from scheduler.invokers import default_invokers
+from scheduler.storage.db import make_engine
+from tests import services
+from tests.conftest import Clock, RecordingPort
+
+pytestmark = pytest.mark.postgres
+
+PROJECT = "p"
+PAUSED = "disabled in django-celery-beat"
+CRON = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
+REPO = Path(__file__).resolve().parents[2]
+
+SETTINGS = """\
+SECRET_KEY = "test"
+INSTALLED_APPS = ["django_celery_beat"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+DATABASES = {databases!r}
+"""
+
+# Filled through django-celery-beat's models, as its admin would: save() checks each row.
+ROWS = """\
+from datetime import datetime, timezone
+
+import django
+
+django.setup()
+from django_celery_beat.models import (
+    ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask, SolarSchedule,
+)
+
+UTC = timezone.utc
+
+
+def cron(**fields):
+    return CrontabSchedule.objects.create(**fields)
+
+
+def every(count, period):
+    return IntervalSchedule.objects.create(every=count, period=period)
+
+
+def add(name, task, **fields):
+    PeriodicTask.objects.create(name=name, task=task, **fields)
+
+
+add("weekday mornings", "reports.daily", kwargs='{"full": true}',
+    crontab=cron(minute="30", hour="7", day_of_week="mon-fri", timezone="Europe/Berlin"))
+add("quarter-hourly", "metrics.flush", crontab=cron(minute="*/15"))
+add("office hours", "mail.poll", args='[1, "two"]',
+    crontab=cron(minute="0", hour="8-18/2", day_of_week="1-5", timezone="America/New_York"))
+add("quarterly", "billing.close",
+    crontab=cron(minute="0", hour="3", day_of_month="1", month_of_year="*/3"))
+add("heartbeat", "health.ping", interval=every(30, "seconds"))
+add("sync", "crm.sync", interval=every(5, "minutes"))
+add("export", "reports.export", interval=every(2, "hours"),
+    queue="reports", priority=5, expire_seconds=600)
+add("started long ago", "etl.load", interval=every(10, "minutes"),
+    start_time=datetime(2020, 1, 1, tzinfo=UTC))
+add("nightly cleanup", "db.vacuum", crontab=cron(minute="0", hour="2"), enabled=False)
+# None of these has a faithful cronchain equivalent.
+add("thirteenth or friday", "luck.check",
+    crontab=cron(minute="0", hour="0", day_of_month="13", day_of_week="fri"))
+add("tight loop", "spin", interval=every(1500, "microseconds"))
+add("launch", "rocket.go", one_off=True,
+    clocked=ClockedSchedule.objects.create(clocked_time=datetime(2030, 1, 1, 9, tzinfo=UTC)))
+add("at sunrise", "blinds.open",
+    solar=SolarSchedule.objects.create(event="sunrise", latitude=52.52, longitude=13.405))
+add("once", "setup.run", interval=every(1, "hours"), one_off=True)
+add("later", "future.run", interval=every(1, "hours"), start_time=datetime(2100, 1, 1, tzinfo=UTC))
+add("until summer", "promo.mail", interval=every(1, "hours"),
+    expires=datetime(2030, 6, 1, tzinfo=UTC))
+add("audited", "audit.log", interval=every(1, "hours"), exchange="audit")
+"""
+
+# What django-celery-beat's own scheduler makes of each row (its ModelEntry), as JSON, for
+# the differential test. Solar rows are skipped: their schedule needs ephem.
+BEAT_VIEW = """\
+import json
+import os
+import sys
+
+import django
+
+django.setup()
+from celery import Celery
+from django_celery_beat.models import PeriodicTask
+from django_celery_beat.schedulers import ModelEntry
+
+CRON = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
+app = Celery(set_as_current=False)
+view = {}
+for model in PeriodicTask.objects.filter(solar=None):
+    entry = ModelEntry(model, app=app)
+    schedule = entry.schedule
+    if hasattr(schedule, "run_every"):
+        schedule = schedule.run_every.total_seconds()
+    elif hasattr(schedule, "day_of_week"):
+        schedule = {f: sorted(getattr(schedule, f)) for f in CRON} | {"zone": str(schedule.tz)}
+    else:
+        schedule = repr(schedule)
+    options = dict(entry.options)
+    options["headers"].pop("periodic_task_name")
+    view[entry.name] = {
+        "task": entry.task, "args": entry.args, "kwargs": entry.kwargs,
+        "options": {k: v for k, v in options.items() if v != {}},
+        "schedule": schedule, "enabled": model.enabled,
+    }
+json.dump(view, sys.stdout, default=str)
+"""
+
+
+def celery(task: str, **options: Any) -> dict[str, Any]:
+    return {"task": task, "queue": "celery", **options}
+
+
+EXPECTED = {
+    "weekday-mornings": {
+        "schedule": "30 7 * * 1-5",
+        "timezone": "Europe/Berlin",
+        "celery": celery("reports.daily", kwargs={"full": True}),
+    },
+    "quarter-hourly": {"schedule": "*/15 * * * *", "celery": celery("metrics.flush")},
+    "office-hours": {
+        "schedule": "0 8,10,12,14,16,18 * * 1-5",
+        "timezone": "America/New_York",
+        "celery": celery("mail.poll", args=[1, "two"]),
+    },
+    "quarterly": {"schedule": "0 3 1 */3 *", "celery": celery("billing.close")},
+    "heartbeat": {"schedule": "every 30s", "celery": celery("health.ping")},
+    "sync": {"schedule": "every 5m", "celery": celery("crm.sync")},
+    "export": {
+        "schedule": "every 2h",
+        "schedule_to_start": 600,
+        "celery": celery("reports.export", queue="reports", priority=5, expires=600),
+    },
+    "started-long-ago": {"schedule": "every 10m", "celery": celery("etl.load")},
+    "nightly-cleanup": {"schedule": "0 2 * * *", "celery": celery("db.vacuum"), "paused": PAUSED},
+}
+
+LEFT_OUT = {
+    "thirteenth or friday": "day_of_month and day_of_week are both restricted",
+    "tight loop": "interval 0.0015s",
+    "launch": "clocked schedule: one run at 2030-01-01T09:00:00+00:00",
+    "at sunrise": "solar schedule (sunrise at 52.52, 13.405)",
+    "once": "one_off",
+    "later": "start_time 2100-01-01T00:00:00+00:00",
+    "until summer": "expires 2030-06-01T00:00:00+00:00",
+    "audited": "option exchange has no cronchain equivalent",
+}
+
+
+def import_beat(url: str, out: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``cronchain import-beat --django-celery-beat URL --skip-unsupported`` writes to
+    stderr; the job file goes to ``out``."""
+    argv = ["import-beat", "--django-celery-beat", url, "--project", PROJECT, "-o", str(out)]
+    assert main([*argv, "--skip-unsupported"]) == 0
+    return capsys.readouterr().err
+
+
+@dataclass(frozen=True)
+class DjBeatDatabase:
+    url: str
+    beat_view: dict[str, Any]  # what django-celery-beat's scheduler reads from each row
+
+
+def build_djbeat_database(folder: Path, database: dict[str, Any]) -> dict[str, Any]:
+    """Migrate and fill a django-celery-beat database with Django, out of this process;
+    return what its scheduler reads from the rows (:data:`BEAT_VIEW`)."""
+    (folder / "djbeat_settings.py").write_text(SETTINGS.format(databases={"default": database}))
+    (folder / "djbeat_rows.py").write_text(ROWS)
+    (folder / "djbeat_view.py").write_text(BEAT_VIEW)
+    env = {**os.environ, "PYTHONPATH": str(folder), "DJANGO_SETTINGS_MODULE": "djbeat_settings"}
+    for script in (
+        ["-m", "django", "migrate", "--no-input"],
+        ["djbeat_rows.py"],
+        ["djbeat_view.py"],
+    ):
+        done = subprocess.run(
+            [sys.executable, *script], cwd=folder, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def djbeat(
+    pg_admin: sqlalchemy.Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DjBeatDatabase]:
+    """A django-celery-beat database on PostgreSQL."""
+    name = services.create_database(pg_admin)
+    url = sqlalchemy.engine.make_url(services.database_url(name))
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "HOST": url.host,
+        "PORT": url.port or 5432,
+        "USER": url.username,
+        "PASSWORD": url.password or "",
+    }
+    beat_view = build_djbeat_database(tmp_path_factory.mktemp("djbeat_pg"), database)
+    yield DjBeatDatabase(url.set(drivername="postgresql").render_as_string(False), beat_view)
+    services.drop_database(pg_admin, name)
+
+
+def test_a_djbeat_database_is_imported_and_applied(
+    djbeat: DjBeatDatabase, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    out = tmp_path / "jobs.yaml"
+    stderr = import_beat(djbeat.url, out, capsys)
+
+    written = yaml.safe_load(out.read_text())
+    assert written["project"] == PROJECT
+    jobs = {job.pop("name"): job for job in written["jobs"]}
+    assert jobs == EXPECTED
+    lines = stderr.splitlines()
+    for name, why in LEFT_OUT.items():
+        assert [line for line in lines if name in line and why in line], (name, stderr)
+    assert not [line for line in lines if any(name in line for name in EXPECTED)], stderr
+
+    db = make_engine(pg_url)
+    engine = Engine(
+        db, RecordingPort(), default_invokers(), grace=timedelta(seconds=15), clock=Clock()
+    )
+    try:
+        sched = Scheduler(engine)
+        assert sorted(sched.apply(out).created) == sorted(f"{PROJECT}/{n}" for n in EXPECTED)
+        paused = {j["id"]: (j["paused"], j["pause_reason"]) for j in sched.jobs()}
+    finally:
+        db.dispose()
+    assert paused.pop(f"{PROJECT}/nightly-cleanup") == (True, PAUSED)
+    assert set(paused.values()) == {(False, None)}
+
+
+def test_entries_are_what_django_celery_beats_scheduler_reads(djbeat: DjBeatDatabase):
+    """Each entry read with SQL against django-celery-beat's own ModelEntry of the row:
+    the task, arguments, options, the crontab's fields as Celery expands them and its
+    zone, the interval, and enabled."""
+    entries, _ = djangobeat.read_entries(djbeat.url)
+    assert entries
+    for entry in entries:
+        theirs = djbeat.beat_view[entry.name]
+        schedule = entry.schedule
+        if isinstance(schedule, timedelta):
+            ours: Any = schedule.total_seconds()
+        else:
+            ours = {f: sorted(getattr(schedule, f)) for f in CRON} | {"zone": entry.zone}
+        assert {
+            "task": entry.task,
+            "args": entry.args,
+            "kwargs": entry.kwargs,
+            "options": dict(entry.options),
+            "schedule": ours,
+            "enabled": entry.paused is None,
+        } == theirs, entry.name
+
+
+def test_sqlite_reads_as_postgresql(djbeat: DjBeatDatabase, tmp_path: Path):
+    """The same rows, made by the same migrations on SQLite (naive datetimes, decimals as
+    text): the same entries and the same reasons."""
+    path = tmp_path / "beat.sqlite3"
+    build_djbeat_database(tmp_path, {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)})
+    from_sqlite = djangobeat.read_entries(f"sqlite:///{path}")
+    assert from_sqlite == djangobeat.read_entries(djbeat.url)
+    # What the rows alone rule out; the converter names the other three.
+    read_left_out = {name for name, _ in from_sqlite[1]}
+    assert read_left_out == {"launch", "at sunrise", "once", "later", "until summer"}
+    assert len(from_sqlite[0]) == len(EXPECTED) + len(LEFT_OUT) - len(read_left_out)
+
+
+def test_the_importer_needs_no_django(djbeat: DjBeatDatabase):
+    """Read where Django cannot be imported. (Where it can, kombu imports one helper of
+    it, ``django.utils.functional``, for any Celery import: no settings, no models.)"""
+    script = (
+        "import sys; sys.modules['django'] = sys.modules['django_celery_beat'] = None;"
+        " from scheduler.beatimport.djangobeat import read_entries;"
+        " entries, left_out = read_entries(sys.argv[1]); print(len(entries), len(left_out))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, djbeat.url], cwd=REPO, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout.split()) == (0, ["12", "5"]), done.stderr
+
+
+def test_a_database_that_is_not_django_celery_beats_is_refused(pg_url: str, tmp_path: Path):
+    with pytest.raises(SpecError, match="has no table django_celery_beat_periodictask") as err:
+        djangobeat.read_entries(pg_url)
+    assert err.value.field == "--django-celery-beat"
+    missing = tmp_path / "nothing.sqlite3"
+    with pytest.raises(SpecError, match="is not a SQLite database file"):
+        djangobeat.read_entries(f"sqlite:///{missing}")
+    assert not missing.exists()  # not created by trying
+    with pytest.raises(SpecError, match="must be a database URL"):
+        djangobeat.read_entries("beat.sqlite3")
+
+
+def test_a_server_that_cannot_be_reached_is_transient():
+    where = f"127.0.0.1:{services.free_port()}/beat"
+    with pytest.raises(TransientError) as err:
+        djangobeat.read_entries(f"postgresql://nobody:secret@{where}")
+    unreachable = f"--django-celery-beat: database postgresql://nobody:***@{where} is unreachable"
+    assert str(err.value).startswith(unreachable)
