@@ -64,7 +64,7 @@ def apply(
             (report.created if job is None else report.updated).append(spec.id)
             if dry_run:
                 continue
-            was_paused = job is not None and bool(job.spec.get("paused"))
+            was_paused = None if job is None else job.spec.get("paused")
             if job is None:
                 job = job_store.lock_job(conn, job_store.insert_job(conn, spec, now))
                 assert job is not None
@@ -120,19 +120,27 @@ def _retire(
 
 
 def _declare_pause(
-    engine: Engine, conn: Connection, job_id: int, spec: JobSpec, now: datetime, *, was_paused: bool
+    engine: Engine,
+    conn: Connection,
+    job_id: int,
+    spec: JobSpec,
+    now: datetime,
+    *,
+    was_paused: str | bool | None,
 ) -> list[Message]:
-    """``paused`` in a changed spec pauses the job; taken out, it resumes the job that the
-    spec had paused. An operator's own pause or resume stands until the spec changes."""
+    """``paused`` in a changed spec pauses the job; taken out, it resumes the job the spec
+    had paused, if it is still paused for that reason. An operator's own pause or resume
+    stands until the spec changes, and an operator's own pause even then."""
     declared = spec.controls.get("paused")
     if not declared and not was_paused:
         return []
     job = job_store.lock_job(conn, job_id)
     assert job is not None
+    paused_by_spec = job.pause_reason == (was_paused if isinstance(was_paused, str) else None)
     if declared and not job.paused:
         reason = declared if isinstance(declared, str) else None
         return engine.feed(conn, job, Pause(reason), now, paused=True, pause_reason=reason).messages
-    if not declared and was_paused and job.paused:
+    if not declared and was_paused and job.paused and paused_by_spec:
         return engine.feed(conn, job, Resume(), now, paused=False, pause_reason=None).messages
     return []
 

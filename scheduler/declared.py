@@ -25,7 +25,7 @@ import celery
 from celery import Celery, Task
 from celery.local import PromiseProxy, Proxy
 
-from scheduler.beatimport.celeryapp import default_queue, load_app
+from scheduler.celeryapps import NotFaithful, send_options
 from scheduler.declarative import ApplyReport, apply
 from scheduler.engine import Engine
 from scheduler.errors import CronchainError, SpecError, TransientError
@@ -55,30 +55,34 @@ class Declaration:
     controls: dict[str, Any]
 
     def spec(self, app: Celery, task: Task) -> JobSpec:
-        """The job this declaration makes for ``task`` of ``app``."""
+        """The job this declaration makes for ``task`` of ``app``: sent as beat would
+        send the task, its own options and the app's routes beneath what was given."""
         name = _job_name(task.name, self.where) if self.name is None else self.name
-        queue = self.queue
-        if queue is None:
-            queue = default_queue(app, task.name, self.args, self.kwargs)
         project = _project(app, self.where) if self.project is None else self.project
         try:
+            sent = send_options(app, task.name, self.args, self.kwargs, self.given())
             return JobSpec(
                 project,
                 name,
                 self.schedule,
                 self.timezone,
                 "celery",
-                self.options(task.name, queue),
+                self.options(task.name, sent),
                 self.controls,
             )
+        except NotFaithful as why:
+            raise SpecError("queue", str(why), where=f"{self.where}: job {name!r}") from None
         except SpecError as err:
             raise err.located(f"{self.where}: job {name!r}") from None
 
-    def options(self, task: str, queue: str) -> dict[str, Any]:
-        """The ``celery`` options; ``priority`` and ``expires`` only when given."""
-        given = {"priority": self.priority, "expires": self.expires}
-        options = {"task": task, "queue": queue, "args": self.args, "kwargs": self.kwargs}
-        return options | {k: v for k, v in given.items() if v is not None}
+    def given(self) -> dict[str, Any]:
+        """The sending options written in the decorator."""
+        given = {"queue": self.queue, "priority": self.priority, "expires": self.expires}
+        return {k: v for k, v in given.items() if v is not None}
+
+    def options(self, task: str, sent: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``celery`` options: the task, its arguments, and how it is sent."""
+        return {"task": task, "args": self.args, "kwargs": self.kwargs, **sent}
 
 
 _DECLARED: list[Declaration] = []
@@ -155,9 +159,7 @@ def _check(declaration: Declaration) -> None:
             declaration.schedule,
             declaration.timezone,
             "celery",
-            declaration.options(
-                "task", "celery" if declaration.queue is None else declaration.queue
-            ),
+            declaration.options("task", {"queue": "celery"} | declaration.given()),
             declaration.controls,
         )
     except SpecError as err:
@@ -206,8 +208,8 @@ def _task_of(declared: Any, app: Celery) -> Task | None:
 def declared_jobs(app: Celery) -> dict[str, list[JobSpec]]:
     """The jobs ``app``'s tasks declare, by project, both sorted by name (the order of
     imports and of stacked decorators says nothing). ``app`` must be finalized
-    (:func:`load_app` does it). Two jobs of one name in a project, or a trigger naming
-    no job of the project, are refused as a job file refuses them."""
+    (``celeryapps.load_app`` does it). Two jobs of one name in a project, or a trigger
+    naming no job of the project, are refused as a job file refuses them."""
     projects: dict[str, list[JobSpec]] = {}
     places: dict[str, str] = {}  # job id -> the @periodic that declares it
     for declaration in list(_DECLARED):
@@ -231,11 +233,15 @@ def declared_jobs(app: Celery) -> dict[str, list[JobSpec]]:
 
 
 def jobs_of_app(ref: str, project: str | None = None) -> dict[str, list[JobSpec]]:
-    """Load the app ``ref`` names (``module:attribute``) and return the jobs its tasks
-    declare, of ``project`` alone if given. An app that declares none, or none of
-    ``project``, is refused: applying nothing would disable every job of a project."""
-    app = load_app(ref)
-    declared = declared_jobs(app)
+    """The jobs the tasks of the app ``ref`` names (``module:attribute``) declare, of
+    ``project`` alone if given, read by a process of its own (:mod:`scheduler.appreader`)
+    so that the app's modules are read afresh each time. An app that declares none, or
+    none of ``project``, is refused: applying nothing would disable every job of a
+    project."""
+    from scheduler.appreader import read_app
+
+    answer = read_app("periodic", ref)["projects"]
+    declared = {p: [JobSpec(p, **fields) for fields in jobs] for p, jobs in answer.items()}
     if project is not None:
         if project not in declared:
             why = f"no job of app {ref!r} declares project {project!r}"

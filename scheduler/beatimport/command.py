@@ -3,7 +3,8 @@ django-celery-beat's tables, to review and apply.
 
 Nothing is approximated: an entry without a faithful equivalent is named on stderr with
 the reason, and then no file is written (exit 2) unless ``--skip-unsupported`` says to
-write the others."""
+write the others. What beat itself will never run again (a disabled one-off task) is
+named too, as a note."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from scheduler.beatimport.entries import BeatEntry, Converted, convert
+from scheduler.beatimport.entries import Converted, Imported
 from scheduler.beatimport.jobfile import job_file_text
+from scheduler.errors import SpecError
 from scheduler.specmodel import NAME
 
 DJANGO_PROJECT = "beat"
@@ -27,7 +29,9 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         metavar="DATABASE_URL",
         help="read django-celery-beat's tables (postgresql://... or sqlite:///...)",
     )
-    c.add_argument("--project", help="the jobs' project (default: the app's name, or 'beat')")
+    c.add_argument(
+        "--project", help="the jobs' project (default: the app's name with -beat, or 'beat')"
+    )
     c.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     c.add_argument(
         "--skip-unsupported",
@@ -37,30 +41,47 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
 
 
 def cmd_import_beat(args: argparse.Namespace) -> int:
+    if args.project is not None and not NAME.fullmatch(args.project):
+        why = "must be 1-100 letters, digits, '.', '_' or '-' (no '/')"
+        raise SpecError("--project", f"{args.project!r} {why}")
     if args.django_url:
-        from scheduler.beatimport import djangobeat
-
-        entries, left_out = djangobeat.read_entries(args.django_url)
-        project = args.project or DJANGO_PROJECT
-        converted = convert(entries, project, djangobeat.queue_of)
+        project, converted = _from_django(args.django_url, args.project or DJANGO_PROJECT)
         source = "django-celery-beat"
     else:
-        from scheduler.beatimport.celeryapp import beat_entries, default_queue, load_app
-
-        app = load_app(args.app)
-        entries, left_out = beat_entries(app)
-        project = args.project or (app.main if NAME.fullmatch(app.main or "") else "beat")
-
-        def queue_of(entry: BeatEntry) -> str:
-            return default_queue(app, entry.task, entry.args, entry.kwargs)
-
-        converted = convert(entries, project, queue_of)
+        project, converted = _from_app(args.app, args.project)
         source = args.app
-    converted.left_out[:0] = left_out
     return _write(args, project, converted, source)
 
 
+def _from_django(url: str, project: str) -> tuple[str, Converted]:
+    from scheduler.beatimport import djangobeat
+    from scheduler.beatimport.entries import convert
+
+    entries, left_out, ignored = djangobeat.read_entries(url)
+    converted = convert(entries, project, djangobeat.route_of)
+    converted.left_out[:0] = left_out
+    converted.ignored = ignored
+    return project, converted
+
+
+def _from_app(ref: str, project: str | None) -> tuple[str, Converted]:
+    """The app is loaded in a process of its own (:mod:`scheduler.appreader`)."""
+    from scheduler.appreader import read_app
+
+    answer = read_app("beat", ref, project)
+    converted = Converted(
+        jobs=[Imported(**job) for job in answer["jobs"]],
+        left_out=[(name, why) for name, why in answer["left_out"]],
+        notes=answer["notes"],
+    )
+    return answer["project"], converted
+
+
 def _write(args: argparse.Namespace, project: str, converted: Converted, source: str) -> int:
+    for note in converted.notes:
+        print(f"cronchain: note: {note}", file=sys.stderr)
+    for name, why in converted.ignored:
+        print(f"cronchain: ignored beat entry {name!r}: {why}", file=sys.stderr)
     for name, why in converted.left_out:
         print(f"cronchain: left out beat entry {name!r}: {why}", file=sys.stderr)
     if converted.left_out and not args.skip_unsupported:
@@ -70,7 +91,10 @@ def _write(args: argparse.Namespace, project: str, converted: Converted, source:
             file=sys.stderr,
         )
         return 2
-    text = job_file_text(project, converted, source)
+    if not converted.jobs:  # applied, an empty file would disable every job of the project
+        print(f"cronchain: no entry of {source} to write; nothing written", file=sys.stderr)
+        return 2
+    text = job_file_text(project, converted.jobs, source)
     if args.output:
         Path(args.output).write_text(text)
         print(f"wrote {len(converted.jobs)} jobs of project {project} to {args.output}")

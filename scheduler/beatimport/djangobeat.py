@@ -9,8 +9,10 @@ kombu as beat decodes them, ``queue``, ``priority`` and ``expire_seconds`` as op
 
 What beat does with a row that a periodic job cannot do is named with the reason and
 left out: a clocked (one fixed time) or solar schedule, a one-off task, a ``start_time``
-still to come, an ``expires`` date. Columns that older django-celery-beat versions lack
-read as empty.
+still to come, an ``expires`` date still to come. A row beat itself will never send again
+needs no job and is named apart, as ignored: an ``expires`` date past, a one-off task
+that has run, a disabled one-off or clocked task (see :func:`ignored_because`). Columns
+that older django-celery-beat versions lack read as empty.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ _SCHEDULES: dict[str, tuple[str, ...]] = {
 _TASK_COLUMNS = (
     *("id", "name", "task", "enabled", "one_off", "start_time", "expires", "expire_seconds"),
     *("args", "kwargs", "queue", "exchange", "routing_key", "headers", "priority"),
+    "total_run_count",
 )
 _PERIODS = ("days", "hours", "minutes", "seconds", "microseconds")
 
@@ -58,28 +61,66 @@ Row = Mapping[str, Any]
 
 def read_entries(
     database_url: str, *, now: datetime | None = None
-) -> tuple[list[BeatEntry], list[tuple[str, str]]]:
-    """The periodic tasks of the django-celery-beat database at ``database_url``: those
-    beat entries can express, and (name, reason) for the others. ``now`` decides whether
-    a ``start_time`` is still to come (the clock, when not given: a command's boundary).
-    A URL that names no such database is a :class:`SpecError`; a server that cannot be
-    reached a :class:`TransientError`."""
+) -> tuple[list[BeatEntry], list[tuple[str, str]], list[tuple[str, str]]]:
+    """The periodic tasks of the django-celery-beat database at ``database_url``, as
+    ``(entries, left_out, ignored)``: those beat entries can express; (name, reason) for
+    those beat would still run that no job can; and (name, reason) for those beat will
+    never send again (:func:`ignored_because`), which need no job. ``now`` decides whether
+    a ``start_time`` is still to come and an ``expires`` date past (the clock, when not
+    given: a command's boundary). A URL that names no such database is a
+    :class:`SpecError`; a server that cannot be reached a :class:`TransientError`."""
     rows = _read_rows(database_url)
     now = now or datetime.now(UTC)
     entries: list[BeatEntry] = []
     left_out: list[tuple[str, str]] = []
+    ignored: list[tuple[str, str]] = []
     for row in rows:
+        why_not = ignored_because(row, now)
+        if why_not is not None:
+            ignored.append((row["name"], why_not))
+            continue
         try:
             entries.append(entry_of(row, now))
         except Unsupported as why:
             left_out.append((row["name"], str(why)))
-    return entries, left_out
+    return entries, left_out, ignored
 
 
-def queue_of(entry: BeatEntry) -> str:
-    """The queue of a row without one, for :func:`scheduler.beatimport.entries.convert`:
-    see :data:`DEFAULT_QUEUE`."""
-    return DEFAULT_QUEUE
+def ignored_because(row: Row, now: datetime) -> str | None:
+    """Why beat will never send the row's task again, or None. ``ModelEntry.is_due``
+    disables a row whose ``expires`` has come (enabled or not: a disabled one would be
+    disabled again at once), and a one-off task with a run counted, at its next check
+    and without running it. Saving it disabled then clears ``last_run_at`` and beat
+    resets the count, so a disabled one-off task (a clocked one is one-off too) reads
+    the same whether it ran or was turned off first: it is ignored either way, as being
+    done. A disabled interval, crontab or solar row is not: it is a schedule someone
+    may enable again, so it is imported paused, or left out as what no job can do."""
+    expires = _aware(row.get("expires"))
+    if expires is not None and expires <= now:
+        return f"expired {expires.isoformat()}: beat never sends it again"
+    enabled = bool(row["enabled"])
+    if not enabled and _kind(row) == "clocked":
+        at = _aware(row.get("clocked.clocked_time"))
+        if at is None:
+            return "clocked, disabled: a one-time task beat does not run"
+        when = "its one run time has passed" if at <= now else "turned off before its run"
+        return f"clocked at {at.isoformat()}, disabled: {when}"
+    if row.get("one_off") and not enabled:
+        return "one_off, disabled: beat disables a one-off task after its run"
+    if row.get("one_off") and row.get("total_run_count"):
+        count = row["total_run_count"]
+        return f"one_off, run {count} time(s): beat disables it at its next check, unrun"
+    return None
+
+
+def route_of(entry: BeatEntry) -> dict[str, Any]:
+    """What beat sends a row's task with, for :func:`scheduler.beatimport.entries.convert`:
+    its ``queue`` (else :data:`DEFAULT_QUEUE`), and its ``priority`` and ``expires`` if
+    set."""
+    options = entry.options or {}
+    sent: dict[str, Any] = {"queue": options.get("queue") or DEFAULT_QUEUE}
+    sent |= {k: options[k] for k in ("priority", "expires") if options.get(k) is not None}
+    return sent
 
 
 def entry_of(row: Row, now: datetime) -> BeatEntry:
@@ -113,7 +154,7 @@ def entry_of(row: Row, now: datetime) -> BeatEntry:
 
 def _schedule(row: Row) -> tuple[Any, str]:
     """What beat evaluates for the row, and the zone a crontab is read in."""
-    kind = next((k for k in _SCHEDULES if row.get(f"{k}_id") is not None), None)
+    kind = _kind(row)
     if kind is None:
         raise Unsupported("no schedule: none of interval, crontab, solar and clocked is set")
     if row.get(f"{kind}.id") is None:
@@ -131,6 +172,11 @@ def _schedule(row: Row) -> tuple[Any, str]:
     if kind == "interval":
         return _interval(row["interval.every"], row["interval.period"]), "UTC"
     return _crontab(row), row.get("crontab.timezone") or "UTC"
+
+
+def _kind(row: Row) -> str | None:
+    """The row's kind of schedule: the first set, as beat picks it."""
+    return next((k for k in _SCHEDULES if row.get(f"{k}_id") is not None), None)
 
 
 def _interval(every: int, period: str) -> timedelta:

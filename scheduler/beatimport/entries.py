@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import Celery
+from celery.schedules import maybe_schedule
+
 from scheduler.beatimport.schedules import Unsupported, schedule_text
+from scheduler.celeryapps import NotFaithful, send_options
 from scheduler.errors import SpecError
 from scheduler.spec import JobSpec
 
@@ -39,24 +43,37 @@ class BeatEntry:
     paused: str | None = None  # why the job should be created paused
 
 
+@dataclass(frozen=True)
+class Imported:
+    """A job file entry, with the beat entry's name and its schedule as Celery shows it
+    (``was``), for the comment above it."""
+
+    name: str
+    was: str
+    job: dict[str, Any]
+
+
 @dataclass
 class Converted:
-    """Job file entries, each with the beat entry it came from, and what was left out."""
+    """Job file entries, and what was left out or ignored, each (entry name, why)."""
 
-    jobs: list[tuple[BeatEntry, dict[str, Any]]] = field(default_factory=list)
-    left_out: list[tuple[str, str]] = field(default_factory=list)  # (entry name, why)
+    jobs: list[Imported] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # beat runs them no more
+    notes: list[str] = field(default_factory=list)
 
 
-def convert(
-    entries: Iterable[BeatEntry], project: str, queue_of: Callable[[BeatEntry], str]
-) -> Converted:
-    """The job entries for ``entries``; ``queue_of`` gives the queue an entry without a
-    ``queue`` option is routed to. Names are made unique within the project."""
+# What beat would send for an entry: ``queue``, and ``priority``/``expires`` if any.
+RouteOf = Callable[[BeatEntry], Mapping[str, Any]]
+
+
+def convert(entries: Iterable[BeatEntry], project: str, route_of: RouteOf) -> Converted:
+    """The job entries for ``entries``, named uniquely within the project."""
     out = Converted()
     taken: set[str] = set()
     for entry in entries:
         try:
-            job = {"name": _unique(job_name(entry.name), taken), **job_entry(entry, queue_of)}
+            job = {"name": _unique(job_name(entry.name), taken), **job_entry(entry, route_of)}
             JobSpec.from_dict(project, job)  # as apply will: a refusal is named now
         except Unsupported as why:
             out.left_out.append((entry.name, str(why)))
@@ -65,40 +82,81 @@ def convert(
             out.left_out.append((entry.name, f"{err.field}: {err.reason}"))
             continue
         taken.add(job["name"])
-        out.jobs.append((entry, job))
+        out.jobs.append(Imported(entry.name, " ".join(repr(entry.schedule).split()), job))
     return out
 
 
-def job_entry(entry: BeatEntry, queue_of: Callable[[BeatEntry], str]) -> dict[str, Any]:
+def job_entry(entry: BeatEntry, route_of: RouteOf) -> dict[str, Any]:
     """One job file entry (without its name), or :class:`Unsupported`."""
-    options = dict(entry.options or {})
-    unknown = sorted(set(options) - set(CARRIED))
+    unknown = sorted(set(entry.options or {}) - set(CARRIED))
     if unknown:
         raise Unsupported(f"option {', '.join(unknown)} has no cronchain equivalent")
-    celery: dict[str, Any] = {"task": entry.task, "queue": options.get("queue") or queue_of(entry)}
-    if not isinstance(celery["queue"], str):
-        raise Unsupported(f"queue {celery['queue']!r} is not a queue name")
-    if entry.args:
-        celery["args"] = _json("args", list(entry.args))
-    if entry.kwargs:
-        celery["kwargs"] = _json("kwargs", dict(entry.kwargs))
     job: dict[str, Any] = {"schedule": schedule_text(entry.schedule)}
-    if entry.zone != "UTC":
-        job["timezone"] = entry.zone
-    if options.get("priority") is not None:
-        celery["priority"] = options["priority"]
-    expires = options.get("expires")
-    if isinstance(expires, datetime):
-        raise Unsupported("expires is a fixed time, after which every run would be dropped")
-    if expires is not None:
-        seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
-        celery["expires"] = seconds
+    if entry.zone != "UTC" and not job["schedule"].startswith("every "):
+        job["timezone"] = entry.zone  # an interval is the same in every zone
+    celery = _celery(entry, route_of)
+    if "expires" in celery:
         # The message is dropped unrun once it expires: the run fails then, not in an hour.
-        job["schedule_to_start"] = max(seconds, 1.0)
+        job["schedule_to_start"] = max(celery["expires"], 1.0)
     job["celery"] = celery
     if entry.paused:
         job["paused"] = entry.paused
     return job
+
+
+def _celery(entry: BeatEntry, route_of: RouteOf) -> dict[str, Any]:
+    """The task, its arguments, and how beat would send it."""
+    try:
+        sent = dict(route_of(entry))
+    except NotFaithful as why:
+        raise Unsupported(str(why)) from None
+    celery: dict[str, Any] = {"task": entry.task, "queue": sent["queue"]}
+    if entry.args:
+        celery["args"] = _json("args", list(entry.args))
+    if entry.kwargs:
+        celery["kwargs"] = _json("kwargs", dict(entry.kwargs))
+    if sent.get("priority") is not None:
+        celery["priority"] = sent["priority"]
+    expires = sent.get("expires")
+    if isinstance(expires, datetime):
+        raise Unsupported("expires is a fixed time, after which every run would be dropped")
+    if isinstance(expires, timedelta):
+        raise Unsupported("expires is a timedelta, which Celery's send_task fails on")
+    if expires is not None:
+        celery["expires"] = expires
+    return celery
+
+
+def entries_of_app(app: Celery, zone: str) -> tuple[list[BeatEntry], list[tuple[str, str]]]:
+    """The app's beat schedule as beat builds it (``maybe_schedule`` with the entry's
+    ``relative``), and the entries that name no task, each with the reason."""
+    entries, broken = [], []
+    for name, fields in (app.conf.beat_schedule or {}).items():
+        if not isinstance(fields, dict) or not isinstance(fields.get("task"), str):
+            broken.append((str(name), "names no task"))
+            continue
+        entries.append(
+            BeatEntry(
+                name=str(name),
+                task=fields["task"],
+                schedule=maybe_schedule(fields.get("schedule"), fields.get("relative", False)),
+                zone=zone,
+                args=fields.get("args") or (),
+                kwargs=fields.get("kwargs"),
+                options=fields.get("options") or {},
+            )
+        )
+    return entries, broken
+
+
+def app_route(app: Celery) -> RouteOf:
+    """What beat would send for an entry of ``app``: its options over the task's own,
+    then the app's routes."""
+
+    def route_of(entry: BeatEntry) -> Mapping[str, Any]:
+        return send_options(app, entry.task, entry.args, entry.kwargs, entry.options)
+
+    return route_of
 
 
 def _json(what: str, value: Any) -> Any:

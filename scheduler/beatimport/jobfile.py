@@ -6,23 +6,21 @@ from __future__ import annotations
 
 import yaml
 
-from scheduler.beatimport.entries import Converted
+from scheduler.beatimport.entries import Imported
 
 
-def job_file_text(project: str, converted: Converted, source: str) -> str:
+def job_file_text(project: str, jobs: list[Imported], source: str) -> str:
     lines = [
         f"# Imported from {source} by `cronchain import-beat`.",
-        "# Review it, then: cronchain apply THIS_FILE",
+        "# Review it, then: cronchain apply THIS_FILE. The workers that run these tasks",
+        "# call scheduler.install(app) (README: Leases).",
         f"project: {project}",
+        "jobs:",
     ]
-    if not converted.jobs:
-        return "\n".join([*lines, "jobs: []", ""])
-    lines.append("jobs:")
-    for entry, job in converted.jobs:
-        was = " ".join(repr(entry.schedule).split())
-        lines.append(f"  # beat entry {entry.name!r}: {was}")
+    for imported in jobs:
+        lines.append(f"  # beat entry {imported.name!r}: {imported.was}")
         text = yaml.safe_dump(
-            [job], sort_keys=False, default_flow_style=None, allow_unicode=True, width=100
+            [imported.job], sort_keys=False, default_flow_style=None, allow_unicode=True, width=100
         )
         lines += [f"  {line}" for line in text.splitlines()]
     return "\n".join(lines) + "\n"

@@ -1,9 +1,10 @@
 """Celery beat's schedule objects as cronchain schedules, or the reason there is none.
 
-A ``crontab`` is read from the sets Celery itself expands its fields to, so that every
-spelling Celery accepts (names, ranges, steps, lists, ``*/n``) means here what it meant
-there; a full field is written ``*`` and an evenly stepped one ``*/n``, which keeps the
-job in the DST class cronchain gives ``*`` fields (see the README's *Daylight saving*).
+A ``crontab`` is checked against the sets Celery itself expands its fields to, so that
+every spelling Celery accepts (names, ranges, steps, lists, ``*/n``) means here what it
+meant there. A field is written as the user wrote it when cron reads that text the same
+way, otherwise spelled from the values, with ``*`` only where the user wrote one: that
+keeps the job in the daylight saving class the user chose (README: *Daylight saving*).
 An interval becomes ``every``. Anything whose firing times cronchain cannot reproduce is
 :class:`Unsupported`, never approximated.
 """
@@ -14,6 +15,9 @@ from datetime import timedelta
 from typing import Any
 
 from celery.schedules import crontab, schedule, solar
+
+from scheduler.errors import SpecError
+from scheduler.timing.cron import DAY, HOUR, MINUTE, MONTH, WEEKDAY, FieldGrammar
 
 
 class Unsupported(Exception):
@@ -67,7 +71,9 @@ def every_text(period: float | timedelta) -> str:
 
 
 def cron_text(cron: crontab) -> str:
-    """Five cron fields from the values Celery expanded each field to."""
+    """Five cron fields with the values Celery expanded each field to. A field keeps its
+    text when cron reads that text as the same values: ``*`` in it is what puts a job in
+    the wildcard class of cronchain's daylight saving rule, so the class is the user's."""
     days, weekdays = cron.day_of_month, cron.day_of_week
     if len(days) < 31 and len(weekdays) < 7:
         raise Unsupported(
@@ -76,22 +82,37 @@ def cron_text(cron: crontab) -> str:
         )
     return " ".join(
         [
-            _field(cron.minute, 0, 59),
-            _field(cron.hour, 0, 23),
-            _field(days, 1, 31),
-            _field(cron.month_of_year, 1, 12),
-            _field(weekdays, 0, 6),
+            _field(cron._orig_minute, cron.minute, MINUTE),
+            _field(cron._orig_hour, cron.hour, HOUR),
+            _field(cron._orig_day_of_month, days, DAY),
+            _field(cron._orig_month_of_year, cron.month_of_year, MONTH),
+            _field(cron._orig_day_of_week, weekdays, WEEKDAY, modulo=7),
         ]
     )
 
 
-def _field(values: set[int], low: int, high: int) -> str:
-    """``*``, ``*/n`` when the values step evenly from the field's start, otherwise a list
-    of values and ranges."""
-    ordered = sorted(values)
-    if ordered == list(range(low, high + 1)):
+def _field(written: Any, values: set[int], kind: FieldGrammar, modulo: int = 0) -> str:
+    text = written.strip().lower() if isinstance(written, str) else ""
+    if text and _reads_as(text, kind, modulo) == set(values):
+        return text
+    return _spelled(sorted(values), kind, wildcard=text.startswith("*"))
+
+
+def _reads_as(text: str, kind: FieldGrammar, modulo: int) -> set[int] | None:
+    try:
+        read = kind.parse(text, "schedule")
+    except SpecError:
+        return None
+    return {v % modulo for v in read} if modulo else set(read)
+
+
+def _spelled(ordered: list[int], kind: FieldGrammar, *, wildcard: bool) -> str:
+    """``*`` or ``*/n`` for a field written with ``*`` whose values allow it, otherwise
+    a list of values and ranges."""
+    low, high = kind.low, 6 if kind is WEEKDAY else kind.high
+    if wildcard and ordered == list(range(low, high + 1)):
         return "*"
-    if len(ordered) > 1:
+    if wildcard and len(ordered) > 1:
         step = ordered[1] - ordered[0]
         if ordered[0] == low and ordered == list(range(low, high + 1, step)):
             return f"*/{step}"

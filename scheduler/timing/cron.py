@@ -45,7 +45,7 @@ _EXTENSION = re.compile(r"l|w|lw|\d+[lw]|\d+#\d+|\?|h(\(\d+-\d+\))?(/\d+)?")
 
 
 @dataclass(frozen=True)
-class _Field:
+class FieldGrammar:
     """One cron field's grammar: its name in messages, its range and its names."""
 
     name: str
@@ -110,12 +110,12 @@ def _cut(token: str) -> str:
     return token if len(token) <= 20 else token[:17] + "..."
 
 
-MINUTE = _Field("minute", 0, 59)
-HOUR = _Field("hour", 0, 23)
-DAY = _Field("day of month", 1, 31)
-MONTH = _Field("month", 1, 12, _MONTHS)
-WEEKDAY = _Field("day of week", 0, 7, _WEEKDAYS)  # 0 and 7 are Sunday
-SECOND = _Field("second", 0, 59)
+MINUTE = FieldGrammar("minute", 0, 59)
+HOUR = FieldGrammar("hour", 0, 23)
+DAY = FieldGrammar("day of month", 1, 31)
+MONTH = FieldGrammar("month", 1, 12, _MONTHS)
+WEEKDAY = FieldGrammar("day of week", 0, 7, _WEEKDAYS)  # 0 and 7 are Sunday
+SECOND = FieldGrammar("second", 0, 59)
 _FIELDS = (MINUTE, HOUR, DAY, MONTH, WEEKDAY, SECOND)
 
 

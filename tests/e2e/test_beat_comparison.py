@@ -6,7 +6,7 @@ no worker: the task messages beat sent stay in the queue's Redis list, so the li
 exactly what beat produced, and a thread notes when each message appeared. cronchain's
 side of the table is measured elsewhere: a second beat in the fault suite
 (tests/faults/rig.py), an outage under each misfire policy (tests/e2e/test_time.py), an
-edited schedule (tests/unit/test_job_machine.py).
+edited schedule (tests/e2e/test_import_beat.py).
 
 Run with ``pytest -s`` to see the figures."""
 

@@ -80,7 +80,7 @@ def test_an_imported_beat_schedule_runs_on_the_users_worker_once_per_slot(
     cluster: Cluster, tmp_path: Path
 ):
     out = cluster.cronchain("import-beat", "userapp:app", "-o", "shop.yaml")
-    assert out == "wrote 3 jobs of project shop to shop.yaml\n"
+    assert out == "wrote 3 jobs of project shop-beat to shop.yaml\n"
     jobs = {
         job["name"]: job for job in yaml.safe_load((tmp_path / "shop.yaml").read_text())["jobs"]
     }
@@ -88,12 +88,11 @@ def test_an_imported_beat_schedule_runs_on_the_users_worker_once_per_slot(
         "ping-every-2s": {
             "name": "ping-every-2s",
             "schedule": "every 2s",
-            "timezone": "Europe/Berlin",
             "celery": {"task": "shop.ping", "queue": "shop", "args": ["a"]},
         },
         "nightly-report": {
             "name": "nightly-report",
-            "schedule": "0 3 * * 1-5",
+            "schedule": "0 3 * * mon-fri",
             "timezone": "Europe/Berlin",
             "schedule_to_start": 600,
             "celery": {"task": "shop.report", "queue": "reports", "expires": 600},
@@ -101,7 +100,6 @@ def test_an_imported_beat_schedule_runs_on_the_users_worker_once_per_slot(
         "ping-b": {
             "name": "ping-b",
             "schedule": "every 3s",
-            "timezone": "Europe/Berlin",
             "celery": {"task": "shop.ping", "queue": "shop", "args": ["b"]},
         },
     }
@@ -120,9 +118,8 @@ def test_an_imported_beat_schedule_runs_on_the_users_worker_once_per_slot(
     def succeeded() -> list[dict[str, object]] | None:
         rows = json.loads(cluster.cronchain("history", "--json", "--limit", "200"))
         done = [r for r in rows if r["status"] == "SUCCEEDED"]
-        counts = {
-            job: sum(r["job"] == job for r in done) for job in ("shop/ping-every-2s", "shop/ping-b")
-        }
+        jobs = ("shop-beat/ping-every-2s", "shop-beat/ping-b")
+        counts = {job: sum(r["job"] == job for r in done) for job in jobs}
         return done if min(counts.values()) >= 3 else None
 
     done = wait_until(succeeded, 60, "three runs of each imported ping job")
@@ -132,7 +129,7 @@ def test_an_imported_beat_schedule_runs_on_the_users_worker_once_per_slot(
     assert {text.split()[1] for text in hits.values()} == {"shop"}
     # Each succeeded run is one task body, under its attempt's task id, never twice.
     for run in done:
-        tag = "a" if run["job"] == "shop/ping-every-2s" else "b"
+        tag = "a" if run["job"] == "shop-beat/ping-every-2s" else "b"
         assert f"{tag}.cronchain-{run['id']}-1" in hits
     slots = [(r["job"], r["slot"]) for r in done]
     assert len(slots) == len(set(slots))
@@ -140,11 +137,11 @@ def test_an_imported_beat_schedule_runs_on_the_users_worker_once_per_slot(
     # An edit, applied while everything runs: the next slots follow it, no restart.
     text = (tmp_path / "shop.yaml").read_text()
     (tmp_path / "shop.yaml").write_text(text.replace("schedule: every 2s", "schedule: every 5s"))
-    assert "updated: 1 (shop/ping-every-2s)" in cluster.cronchain("apply", "shop.yaml")
+    assert "updated: 1 (shop-beat/ping-every-2s)" in cluster.cronchain("apply", "shop.yaml")
     applied = datetime.now(UTC)
 
     def slots_after_edit() -> list[datetime] | None:
-        rows = json.loads(cluster.cronchain("history", "shop/ping-every-2s", "--json"))
+        rows = json.loads(cluster.cronchain("history", "shop-beat/ping-every-2s", "--json"))
         slots = sorted(
             datetime.fromisoformat(r["slot"]) for r in rows if r["status"] == "SUCCEEDED"
         )

@@ -62,3 +62,21 @@ def test_celery_priority_and_expires_are_kept_only_when_given():
     )
     assert "priority" not in plain.options and "expires" not in plain.options
     assert (both.options["priority"], both.options["expires"]) == (3, 300.0)
+
+
+def test_a_changed_spec_that_still_says_paused_pauses_again(engine: Engine):
+    sched = Scheduler(engine)
+    sched.apply([job(paused=REASON)], project="etl")
+    sched.resume("etl/nightly")  # an operator starts it by hand
+    changed = JobSpec("etl", "nightly", "0 3 * * *", controls={"paused": REASON})
+    assert sched.apply([changed], project="etl").updated == ["etl/nightly"]
+    assert state(sched) == ("SUSPENDED", True, REASON)
+
+
+def test_taking_paused_out_does_not_lift_an_operators_own_pause(engine: Engine):
+    sched = Scheduler(engine)
+    sched.apply([job(paused=REASON)], project="etl")
+    sched.resume("etl/nightly")
+    sched.pause("etl/nightly", "incident 42")  # paused again, by an operator, for a reason
+    assert sched.apply([job()], project="etl").updated == ["etl/nightly"]
+    assert state(sched) == ("SUSPENDED", True, "incident 42")

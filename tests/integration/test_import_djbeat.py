@@ -1,18 +1,20 @@
 """``import-beat --django-celery-beat`` (issue 19) on real django-celery-beat databases,
 made by its own migrations and filled through its own models in subprocesses: this
 process never sets Django up, as the importer must not need it. The job file written is
-applied to a cronchain database; what has no faithful equivalent is named on stderr, and
-what is imported is checked against what django-celery-beat's own scheduler reads."""
+applied to a cronchain database; what has no faithful equivalent is named on stderr, what
+beat itself will never send again is named as ignored, and what is imported is checked
+against what django-celery-beat's own scheduler reads."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,20 @@ add("later", "future.run", interval=every(1, "hours"), start_time=datetime(2100,
 add("until summer", "promo.mail", interval=every(1, "hours"),
     expires=datetime(2030, 6, 1, tzinfo=UTC))
 add("audited", "audit.log", interval=every(1, "hours"), exchange="audit")
+# Beat will never send these again: no job, and no reason to refuse the import.
+add("welcome mail", "mail.welcome", interval=every(1, "hours"), one_off=True, enabled=False,
+    total_run_count=1)
+# save() clears last_run_at of a disabled row; the column is set as a run would leave it.
+PeriodicTask.objects.filter(name="welcome mail").update(
+    last_run_at=datetime(2024, 3, 1, 12, tzinfo=UTC))
+add("go live", "release.flip", one_off=True, enabled=False,
+    clocked=ClockedSchedule.objects.create(clocked_time=datetime(2024, 5, 1, 9, tzinfo=UTC)))
+add("spring promo", "promo.mail", crontab=cron(minute="0", hour="9"),
+    expires=datetime(2024, 4, 1, tzinfo=UTC))
+add("retired digest", "mail.digest", interval=every(1, "days"), enabled=False,
+    expires=datetime(2023, 1, 1, tzinfo=UTC))
+add("seed data", "db.seed", interval=every(1, "hours"), one_off=True, total_run_count=1,
+    last_run_at=datetime(2024, 2, 1, tzinfo=UTC))
 """
 
 # What django-celery-beat's own scheduler makes of each row (its ModelEntry), as JSON, for
@@ -143,13 +159,13 @@ def celery(task: str, **options: Any) -> dict[str, Any]:
 
 EXPECTED = {
     "weekday-mornings": {
-        "schedule": "30 7 * * 1-5",
+        "schedule": "30 7 * * mon-fri",
         "timezone": "Europe/Berlin",
         "celery": celery("reports.daily", kwargs={"full": True}),
     },
     "quarter-hourly": {"schedule": "*/15 * * * *", "celery": celery("metrics.flush")},
     "office-hours": {
-        "schedule": "0 8,10,12,14,16,18 * * 1-5",
+        "schedule": "0 8-18/2 * * 1-5",
         "timezone": "America/New_York",
         "celery": celery("mail.poll", args=[1, "two"]),
     },
@@ -176,13 +192,33 @@ LEFT_OUT = {
     "audited": "option exchange has no cronchain equivalent",
 }
 
+IGNORED = {
+    "welcome mail": "one_off, disabled: beat disables a one-off task after its run",
+    "go live": "clocked at 2024-05-01T09:00:00+00:00, disabled: its one run time has passed",
+    "spring promo": "expired 2024-04-01T00:00:00+00:00: beat never sends it again",
+    "retired digest": "expired 2023-01-01T00:00:00+00:00: beat never sends it again",
+    "seed data": "one_off, run 1 time(s): beat disables it at its next check, unrun",
+}
+# What the rows alone rule out; the converter names the other three of LEFT_OUT.
+READ_LEFT_OUT = {"launch", "at sunrise", "once", "later", "until summer"}
 
-def import_beat(url: str, out: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    """What ``cronchain import-beat --django-celery-beat URL --skip-unsupported`` writes to
-    stderr; the job file goes to ``out``."""
+
+def import_beat(
+    url: str, out: Path, capsys: pytest.CaptureFixture[str], *flags: str, status: int = 0
+) -> str:
+    """What ``cronchain import-beat --django-celery-beat URL FLAGS`` writes to stderr; the
+    job file goes to ``out``."""
     argv = ["import-beat", "--django-celery-beat", url, "--project", PROJECT, "-o", str(out)]
-    assert main([*argv, "--skip-unsupported"]) == 0
+    assert main([*argv, *flags]) == status
     return capsys.readouterr().err
+
+
+def named(stderr: str, what: str, reasons: dict[str, str]) -> None:
+    """Each entry of ``reasons`` is on a ``cronchain: WHAT beat entry 'NAME': WHY`` line."""
+    lines = stderr.splitlines()
+    for name, why in reasons.items():
+        start = f"cronchain: {what} beat entry {name!r}: "
+        assert [line for line in lines if line.startswith(start) and why in line], (name, stderr)
 
 
 @dataclass(frozen=True)
@@ -230,19 +266,29 @@ def djbeat(
     services.drop_database(pg_admin, name)
 
 
+@pytest.fixture(scope="module")
+def djbeat_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same rows, made by the same migrations on SQLite (naive datetimes, decimals as
+    text)."""
+    folder = tmp_path_factory.mktemp("djbeat_sqlite")
+    path = folder / "beat.sqlite3"
+    build_djbeat_database(folder, {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)})
+    return path
+
+
 def test_a_djbeat_database_is_imported_and_applied(
     djbeat: DjBeatDatabase, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     out = tmp_path / "jobs.yaml"
-    stderr = import_beat(djbeat.url, out, capsys)
+    stderr = import_beat(djbeat.url, out, capsys, "--skip-unsupported")
 
     written = yaml.safe_load(out.read_text())
     assert written["project"] == PROJECT
     jobs = {job.pop("name"): job for job in written["jobs"]}
     assert jobs == EXPECTED
+    named(stderr, "left out", LEFT_OUT)
+    named(stderr, "ignored", IGNORED)
     lines = stderr.splitlines()
-    for name, why in LEFT_OUT.items():
-        assert [line for line in lines if name in line and why in line], (name, stderr)
     assert not [line for line in lines if any(name in line for name in EXPECTED)], stderr
 
     db = make_engine(pg_url)
@@ -263,7 +309,7 @@ def test_entries_are_what_django_celery_beats_scheduler_reads(djbeat: DjBeatData
     """Each entry read with SQL against django-celery-beat's own ModelEntry of the row:
     the task, arguments, options, the crontab's fields as Celery expands them and its
     zone, the interval, and enabled."""
-    entries, _ = djangobeat.read_entries(djbeat.url)
+    entries, _, _ = djangobeat.read_entries(djbeat.url)
     assert entries
     for entry in entries:
         theirs = djbeat.beat_view[entry.name]
@@ -282,17 +328,67 @@ def test_entries_are_what_django_celery_beats_scheduler_reads(djbeat: DjBeatData
         } == theirs, entry.name
 
 
-def test_sqlite_reads_as_postgresql(djbeat: DjBeatDatabase, tmp_path: Path):
-    """The same rows, made by the same migrations on SQLite (naive datetimes, decimals as
-    text): the same entries and the same reasons."""
-    path = tmp_path / "beat.sqlite3"
-    build_djbeat_database(tmp_path, {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)})
-    from_sqlite = djangobeat.read_entries(f"sqlite:///{path}")
+def test_rows_beat_never_sends_again_are_ignored(djbeat: DjBeatDatabase):
+    """An expires date past (enabled or not), a one-off task that has run, a disabled
+    one-off or clocked task: ignored, with the reason, and neither entries nor left out.
+    A disabled crontab row without an expires date is still an entry (paused)."""
+    entries, left_out, ignored = djangobeat.read_entries(djbeat.url)
+    assert dict(ignored) == IGNORED
+    assert {name for name, _ in left_out} == READ_LEFT_OUT
+    assert not {entry.name for entry in entries} & set(IGNORED)
+    assert [e.paused for e in entries if e.name == "nightly cleanup"] == [PAUSED]
+
+
+def test_expires_is_left_out_until_it_has_come(djbeat: DjBeatDatabase):
+    """``now`` decides: an expires date to come is left out (beat still runs the task
+    until then), one that has come is ignored; a disabled clocked task whose time is to
+    come was turned off before its run."""
+    after, before = datetime(2031, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC)
+    _, left_out, ignored = djangobeat.read_entries(djbeat.url, now=after)
+    assert {name for name, _ in left_out} == READ_LEFT_OUT - {"until summer"}
+    assert dict(ignored) == IGNORED | {
+        "until summer": "expired 2030-06-01T00:00:00+00:00: beat never sends it again"
+    }
+    _, left_out, ignored = djangobeat.read_entries(djbeat.url, now=before)
+    assert dict(left_out)["spring promo"].startswith("expires 2024-04-01T00:00:00+00:00")
+    assert dict(ignored) == {
+        name: why for name, why in IGNORED.items() if name != "spring promo"
+    } | {"go live": "clocked at 2024-05-01T09:00:00+00:00, disabled: turned off before its run"}
+
+
+def test_sqlite_reads_as_postgresql(djbeat: DjBeatDatabase, djbeat_sqlite: Path):
+    """The same rows on SQLite: the same entries, the same reasons, the same ignored."""
+    from_sqlite = djangobeat.read_entries(f"sqlite:///{djbeat_sqlite}")
     assert from_sqlite == djangobeat.read_entries(djbeat.url)
-    # What the rows alone rule out; the converter names the other three.
-    read_left_out = {name for name, _ in from_sqlite[1]}
-    assert read_left_out == {"launch", "at sunrise", "once", "later", "until summer"}
-    assert len(from_sqlite[0]) == len(EXPECTED) + len(LEFT_OUT) - len(read_left_out)
+    entries, left_out, ignored = from_sqlite
+    assert {name for name, _ in left_out} == READ_LEFT_OUT
+    assert dict(ignored) == IGNORED
+    assert len(entries) == len(EXPECTED) + len(LEFT_OUT) - len(READ_LEFT_OUT)
+
+
+def test_ignored_rows_alone_do_not_refuse_the_import(
+    djbeat_sqlite: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Without --skip-unsupported: a database of supported and ignored rows is written
+    (exit 0), each ignored row named as such and none as left out."""
+    path = tmp_path / "beat.sqlite3"
+    shutil.copyfile(djbeat_sqlite, path)
+    db = sqlalchemy.create_engine(f"sqlite:///{path}")
+    try:
+        with db.begin() as conn:
+            tasks = sqlalchemy.Table(
+                "django_celery_beat_periodictask", sqlalchemy.MetaData(), autoload_with=conn
+            )
+            conn.execute(tasks.delete().where(tasks.c.name.in_(LEFT_OUT)))
+    finally:
+        db.dispose()
+    out = tmp_path / "jobs.yaml"
+    stderr = import_beat(f"sqlite:///{path}", out, capsys)
+
+    jobs = {job.pop("name"): job for job in yaml.safe_load(out.read_text())["jobs"]}
+    assert jobs == EXPECTED
+    named(stderr, "ignored", IGNORED)
+    assert "left out" not in stderr, stderr
 
 
 def test_the_importer_needs_no_django(djbeat: DjBeatDatabase):
@@ -301,12 +397,12 @@ def test_the_importer_needs_no_django(djbeat: DjBeatDatabase):
     script = (
         "import sys; sys.modules['django'] = sys.modules['django_celery_beat'] = None;"
         " from scheduler.beatimport.djangobeat import read_entries;"
-        " entries, left_out = read_entries(sys.argv[1]); print(len(entries), len(left_out))"
+        " print(*map(len, read_entries(sys.argv[1])))"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, djbeat.url], cwd=REPO, capture_output=True, text=True
     )
-    assert (done.returncode, done.stdout.split()) == (0, ["12", "5"]), done.stderr
+    assert (done.returncode, done.stdout.split()) == (0, ["12", "5", "5"]), done.stderr
 
 
 def test_a_database_that_is_not_django_celery_beats_is_refused(pg_url: str, tmp_path: Path):

@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -90,20 +92,33 @@ DST_CASES: dict[str, Any] = {
     "quarter hours": crontab(minute="*/15"),
     "hourly": crontab(minute=0),
     "every two hours": crontab(minute=0, hour="*/2"),
+    "even hours as a list": crontab(minute=0, hour="0,2,4,6,8,10,12,14,16,18,20,22"),
+    "half hours at 2 as a list": crontab(minute="0,30", hour=2),
+    "half hours at 2 as a step": crontab(minute="*/30", hour=2),
     "1-3 hourly": crontab(minute=0, hour="1-3"),
     "sunday 1:30": crontab(minute=30, hour=1, day_of_week="sun"),
     "interval hour": timedelta(hours=1),
 }
 
-# Where cronchain's rule (Debian's) differs from Celery's, and why. Both zones behave
-# alike; each difference is checked in both.
+# Where cronchain's rule (Debian's, README: *Daylight saving*) differs from beat's, by
+# entry and transition day. Both zones skip 02:00-02:59 in spring; in autumn Berlin shows
+# 02:00-02:59 twice, New York 01:00-01:59. Everywhere else each entry fires as beat does.
+BOTH = ("Europe/Berlin", "America/New_York")
 DST_DIFFERENCES = {
-    "2:30 daily": "spring: a fixed time in the skipped hour runs as the clocks change (03:00);"
-    " Celery runs it an hour after 02:30 standard time (03:30)",
-    "quarter hours": "autumn: a '*' job runs in real time through the repeated hour;"
-    " Celery's wall clock skips the repeated quarter hours",
-    "hourly": "autumn: a '*' hour runs at both 02:00; Celery's wall clock runs the first",
-    "every two hours": "autumn: as hourly",
+    ("2:30 daily", BOTH, "spring"): "a fixed time the clocks skip runs as they change, at"
+    " 03:00; beat runs it an hour after 02:30 standard time, at 03:30",
+    ("quarter hours", BOTH, "autumn"): "a '*' field runs in real time through the repeated"
+    " hour; beat's wall clock skips the repeated quarter hours",
+    ("hourly", BOTH, "autumn"): "a '*' hour runs at both occurrences of the repeated hour;"
+    " beat's wall clock at the first",
+    ("every two hours", BOTH, "spring"): "a '*' hour does not fire in the gap, and 02:00"
+    " does not exist; beat runs it at 03:00",
+    ("every two hours", ("Europe/Berlin",), "autumn"): "a '*' hour runs at both 02:00;"
+    " beat at the first",
+    ("half hours at 2 as a step", BOTH, "spring"): "a '*' minute does not fire in the gap;"
+    " beat runs 02:00 at 03:00",
+    ("half hours at 2 as a step", ("Europe/Berlin",), "autumn"): "a '*' minute runs in both"
+    " 02:00-02:59; beat in the first",
 }
 
 
@@ -141,10 +156,10 @@ def cronchain_fires(text: str, zone: str, start: datetime) -> list[datetime]:
 def imported(name: str, beat_schedule: Any, zone: str) -> tuple[str, str]:
     """The schedule and zone of the job ``import-beat`` makes of the entry."""
     entry = BeatEntry(name, "tasks.t", maybe_schedule(beat_schedule), zone)
-    converted = convert([entry], "p", lambda entry: "celery")
+    converted = convert([entry], "p", lambda entry: {"queue": "celery"})
     assert converted.left_out == []
-    ((_, job),) = converted.jobs
-    return job["schedule"], job.get("timezone", "UTC")
+    (imported_job,) = converted.jobs
+    return imported_job.job["schedule"], imported_job.job.get("timezone", "UTC")
 
 
 def start_for(beat_schedule: Any, start: datetime) -> datetime:
@@ -167,21 +182,71 @@ def test_an_imported_entry_fires_when_beat_would(name: str):
     assert cronchain_fires(text, zone, start) == beat_fires(UTC_CASES[name], "UTC", start)
 
 
+def differences(text: str, zone: str, beat_schedule: Any) -> dict[str, set[datetime]]:
+    """The fires that differ on each transition day (spring, autumn), from three hours
+    before it to the earlier of the two 20th fires (a skipped or doubled fire shifts the
+    tails); a difference further than two hours from the transition fails."""
+    seasons = {}
+    for season, transition in zip(("spring", "autumn"), TRANSITIONS[zone], strict=True):
+        start = start_for(beat_schedule, transition - timedelta(hours=3))
+        ours = cronchain_fires(text, zone, start)
+        theirs = beat_fires(beat_schedule, zone, start)
+        horizon = min(ours[-1], theirs[-1])
+        apart = {t for t in set(ours) ^ set(theirs) if t <= horizon}
+        far = sorted(t for t in apart if abs(t - transition) > timedelta(hours=2))
+        assert far == [], f"{text}: differs away from the transition at {transition}: {far}"
+        if apart:
+            seasons[season] = apart
+    return seasons
+
+
 @pytest.mark.parametrize("zone", TRANSITIONS)
 @pytest.mark.parametrize("name", DST_CASES)
 def test_in_a_dst_zone_only_the_listed_entries_differ_and_only_at_a_transition(
     name: str, zone: str
 ):
     text, job_zone = imported(name, DST_CASES[name], zone)
-    assert job_zone == zone
-    differing = set()
-    for transition in TRANSITIONS[zone]:
-        start = start_for(DST_CASES[name], transition - timedelta(hours=3))
-        ours = cronchain_fires(text, zone, start)
-        theirs = beat_fires(DST_CASES[name], zone, start)
-        horizon = min(ours[-1], theirs[-1])  # a skipped or doubled fire shifts the tails
-        apart = {t for t in set(ours) ^ set(theirs) if t <= horizon}
-        far = [t for t in apart if abs(t - transition) > timedelta(hours=2)]
-        assert far == [], f"{name}: differs away from the transition at {transition}"
-        differing |= apart
-    assert bool(differing) == (name in DST_DIFFERENCES), sorted(differing)
+    assert job_zone == (zone if "every" not in text else "UTC")
+    found = differences(text, zone, DST_CASES[name])
+    listed = {s for (entry, zones, s) in DST_DIFFERENCES if entry == name and zone in zones}
+    assert set(found) == listed, {s: sorted(found[s]) for s in found}
+
+
+def random_field(rng: random.Random, low: int, high: int) -> str:
+    """A crontab field as users write them: ``*``, ``*/n``, a value, a range, a list."""
+    shape = rng.choice(["*", "step", "value", "range", "list"])
+    if shape == "*":
+        return "*"
+    if shape == "step":
+        return f"*/{rng.choice([2, 3, 4, 5, 6, 10, 12, 15, 20, 30])}"
+    if shape == "value":
+        return str(rng.randint(low, high))
+    if shape == "range":
+        a = rng.randint(low, high - 1)
+        return f"{a}-{rng.randint(a + 1, high)}"
+    return ",".join(map(str, sorted(rng.sample(range(low, high + 1), rng.randint(2, 4)))))
+
+
+SEED = int(os.environ.get("CRONCHAIN_DIFF_SEED", "19"))
+
+
+def test_random_crontabs_differ_from_beat_only_as_the_dst_rule_says():
+    """Seeded random minute and hour fields in Berlin (replay: CRONCHAIN_DIFF_SEED=N).
+    A job with no ``*`` in them (fixed times) differs only in spring, and only if one of
+    its times falls in the skipped hour; any job differs only near a transition."""
+    rng = random.Random(SEED)
+    fixed_in_gap = fixed_elsewhere = 0
+    for _ in range(150):
+        minute, hour = random_field(rng, 0, 59), random_field(rng, 0, 23)
+        cron = crontab(minute=minute, hour=hour)
+        text, _ = imported("random", cron, "Europe/Berlin")
+        found = differences(text, "Europe/Berlin", cron)
+        if "*" in minute + hour:
+            continue  # the wildcard class: near a transition only, checked above
+        assert "autumn" not in found, (minute, hour, sorted(found["autumn"]))
+        if 2 in cron.hour:
+            fixed_in_gap += 1
+        else:
+            fixed_elsewhere += 1
+            assert found == {}, (minute, hour, found)
+    assert fixed_in_gap and fixed_elsewhere  # both kinds were drawn
