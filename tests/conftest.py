@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -148,3 +150,25 @@ def port() -> RecordingPort:
 @pytest.fixture
 def engine(db: sqlalchemy.Engine, port: RecordingPort, clock: Clock) -> Engine:
     return Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
+
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def cli_runner(env: Mapping[str, str], cwd: Path) -> Cli:
+    """``cronchain ARGS`` as an operator runs it, in ``cwd``; asserts its exit status
+    (``code=``, default 0) and returns what it printed."""
+
+    def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "scheduler.cli", *args],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=cwd,
+        )
+        assert done.returncode == code, done.stderr
+        return done
+
+    return run

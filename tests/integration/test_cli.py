@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy
 
 from tests import services
+from tests.conftest import cli_runner
 
 pytestmark = pytest.mark.postgres
 
@@ -33,19 +34,7 @@ def cli(pg_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
     env = dict(os.environ, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_HOME=str(tmp_path / "home"))
     env.pop("CRONCHAIN_BROKER_URL", None)  # messages go to the embedded filesystem broker
 
-    def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "scheduler.cli", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-        )
-        assert done.returncode == code, done.stderr
-        return done
-
-    return run
+    return cli_runner(env, tmp_path)
 
 
 def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from scheduler.spec import load_job_file
 from scheduler.storage.db import make_engine
 from scheduler.storage.models import jobs
 from scheduler.workers import runtime
-from tests.conftest import Clock, RecordingPort
+from tests.conftest import Cli, Clock, RecordingPort, cli_runner
 from tests.e2e.harness import wait_until
 
 pytestmark = pytest.mark.postgres
@@ -82,9 +82,6 @@ def etl_module(folder: Path, name: str = "etl_tasks", *, hourly: bool = True) ->
     return module(folder, name, ETL.replace("#HOURLY#", HOURLY if hourly else ""))
 
 
-Cli = Callable[..., subprocess.CompletedProcess[str]]
-
-
 @pytest.fixture
 def cli(pg_url: str, tmp_path: Path) -> Cli:
     """``cronchain`` as an operator runs it, in a folder holding the app's module."""
@@ -96,19 +93,7 @@ def cli(pg_url: str, tmp_path: Path) -> Cli:
     )
     env.pop("CRONCHAIN_BROKER_URL", None)  # messages go to the embedded filesystem broker
 
-    def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "scheduler.cli", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-        )
-        assert done.returncode == code, done.stderr
-        return done
-
-    return run
+    return cli_runner(env, tmp_path)
 
 
 @pytest.fixture
