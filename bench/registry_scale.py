@@ -1,27 +1,36 @@
 """A large registry: 100k jobs applied, swept while idle, held in flight by a worker.
 
     python -m bench.registry_scale [--jobs 100000] [--period 3600] [--hold 60]
+                                   [--baseline GITREF]
 
-Figures: the time to apply the jobs from one file (``cronchain apply``: one transaction,
-then one tick message per job); a watchdog pass when nothing has lapsed, timed in this
-process, with PostgreSQL's plan for its query; and the peak resident size of each worker
-process while the workers (both paths, as ``cronchain up`` deploys them) hold every job's
-chain.
+Figures: the time of ``cronchain apply`` of a file of the jobs (one transaction, then the
+tick messages), of the same file again (nothing to change) and, at the end, of the file
+with every job's time zone changed (every job updated, its tick moved); a watchdog pass
+when nothing has lapsed, timed in this process, with PostgreSQL's plan for its query;
+and the peak resident size of each worker process while the workers (both paths, as
+``cronchain up`` deploys them) hold every job's chain. Each apply is timed alone: the
+file is written before. ``--baseline`` also times the apply of the same file by the code
+of a git commit (``git archive``), on a database of its own: the figure to compare with.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import select
 
-from bench.common import PeakRss, deployment, figure, percentile
+from bench.common import PeakRss, database, deployment, figure, job_document, percentile
 from scheduler.storage.models import jobs
 from scheduler.watchdog import run_once
+from tests.e2e.harness import ROOT, Cluster
+from tests.services import redis_server
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--period", type=float, default=3600)
     parser.add_argument("--hold", type=float, default=60, help="seconds the worker runs")
+    parser.add_argument("--baseline", metavar="GITREF", help="also time this commit's apply")
     args = parser.parse_args(argv)
     name = f"registry_scale[jobs={args.jobs},period={args.period:g}s]"
     with (
@@ -36,11 +46,15 @@ def main(argv: list[str] | None = None) -> None:
         deployment(Path(tmp)) as d,
     ):
         db, redis, c = d.db, d.redis, d.cluster
+        document = job_document(args.jobs, args.period)
+        path = write(Path(tmp) / "jobs.yaml", document)
         applied_at = datetime.now(UTC)
-        t = time.perf_counter()
-        d.apply_jobs(args.jobs, args.period, timeout=600)
-        figure(name, "apply", time.perf_counter() - t, "s")
+        figure(name, "apply", timed(lambda: c.cronchain("apply", str(path), timeout=900)), "s")
         figure(name, "tick_messages_queued", redis.client().llen("cronchain"))
+        again = timed(lambda: c.cronchain("apply", str(path), timeout=900))
+        figure(name, "apply_unchanged", again, "s")
+        if args.baseline:
+            figure(name, "apply_baseline", baseline(args.baseline, path, Path(tmp)), "s")
 
         # An idle pass: the watchdog's clock reads the moment apply began, when no job
         # had lapsed. (By now, those whose first slot came during the apply have: no
@@ -87,7 +101,43 @@ def main(argv: list[str] | None = None) -> None:
         figure(name, "tick_messages_left_in_queue", redis.client().llen("cronchain"))
         figure(name, "runs_left_in_work_queue", redis.client().llen("cronchain.work"))
         c.stop_all()
+
+        # Last, as it sends every job a new tick: each job's zone changed, each one updated.
+        for job in document["jobs"]:
+            job["timezone"] = "Europe/Berlin"
+        write(path, document)
+        moved = timed(lambda: c.cronchain("apply", str(path), timeout=900))
+        figure(name, "apply_every_job_updated", moved, "s")
         engine.db.dispose()
+
+
+def write(path: Path, document: dict) -> Path:
+    path.write_text(json.dumps(document))  # JSON is YAML
+    return path
+
+
+def timed(run: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    run()
+    return time.perf_counter() - t
+
+
+def baseline(ref: str, path: Path, folder: Path) -> float:
+    """The time the code of commit ``ref`` takes to apply ``path`` (a checkout of it
+    made with ``git archive``), on a fresh database and a Redis of its own."""
+    checkout, redis_folder = folder / "baseline", folder / "baseline-redis"
+    checkout.mkdir()
+    redis_folder.mkdir()
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive.stdout, check=True)
+    with database() as (url, _), redis_server(redis_folder) as redis:
+        c = Cluster.create(
+            checkout,
+            PYTHONPATH=str(checkout),
+            CRONCHAIN_DATABASE_URL=url,
+            CRONCHAIN_BROKER_URL=redis.url,
+        )
+        return timed(lambda: c.cronchain("apply", str(path), timeout=3600))
 
 
 if __name__ == "__main__":

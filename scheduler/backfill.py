@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from scheduler import debuglog
+from scheduler import debuglog, progress
 from scheduler.effects import Message, SendStart
 from scheduler.errors import SpecError
 from scheduler.explain import iso
@@ -102,17 +102,19 @@ def create(
     ``max_concurrent`` of the job's waiting backfill runs."""
     if max_concurrent < 1:
         raise SpecError("--max-concurrent", "must be at least 1")
-    for slot in report.slots:
-        run_store.insert_invocation(
-            conn,
-            job.id,
-            slot=slot,
-            trigger_id=None,
-            revision=job.revision,
-            status="WAITING",
-            now=now,
-            backfill=True,
-        )
+    with progress.stage(f"backfill {job.ref}", len(report.slots), "slots") as advance:
+        for slot in report.slots:
+            run_store.insert_invocation(
+                conn,
+                job.id,
+                slot=slot,
+                trigger_id=None,
+                revision=job.revision,
+                status="WAITING",
+                now=now,
+                backfill=True,
+            )
+            advance(1)
     in_flight = run_store.count_backfill(conn, job.id, ("STARTING", "RUNNING"))
     messages = promote(conn, job, now, grace, max_concurrent - in_flight)
     report.started = [m.invocation_id for m in messages if isinstance(m, SendStart)]

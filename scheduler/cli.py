@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from scheduler import progress
 from scheduler.api import (
     EARLIEST,
     LATEST,
@@ -23,6 +24,7 @@ from scheduler.api import (
 )
 from scheduler.beatimport.command import add_arguments as import_beat_arguments
 from scheduler.clitext import invocation_text, show, table
+from scheduler.declarative import collector_paused
 from scheduler.errors import NotFound, SpecError, TransientError
 from scheduler.timing.localtime import transitions
 from scheduler.timing.schedules import parse_schedule, parse_zone
@@ -144,10 +146,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if args.project is not None and args.app is None:
         raise SpecError("--project", "goes with --app: a file names its own project")
     options = {"dry_run": args.dry_run, "prune": args.prune}
-    if args.app is None:
-        reports = {"": _scheduler(args).apply(args.file, **options)}
-    else:
-        reports = _scheduler(args).apply_app(args.app, project=args.project, **options)
+    # A progress bar on a terminal, for 1,000 jobs or more; no cycle collector (see
+    # collector_paused) while 100,000 specs are read and applied.
+    with progress.drawing(sys.stderr), collector_paused():
+        if args.app is None:
+            reports = {"": _scheduler(args).apply(args.file, **options)}
+        else:
+            reports = _scheduler(args).apply_app(args.app, project=args.project, **options)
     prefix = "would be " if args.dry_run else ""
     for project, report in reports.items():
         label = f"{project}: " if len(reports) > 1 else ""
@@ -239,13 +244,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    result = _scheduler(args).backfill(
-        args.job,
-        args.start,
-        args.end,
-        max_concurrent=args.max_concurrent,
-        dry_run=args.dry_run,
-    )
+    with progress.drawing(sys.stderr):  # a progress bar on a terminal, for 1,000 slots or more
+        result = _scheduler(args).backfill(
+            args.job,
+            args.start,
+            args.end,
+            max_concurrent=args.max_concurrent,
+            dry_run=args.dry_run,
+        )
 
     def text(r: dict[str, Any]) -> str:
         verb = "would create" if r["dry_run"] else "created"

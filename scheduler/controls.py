@@ -78,12 +78,15 @@ _CONTROLS: dict[str, Controls] = {}
 
 
 def controls_of(job: JobRow) -> Controls:
-    """A job's controls, parsed once per revision (a hash of the spec that holds them)."""
-    controls = _CONTROLS.get(job.revision)
+    """A job's controls, parsed once per set of values: most jobs share the defaults,
+    and keying by revision (one per job) parsed them again for every job of a large
+    apply."""
+    key = repr([(k, job.spec[k]) for k in KEYS if k in job.spec])
+    controls = _CONTROLS.get(key)
     if controls is None:
         if len(_CONTROLS) > 8192:
             _CONTROLS.clear()
-        controls = _CONTROLS[job.revision] = Controls.of(job.spec)
+        controls = _CONTROLS[key] = Controls.of(job.spec)
     return controls
 
 

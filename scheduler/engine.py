@@ -244,32 +244,51 @@ class Engine:
         """Step the machine for ``job`` and write the result in ``conn``'s transaction.
         With ``start_here``, a run the step creates is created RUNNING and sent to its
         worker, rather than STARTING with a start message to send."""
-        schedule = (
-            schedule_of(spec.schedule, spec.timezone)
-            if spec
-            else schedule_of(job.schedule, job.timezone)
-        )
-        result = self._step(job, job.snapshot, event, now, schedule)
+        result = self._step(job, job.snapshot, event, now, self._schedule(job, spec))
         fed = Fed(result.snapshot)
         if not result.changed and spec is None and not flags:
             return fed
         revision = spec.revision if spec else job.revision
-        grace = self.repair_grace if isinstance(event, Repair) else self.grace
         pending = deque(result.actions)
         while pending:  # a follow-up step's actions join the queue
             pending += self._perform(conn, job, pending.popleft(), fed, now, revision, start_here)
-        # A follow-up may have replaced the tick: only the current nonce's goes out.
-        tick = next((m for m in fed.messages if _is_tick(m, fed.snapshot.tick_nonce)), None)
-        fed.messages = [m for m in fed.messages if not isinstance(m, SendTick) or m is tick]
-        # A tick due in the past (a repair, a late slot) is sent to run now: its grace
-        # counts from then, or the next sweep would repair it again.
-        watchdog_at = job.watchdog_at if tick is None else tick.eta + grace
-        if fed.snapshot.tick_nonce is None:
-            watchdog_at = None
+        watchdog_at = self._settle_tick(job, event, fed)
         job_store.save_job(
             conn, job, fed.snapshot, watchdog_at=watchdog_at, now=now, spec=spec, **flags
         )
         return fed
+
+    def feed_held(
+        self, job: JobRow, event: Event, now: datetime, *, spec: JobSpec | None = None
+    ) -> tuple[Fed, datetime | None] | None:
+        """The step ``feed`` takes and the watchdog deadline it saves, with nothing
+        written, for a caller that saves many jobs at once (``apply``, through
+        ``job_batch``). None for a step that asks for more than a tick (a run to start,
+        buffer, abort or record): only ``feed`` carries that out."""
+        result = self._step(job, job.snapshot, event, now, self._schedule(job, spec))
+        if not all(isinstance(action, TickLater) for action in result.actions):
+            return None
+        fed = Fed(result.snapshot, [self._tick(job, a.when, a.nonce, now) for a in result.actions])
+        return fed, self._settle_tick(job, event, fed)
+
+    def _settle_tick(self, job: JobRow, event: Event, fed: Fed) -> datetime | None:
+        """Keep the current nonce's tick alone (a follow-up may have replaced the tick)
+        and return the watchdog deadline that goes with it."""
+        tick = next((m for m in fed.messages if _is_tick(m, fed.snapshot.tick_nonce)), None)
+        fed.messages = [m for m in fed.messages if not isinstance(m, SendTick) or m is tick]
+        if fed.snapshot.tick_nonce is None:
+            return None
+        # A tick due in the past (a repair, a late slot) is sent to run now: its grace
+        # counts from then, or the next sweep would repair it again.
+        grace = self.repair_grace if isinstance(event, Repair) else self.grace
+        return job.watchdog_at if tick is None else tick.eta + grace
+
+    def _schedule(self, job: JobRow, spec: JobSpec | None) -> Schedule:
+        declared = spec or job  # a new spec's schedule, or the job's own
+        return schedule_of(declared.schedule, declared.timezone)
+
+    def _tick(self, job: JobRow, when: datetime, nonce: int, now: datetime) -> SendTick:
+        return SendTick(job.id, nonce, tick_eta(when, now, slack=self.slack, horizon=self.horizon))
 
     def _perform(
         self,
@@ -286,8 +305,7 @@ class Engine:
         insert = partial(run_store.insert_invocation, conn, job.id, revision=revision, now=now)
         match action:
             case TickLater(when=when, nonce=nonce):
-                eta = tick_eta(when, now, slack=self.slack, horizon=self.horizon)
-                fed.messages.append(SendTick(job.id, nonce, eta))
+                fed.messages.append(self._tick(job, when, nonce, now))
             case StartInvocation(slot=slot, trigger_id=trigger_id):
                 return self._start_new(job, slot, trigger_id, fed, now, insert, start_here)
             case BufferInvocation(slot=slot, trigger_id=trigger_id):

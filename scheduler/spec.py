@@ -6,6 +6,7 @@ hash of the normalized form, changes only when the meaning of the job changes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -64,9 +65,11 @@ class JobSpec:
         object.__setattr__(self, "controls", job_controls.normalized(model))
         if {self.name, self.id} & set(self.controls.get("triggers", ())):
             raise SpecError("triggers", "a job cannot trigger itself")
-        size = len(self.canonical_json())
-        if size > MAX_SPEC_BYTES:
+        canonical = self.canonical_json()
+        if len(canonical) > MAX_SPEC_BYTES:
+            size = len(canonical)
             raise SpecError(self.kind, f"the job is {size} bytes; the limit is {MAX_SPEC_BYTES}")
+        self.__dict__["revision"] = _revision(canonical)  # ``revision``, cached at once
 
     @property
     def id(self) -> str:
@@ -87,9 +90,9 @@ class JobSpec:
     def canonical_json(self) -> str:
         return json.dumps(self.normalized(), sort_keys=True, separators=(",", ":"))
 
-    @property
+    @functools.cached_property  # a spec is frozen; apply reads it several times a job
     def revision(self) -> str:
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+        return _revision(self.canonical_json())
 
     @classmethod
     def from_dict(cls, project: str, data: Mapping[str, Any]) -> JobSpec:
@@ -113,6 +116,10 @@ class JobSpec:
             )
         except SpecError as err:
             raise err.located(where) from None
+
+
+def _revision(canonical_json: str) -> str:
+    return hashlib.sha256(canonical_json.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

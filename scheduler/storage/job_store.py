@@ -6,12 +6,28 @@ decides where transactions begin and end, the store only says what to read and w
 
 from __future__ import annotations
 
+import zlib
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Connection,
+    Integer,
+    and_,
+    any_,
+    bindparam,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
 
 from scheduler.errors import NotFound
+from scheduler.storage import bulk
 from scheduler.storage.models import job_changes, jobs
 from scheduler.storage.rows import ConcurrentUpdate, JobRow
 from statemachine import JobSnapshot, JobState
@@ -64,35 +80,117 @@ def lock_job_named(conn: Connection, ref: str) -> JobRow:
     return job
 
 
-def jobs_of_project(conn: Connection, project: str) -> dict[str, JobRow]:
-    rows = conn.execute(
-        select(jobs).where(jobs.c.project == project).order_by(jobs.c.id).with_for_update()
-    )
-    return {r.name: JobRow.from_row(r) for r in rows}
+class JobHead(NamedTuple):
+    """What ``apply`` reads of every job of a project to tell which ones change."""
+
+    id: int
+    enabled: bool
+    revision: str
 
 
-def insert_job(conn: Connection, spec: JobSpec, now: datetime) -> int:
-    values = _spec_values(spec) | dict(
+def heads_of_project(conn: Connection, project: str) -> dict[str, JobHead]:
+    """Each job of ``project`` by name, unlocked: only ``apply`` changes these columns,
+    and applies of a project take turns (``lock_project``). So an apply that changes
+    nothing locks nothing, and reads three columns rather than whole rows."""
+    query = select(jobs.c.name, jobs.c.id, jobs.c.enabled, jobs.c.revision)
+    rows = conn.execute(query.where(jobs.c.project == project).order_by(jobs.c.id))
+    return {r.name: JobHead(r.id, r.enabled, r.revision) for r in rows}
+
+
+def lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
+    """Jobs ``job_ids``, locked in id order (as every batch locks), by id."""
+    found: dict[int, JobRow] = {}
+    ordered = sorted(job_ids)
+    for i in range(0, len(ordered), _IDS_PER_STATEMENT):
+        query = select(jobs).where(_id_in(conn, ordered[i : i + _IDS_PER_STATEMENT]))
+        rows = conn.execute(query.order_by(jobs.c.id).with_for_update())
+        found |= {r.id: JobRow.from_row(r) for r in rows}
+    return found
+
+
+_IDS_PER_STATEMENT = 10_000  # below SQLite's 32,766 parameters
+
+
+def _id_in(conn: Connection, job_ids: list[int]) -> ColumnElement[bool]:
+    """``jobs.id IN job_ids``: one array parameter on PostgreSQL, whose driver would
+    parse as many placeholders as ids, slowly."""
+    if conn.dialect.name == "postgresql":
+        return jobs.c.id == any_(literal(job_ids, ARRAY(Integer)))
+    return jobs.c.id.in_(job_ids)
+
+
+def new_job_values(spec: JobSpec, now: datetime) -> dict[str, Any]:
+    """The row a new job starts as, before its machine's first step: disabled."""
+    return _spec_values(spec) | dict(
         project=spec.project,
         name=spec.name,
         enabled=False,
         paused=False,
+        pause_reason=None,
         state=JobState.DISABLED.value,
         generation=0,
+        tick_at=None,
+        tick_nonce=None,
+        watchdog_at=None,
+        invocation_id=None,
         invocation_running=False,
         overruns=0,
         active=0,
         buffered=0,
+        missed_from=None,
         created_at=now,
         updated_at=now,
     )
-    job_id = conn.execute(_INSERT_JOB, values).scalar_one()
-    _record_change(conn, job_id, now, "created", spec.revision, spec.schedule, spec.timezone)
+
+
+def insert_job(conn: Connection, spec: JobSpec, now: datetime) -> int:
+    job_id = conn.execute(_INSERT_JOB, new_job_values(spec, now)).scalar_one()
+    conn.execute(_INSERT_CHANGE, created(job_id, spec, now))
     return job_id
 
 
-def _record_change(
-    conn: Connection,
+def reserve_job_ids(conn: Connection, count: int) -> list[int]:
+    """``count`` ids, ascending, that no other job will get: for new jobs whose rows are
+    written later, many in one statement (``insert_jobs``)."""
+    if count < 1:
+        return []
+    if conn.dialect.name == "postgresql":
+        taken = func.nextval(func.pg_get_serial_sequence("jobs", "id"))
+        query = select(func.array_agg(taken)).select_from(func.generate_series(1, count))
+        return sorted(conn.execute(query).scalar_one())
+    # SQLite: this transaction is the one writer (BEGIN IMMEDIATE), and AUTOINCREMENT
+    # hands out ids after the largest it ever did, which sqlite_sequence keeps.
+    last = conn.exec_driver_sql(
+        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0),"
+        " coalesce((SELECT max(id) FROM jobs), 0))"
+    ).scalar_one()
+    return list(range(last + 1, last + 1 + count))
+
+
+def insert_jobs(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert new jobs (rows of the same columns, ``new_job_values``'s and an ``id`` of
+    ``reserve_job_ids``'s): one COPY on PostgreSQL."""
+    bulk.insert(conn, jobs, rows)
+
+
+def save_jobs(conn: Connection, saves: list[dict[str, Any]]) -> None:
+    """``save_job``'s update of many rows (of the same columns) at once, each with the
+    ``b_id`` and ``b_generation`` it was read at; ConcurrentUpdate if any row moved on."""
+    match = {"b_id": "id", "b_generation": "generation"}
+    if bulk.update(conn, jobs, saves, match) != len(saves):
+        raise ConcurrentUpdate("jobs changed while they were being updated")
+
+
+def record_changes(conn: Connection, records: list[dict[str, Any]]) -> None:
+    bulk.insert(conn, job_changes, records)
+
+
+def created(job_id: int, spec: JobSpec, now: datetime) -> dict[str, Any]:
+    """The change record of a job's creation."""
+    return _change(job_id, now, "created", spec.revision, spec.schedule, spec.timezone)
+
+
+def _change(
     job_id: int,
     at: datetime,
     change: str,
@@ -100,18 +198,15 @@ def _record_change(
     schedule: str,
     timezone: str,
     reason: str | None = None,
-) -> None:
-    conn.execute(
-        _INSERT_CHANGE,
-        dict(
-            job_id=job_id,
-            at=at,
-            change=change,
-            revision=revision,
-            schedule=schedule,
-            timezone=timezone,
-            reason=reason,
-        ),
+) -> dict[str, Any]:
+    return dict(
+        job_id=job_id,
+        at=at,
+        change=change,
+        revision=revision,
+        schedule=schedule,
+        timezone=timezone,
+        reason=reason,
     )
 
 
@@ -149,6 +244,25 @@ def save_job(
 ) -> None:
     """Write the machine's snapshot (and optionally a new spec or flags) if the row is
     still at the generation that was read; bump the generation."""
+    values = saved_values(job, snapshot, watchdog_at=watchdog_at, now=now, spec=spec, **flags)
+    result = conn.execute(_SAVE_JOB, {**values, "b_id": job.id, "b_generation": job.generation})
+    if result.rowcount != 1:
+        raise ConcurrentUpdate(f"job {job.ref} changed while it was being updated")
+    for change in change_records(job, now, spec=spec, **flags):
+        conn.execute(_INSERT_CHANGE, change)
+
+
+def saved_values(
+    job: JobRow,
+    snapshot: JobSnapshot,
+    *,
+    watchdog_at: datetime | None,
+    now: datetime,
+    spec: JobSpec | None = None,
+    **flags: Any,
+) -> dict[str, Any]:
+    """The columns ``save_job`` writes, for a caller that holds saves to write many at
+    once (``scheduler.storage.job_batch``)."""
     values = dict(
         state=snapshot.state.value,
         tick_at=snapshot.tick_at,
@@ -166,17 +280,30 @@ def save_job(
     )
     if spec is not None:
         values |= _spec_values(spec)
-    result = conn.execute(_SAVE_JOB, {**values, "b_id": job.id, "b_generation": job.generation})
-    if result.rowcount != 1:
-        raise ConcurrentUpdate(f"job {job.ref} changed while it was being updated")
+    return values
+
+
+def change_records(
+    job: JobRow, now: datetime, *, spec: JobSpec | None = None, **flags: Any
+) -> list[dict[str, Any]]:
+    """The change records of a save of ``job`` with ``spec`` and ``flags``."""
     revision, schedule, timezone = (
         (spec.revision, spec.schedule, spec.timezone)
         if spec is not None
         else (job.revision, job.schedule, job.timezone)
     )
-    for change in _changes(job, spec, flags):
-        reason = flags.get("pause_reason") if change == "paused" else None
-        _record_change(conn, job.id, now, change, revision, schedule, timezone, reason)
+    return [
+        _change(
+            job.id,
+            now,
+            change,
+            revision,
+            schedule,
+            timezone,
+            flags.get("pause_reason") if change == "paused" else None,
+        )
+        for change in _changes(job, spec, flags)
+    ]
 
 
 def changes_of(conn: Connection, job_id: int) -> list[dict[str, Any]]:
@@ -189,10 +316,11 @@ def changes_of(conn: Connection, job_id: int) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
-def delete_job(conn: Connection, job_id: int) -> None:
-    """Delete a job; its invocations and changes go with it (ON DELETE CASCADE).
-    Messages still in flight for it find no row and are dropped."""
-    conn.execute(jobs.delete().where(jobs.c.id == job_id))
+def delete_jobs(conn: Connection, job_ids: list[int]) -> None:
+    """Delete jobs; their invocations and changes go with them (ON DELETE CASCADE).
+    Messages still in flight for them find no row and are dropped."""
+    for i in range(0, len(job_ids), _IDS_PER_STATEMENT):
+        conn.execute(jobs.delete().where(_id_in(conn, job_ids[i : i + _IDS_PER_STATEMENT])))
 
 
 def claim_lapsed_jobs(conn: Connection, now: datetime, limit: int) -> list[JobRow]:
@@ -217,6 +345,23 @@ def lock_trigger_graph(conn: Connection) -> None:
     one at a time already; PostgreSQL takes a transaction-level advisory lock."""
     if conn.dialect.name == "postgresql":
         conn.execute(select(func.pg_advisory_xact_lock(_TRIGGER_GRAPH_LOCK)))
+
+
+# The first key of the advisory locks that serialize the applies of a project; the
+# second is the project's name hashed (projects that share a hash wait for each other).
+_PROJECT_LOCK = 0x6A6F6273  # "jobs"
+
+
+def lock_project(conn: Connection, project: str) -> None:
+    """Until this transaction ends, be the only ``apply`` of ``project``. Two applies of
+    a new file would each insert its jobs, and all but one fail on the unique key; in
+    turn, the second finds the first's rows and only what the first left to change.
+    SQLite's writers are one at a time already; PostgreSQL takes an advisory lock."""
+    if conn.dialect.name == "postgresql":
+        key = zlib.crc32(project.encode()) - 2**31  # into PostgreSQL's integer
+        conn.execute(
+            select(func.pg_advisory_xact_lock(cast(_PROJECT_LOCK, Integer), cast(key, Integer)))
+        )
 
 
 def triggers_of(conn: Connection, refs: set[str], *, besides: str) -> dict[str, list[str]]:
