@@ -57,8 +57,7 @@ _INSERT_INVOCATION = {
 }
 
 
-def insert_invocation(
-    conn: Connection,
+def invocation_values(
     job_id: int,
     *,
     slot: datetime | None,
@@ -70,10 +69,10 @@ def insert_invocation(
     reason: str | None = None,
     backfill: bool = False,
     **attempt: Any,
-) -> int | None:
-    """Insert an invocation for a slot or trigger id; None if that slot or trigger id has
-    one already. ``attempt`` holds the columns of a first attempt that starts as the row
-    is created (``Runs.attempt_columns``)."""
+) -> dict[str, Any]:
+    """The row of a new invocation for a slot or trigger id, as every insert writes it.
+    ``attempt`` holds the columns of a first attempt that starts as the row is created
+    (``Runs.attempt_columns``)."""
     values = dict(
         job_id=job_id,
         slot=slot,
@@ -87,9 +86,14 @@ def insert_invocation(
         deadline=deadline,
         backfill=backfill,
     )
-    return conn.execute(
-        _INSERT_INVOCATION[conn.dialect.name], values | attempt
-    ).scalar_one_or_none()
+    return values | attempt
+
+
+def insert_invocation(conn: Connection, job_id: int, **columns: Any) -> int | None:
+    """Insert an invocation (``invocation_values``'s row); None if that slot or trigger
+    id has one already."""
+    values = invocation_values(job_id, **columns)
+    return conn.execute(_INSERT_INVOCATION[conn.dialect.name], values).scalar_one_or_none()
 
 
 def lock_run(
