@@ -27,7 +27,7 @@ from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
 from scheduler import backfill as backfills
-from scheduler import debuglog
+from scheduler import debuglog, tick_batch
 from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, Port, SendRun, SendStart, SendTick, send
 from scheduler.errors import TransientError
@@ -156,26 +156,53 @@ class Engine:
         self.tick_many([(job_id, nonce)], start_here=start_here)
 
     def tick_many(self, ticks: Sequence[tuple[int, int]], *, start_here: bool = False) -> None:
-        """Feed each tick to its job, one transaction per job so that one job cannot hold
-        up another's step, then send what they all asked for together: the next ticks of
-        jobs that share an instant travel in one message again.
+        """Feed each tick to its job, then send what they all asked for together: the
+        next ticks of jobs that share an instant travel in one message again.
+
+        The ticks of a batch are fed in one transaction (``scheduler.tick_batch``). If
+        that fails for any reason but the database's absence (a row no statement
+        expected, a bug one job's step meets), nothing of it was written: the ticks
+        are fed again one job per transaction, so that the job at fault fails alone
+        and is repaired by the watchdog, and the others fire.
 
         With ``start_here``, a run that is due at once is begun in its tick's own
         transaction, and its attempt sent straight to the worker that will claim it: no
-        start message, no second task. The tick never waits for the run.
+        start message, no second task. The tick never waits for the run."""
+        if len(ticks) > 1:
+            try:
+                with self.transaction() as conn:
+                    outgoing = tick_batch.feed_ticks(self, conn, ticks, start_here=start_here)
+            except TransientError:
+                raise  # nothing committed: Celery retries the whole batch
+            except Exception:
+                log.exception("a batch of %s ticks failed; feeding them one by one", len(ticks))
+            else:
+                self.send(outgoing)
+                return
+        self._tick_each(ticks, start_here)
 
-        If the database fails part way, what was committed is still sent before the error
-        is raised; a retry of the whole batch finds the committed ticks' nonces stale and
-        ignores them."""
+    def _tick_each(self, ticks: Sequence[tuple[int, int]], start_here: bool) -> None:
+        """One transaction per tick. A job whose step fails is logged and left to the
+        watchdog; if the database fails part way, what was committed is still sent
+        before the error is raised, and a retry of the whole batch finds the committed
+        ticks' nonces stale and ignores them."""
         outgoing: list[Message] = []
         try:
             for job_id, nonce in ticks:
-                with self.transaction() as conn:
-                    job = job_store.lock_job(conn, job_id)
-                    if job is None:
-                        log.warning("tick for job %s, which no longer exists", job_id)
-                        continue
-                    fed = self.feed(conn, job, Tick(nonce), self.clock(), start_here=start_here)
+                try:
+                    with self.transaction() as conn:
+                        job = job_store.lock_job(conn, job_id)
+                        if job is None:
+                            log.warning("tick for job %s, which no longer exists", job_id)
+                            continue
+                        fed = self.feed(conn, job, Tick(nonce), self.clock(), start_here=start_here)
+                except TransientError:
+                    raise
+                except Exception:
+                    if len(ticks) == 1:
+                        raise
+                    log.exception("tick of job %s failed; the watchdog will repeat it", job_id)
+                    continue
                 outgoing += fed.messages  # committed
         finally:
             self.send(outgoing)
@@ -251,8 +278,8 @@ class Engine:
         revision = spec.revision if spec else job.revision
         pending = deque(result.actions)
         while pending:  # a follow-up step's actions join the queue
-            pending += self._perform(conn, job, pending.popleft(), fed, now, revision, start_here)
-        watchdog_at = self._settle_tick(job, event, fed)
+            pending += self.perform(conn, job, pending.popleft(), fed, now, revision, start_here)
+        watchdog_at = self.settle_tick(job, event, fed)
         job_store.save_job(
             conn, job, fed.snapshot, watchdog_at=watchdog_at, now=now, spec=spec, **flags
         )
@@ -268,10 +295,12 @@ class Engine:
         result = self._step(job, job.snapshot, event, now, self._schedule(job, spec))
         if not all(isinstance(action, TickLater) for action in result.actions):
             return None
-        fed = Fed(result.snapshot, [self._tick(job, a.when, a.nonce, now) for a in result.actions])
-        return fed, self._settle_tick(job, event, fed)
+        fed = Fed(
+            result.snapshot, [self.tick_message(job, a.when, a.nonce, now) for a in result.actions]
+        )
+        return fed, self.settle_tick(job, event, fed)
 
-    def _settle_tick(self, job: JobRow, event: Event, fed: Fed) -> datetime | None:
+    def settle_tick(self, job: JobRow, event: Event, fed: Fed) -> datetime | None:
         """Keep the current nonce's tick alone (a follow-up may have replaced the tick)
         and return the watchdog deadline that goes with it."""
         tick = next((m for m in fed.messages if _is_tick(m, fed.snapshot.tick_nonce)), None)
@@ -287,10 +316,10 @@ class Engine:
         declared = spec or job  # a new spec's schedule, or the job's own
         return schedule_of(declared.schedule, declared.timezone)
 
-    def _tick(self, job: JobRow, when: datetime, nonce: int, now: datetime) -> SendTick:
+    def tick_message(self, job: JobRow, when: datetime, nonce: int, now: datetime) -> SendTick:
         return SendTick(job.id, nonce, tick_eta(when, now, slack=self.slack, horizon=self.horizon))
 
-    def _perform(
+    def perform(
         self,
         conn: Connection,
         job: JobRow,
@@ -305,7 +334,7 @@ class Engine:
         insert = partial(run_store.insert_invocation, conn, job.id, revision=revision, now=now)
         match action:
             case TickLater(when=when, nonce=nonce):
-                fed.messages.append(self._tick(job, when, nonce, now))
+                fed.messages.append(self.tick_message(job, when, nonce, now))
             case StartInvocation(slot=slot, trigger_id=trigger_id):
                 return self._start_new(job, slot, trigger_id, fed, now, insert, start_here)
             case BufferInvocation(slot=slot, trigger_id=trigger_id):
@@ -367,6 +396,11 @@ class Engine:
         result = self._step(job, fed.snapshot, event, now, schedule)
         fed.snapshot = result.snapshot
         return list(result.actions)
+
+    def step_of(self, job: JobRow, snapshot: JobSnapshot, event: Event, now: datetime) -> Step:
+        """One step of ``job``'s machine under its own schedule and policies, from
+        ``snapshot``: what a caller that writes the step itself needs."""
+        return self._step(job, snapshot, event, now, self._schedule(job, None))
 
     def _step(
         self, job: JobRow, snapshot: JobSnapshot, event: Event, now: datetime, schedule: Schedule

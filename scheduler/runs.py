@@ -22,6 +22,7 @@ from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Outcome, celery_task_id
 from scheduler.invokers.call import bounded_error
+from scheduler.outcome_batch import GroupCommit, Report
 from scheduler.storage import job_store, revokes, run_store
 from scheduler.storage.rows import InvocationRow, JobRow
 from statemachine import (
@@ -59,6 +60,7 @@ class Runs:
 
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.together = GroupCommit(self)
 
     def start_invocation(
         self, invocation_id: int, attempt: int | None = None, *, job_id: int | None = None
@@ -161,10 +163,12 @@ class Runs:
         self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
     ) -> None:
         """The outcome exists only in this process: if the database is away, wait for it
-        (about 15 s) rather than leave a finished run to expire as "lease expired"."""
+        (about 15 s) rather than leave a finished run to expire as "lease expired".
+        Outcomes that threads of this process report together are recorded together
+        (``scheduler.outcome_batch``)."""
         for delay in (*OUTCOME_RETRY_DELAYS, None):
             try:
-                self.finish_invocation(invocation_id, outcome, attempt=attempt, job_id=job_id)
+                self.together.finish(Report(invocation_id, attempt, outcome, job_id))
                 return
             except TransientError as err:
                 if delay is None:

@@ -50,9 +50,25 @@ _LOCK_ATTEMPTS = (
     .with_for_update(of=invocations)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
+# Runs and their jobs, all locked by one statement, job first then run as every writer
+# locks, the jobs in id order as every batch locks them.
+_LOCK_RUNS = (
+    select(jobs, invocations)
+    .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
+    .where(invocations.c.id.in_(bindparam("b_invs", expanding=True)))
+    .order_by(jobs.c.id, invocations.c.id)
+    .with_for_update()
+    .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
+)
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
 _INSERT_INVOCATION = {
     name: dialect.insert(invocations).on_conflict_do_nothing().returning(invocations.c.id)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_INSERT_SLOTS = {
+    name: dialect.insert(invocations)
+    .on_conflict_do_nothing()
+    .returning(invocations.c.id, invocations.c.job_id, invocations.c.slot)
     for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
 }
 
@@ -96,6 +112,23 @@ def insert_invocation(conn: Connection, job_id: int, **columns: Any) -> int | No
     return conn.execute(_INSERT_INVOCATION[conn.dialect.name], values).scalar_one_or_none()
 
 
+def insert_invocations(
+    conn: Connection, rows: list[dict[str, Any]]
+) -> dict[tuple[int, datetime], int]:
+    """Insert the runs of many slots (``invocation_values``'s rows): one multi-row
+    INSERT per set of columns (SQLAlchemy's "insertmanyvalues"). Returns the id of each
+    (job, slot) inserted; a slot that had its run already is not among them."""
+    groups: dict[frozenset[str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(frozenset(row), []).append(row)
+    statement = _INSERT_SLOTS[conn.dialect.name]
+    return {
+        (r.job_id, r.slot): r.id
+        for group in groups.values()
+        for r in conn.execute(statement, group)
+    }
+
+
 def lock_run(
     conn: Connection, job_id: int, invocation_id: int
 ) -> tuple[InvocationRow, JobRow] | None:
@@ -114,6 +147,17 @@ def lock_attempts(
     what a worker needs to claim attempts and make their calls."""
     rows = conn.execute(_LOCK_ATTEMPTS, {"b_invs": invocation_ids})
     return [(InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_")) for r in rows]
+
+
+def lock_runs(
+    conn: Connection, invocation_ids: list[int]
+) -> dict[int, tuple[InvocationRow, JobRow]]:
+    """Invocations and their jobs, all locked (jobs in id order), by invocation id."""
+    rows = conn.execute(_LOCK_RUNS, {"b_invs": invocation_ids})
+    return {
+        r.invocations_id: (InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_"))
+        for r in rows
+    }
 
 
 def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:

@@ -1,0 +1,210 @@
+"""A tick batch is one transaction (``scheduler.tick_batch``): exactly once per slot
+still holds for every job in it, one job's bad row does not fail the others, and the
+rows written are those of the one-job path."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy
+from sqlalchemy import select, update
+
+from scheduler.api import Scheduler
+from scheduler.engine import Engine
+from scheduler.errors import TransientError
+from scheduler.invokers import default_invokers
+from scheduler.spec import JobSpec
+from scheduler.storage import job_store, run_store
+from scheduler.storage.db import make_engine
+from scheduler.storage.models import invocations, jobs
+from scheduler.workers import work
+from tests.conftest import Clock, RecordingPort
+from tests.integration.test_batches import GRACE, sent
+from tests.integration.test_engine import apply, job, make, rows
+
+pytestmark = pytest.mark.postgres
+
+
+def batching_engine(db: sqlalchemy.Engine, clock: Clock, port: RecordingPort) -> Engine:
+    return Engine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+
+
+def runs_of(engine: Engine) -> dict[int, list[str]]:
+    found: dict[int, list[str]] = {}
+    for r in rows(engine):
+        found.setdefault(r["job_id"], []).append(r["status"])
+    return found
+
+
+def test_deleted_paused_and_stale_jobs_in_a_batch_leave_the_others_one_run_each(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, *(make(name=name) for name in "abcde"))
+    ids = {name: job(engine, f"p/{name}").id for name in "abcde"}
+    clock.advance(10)
+    ticks = sent(port)
+    with engine.transaction() as conn:
+        job_store.delete_jobs(conn, [ids["c"]])
+    Scheduler(engine).pause("p/d")
+    stale = [(j, n + 1) if j == ids["e"] else (j, n) for j, n in ticks]
+
+    engine.tick_many(stale, start_here=True)
+    engine.tick_many(stale, start_here=True)  # redelivered
+    assert runs_of(engine) == {ids["a"]: ["RUNNING"], ids["b"]: ["RUNNING"]}
+    assert len(port.runs) == 2
+    assert sorted(j for j, *_ in port.ticks) == [ids["a"], ids["b"]]  # each one next tick
+    e = job(engine, "p/e").snapshot  # still waiting for its tick's right nonce
+    assert (e.state, e.tick_nonce) == ("SCHEDULED", dict(ticks)[ids["e"]])
+
+
+def test_a_slot_that_has_its_run_is_not_fired_again(db: sqlalchemy.Engine, clock: Clock):
+    """A's slot got its row elsewhere (say, a repaired tick raced the original): the
+    batch's insert skips it, a's tick abandons its start as the one-job path does, and
+    b fires."""
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, make(name="a"), make(name="b"))
+    a, b = job(engine, "p/a"), job(engine, "p/b")
+    clock.advance(10)
+    ticks = sent(port)
+    with engine.transaction() as conn:
+        run_store.insert_invocation(
+            conn, a.id, slot=clock.now, trigger_id=None, revision=a.revision,
+            status="SKIPPED", reason="test", now=clock.now,
+        )  # fmt: skip
+    engine.tick_many(ticks, start_here=True)
+    assert runs_of(engine) == {a.id: ["SKIPPED"], b.id: ["RUNNING"]}
+    after = job(engine, "p/a").snapshot
+    assert (after.state, after.active, after.tick_at) == (
+        "SCHEDULED",
+        0,
+        clock.now + timedelta(seconds=10),
+    )
+    assert [call.job_id for call in port.runs] == [b.id]
+
+
+def test_one_jobs_bad_row_does_not_fail_the_others(
+    db: sqlalchemy.Engine, clock: Clock, caplog: pytest.LogCaptureFixture
+):
+    """B's stored spec lost its kind's section: its step fails. The batch is rolled
+    back and fed one job per transaction, so that a and c fire and b alone is left to
+    the watchdog (its deadline unmoved)."""
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, *(make(name=name) for name in "abc"))
+    ids = {name: job(engine, f"p/{name}").id for name in "abc"}
+    with engine.transaction() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == ids["b"]).values(spec={}))
+    deadline = job(engine, "p/b").watchdog_at
+    clock.advance(10)
+    with caplog.at_level(logging.ERROR, "cronchain.engine"):
+        engine.tick_many(sent(port), start_here=True)
+    assert runs_of(engine) == {ids["a"]: ["RUNNING"], ids["c"]: ["RUNNING"]}
+    assert job(engine, "p/b").watchdog_at == deadline
+    assert [r.message for r in caplog.records] == [
+        "a batch of 3 ticks failed; feeding them one by one",
+        f"tick of job {ids['b']} failed; the watchdog will repeat it",
+    ]
+
+
+SPECS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "skip": {"overlap": "skip"},
+    "buffer": {"overlap": "buffer_one"},
+    "all": {"overlap": "buffer_all", "max_buffered": 2},
+    "allow": {"overlap": "allow", "max_concurrent": 2},
+    "cancel": {"overlap": "cancel_other"},
+    "latest": {"misfire": "latest", "misfire_grace": 2},
+    "catchup": {"misfire": "all", "misfire_grace": 2, "catchup_limit": 3},
+    "late": {"misfire": "skip", "misfire_grace": 2},
+}
+
+
+@pytest.mark.parametrize("start_here", [True, False])
+def test_a_batch_writes_the_rows_the_one_job_path_writes(
+    db: sqlalchemy.Engine, clock: Clock, start_here: bool
+):
+    """The same jobs in two projects, through the same rounds: ticks that start runs,
+    overlap (skipped, buffered, allowed, cancelled), misfires after a late round, runs
+    finishing. One project's ticks go as batches, the other's one at a time."""
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    for project in ("batch", "each"):
+        specs = [
+            JobSpec(project, n, "every 10s", kind="noop", controls=c) for n, c in SPECS.items()
+        ]
+        Scheduler(engine).apply(specs, project=project)
+    batched = {job(engine, f"batch/{n}").id for n in SPECS}
+    for advance, finish in ((10, False), (10, False), (10, True), (35, False), (10, True)):
+        clock.advance(advance)
+        due = [(j, n) for j, n, eta in port.ticks if eta <= clock.now]
+        port.ticks[:] = [t for t in port.ticks if t[2] > clock.now]
+        engine.tick_many([t for t in due if t[0] in batched], start_here=start_here)
+        for tick in (t for t in due if t[0] not in batched):
+            engine.tick(*tick, start_here=start_here)
+        for invocation_id in port.starts:
+            engine.runs.start_invocation(invocation_id)
+        port.starts.clear()
+        if finish:
+            for call in port.runs:
+                work.execute(engine, call.invocation_id, call.attempt, "work@test")
+            port.runs.clear()
+    assert described(engine, "batch") == described(engine, "each")
+    assert len(described(engine, "batch")[1]) > 30
+
+
+def described(engine: Engine, project: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """A project's jobs and runs, without ids and nonces."""
+    with engine.db.connect() as conn:
+        query = select(jobs.c.id, jobs.c.name).where(jobs.c.project == project)
+        names = {job_id: name for job_id, name in conn.execute(query)}
+        job_rows = conn.execute(select(jobs).where(jobs.c.project == project).order_by(jobs.c.name))
+        run_rows = conn.execute(
+            select(invocations).where(invocations.c.job_id.in_(names)).order_by(invocations.c.id)
+        )
+        skip = {"id", "project", "revision", "tick_nonce", "invocation_id", "spec", "job_id"}
+        return (
+            [tuple(v for k, v in r._mapping.items() if k not in skip) for r in job_rows],
+            sorted(
+                (names[r.job_id], *(v for k, v in r._mapping.items() if k not in skip))
+                for r in run_rows
+            ),
+        )
+
+
+def test_a_connection_lost_mid_batch_loses_and_doubles_nothing(pg_url: str, clock: Clock):
+    """PostgreSQL ends the batch's session between its insert and its update, as a
+    restart does: nothing of the batch is written or sent, the error is one Celery
+    retries, and the retry fires every job once."""
+    db = make_engine(pg_url)
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, *(make(name=name) for name in "abc"))
+    clock.advance(10)
+    ticks = sent(port)
+    killed: list[int] = []
+
+    def kill_after_insert(conn, cursor, statement, *_):  # noqa: ANN001
+        if statement.startswith("INSERT INTO invocations") and not killed:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            with db.connect() as other:
+                other.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
+            killed.append(pid)
+
+    sqlalchemy.event.listen(db, "after_cursor_execute", kill_after_insert)
+    try:
+        with pytest.raises(TransientError):
+            engine.tick_many(ticks, start_here=True)
+    finally:
+        sqlalchemy.event.remove(db, "after_cursor_execute", kill_after_insert)
+    assert killed and rows(engine) == [] and port.runs == port.ticks == []
+    engine.tick_many(ticks, start_here=True)
+    engine.tick_many(ticks, start_here=True)
+    assert [r["status"] for r in rows(engine)] == ["RUNNING"] * 3
+    assert len(port.runs) == len(port.ticks) == 3
+    db.dispose()
