@@ -144,7 +144,7 @@ class Runs:
         that could be claimed. Each is ``(invocation, attempt)`` or ``(invocation,
         attempt, job)``."""
         wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
-        calls = []
+        calls, claims = [], []
         with self.engine.transaction() as conn:
             now = self.engine.clock()
             for inv, job in run_store.lock_attempts(conn, list(wanted)):
@@ -155,8 +155,9 @@ class Runs:
                 if inv.status != RUNNING or inv.attempt != attempt or inv.worker:
                     continue
                 call = self.call_of(job, inv.id, inv.attempt, inv.slot)
-                run_store.update_invocation(conn, inv.id, **_claim_columns(inv, call, worker, now))
+                claims.append(_claim_columns(inv, call, worker, now) | {"b_id": inv.id})
                 calls.append(call)
+            run_store.update_invocations(conn, claims)
         return calls
 
     def record_patiently(

@@ -176,6 +176,13 @@ def update_invocation(conn: Connection, invocation_id: int, **values: Any) -> No
     conn.execute(_UPDATE_INVOCATION, {**values, "b_id": invocation_id})
 
 
+def update_invocations(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Update many invocations, each row naming its own by ``b_id``, all with the same
+    columns: one executemany (a single pipeline of statements on psycopg)."""
+    if rows:
+        conn.execute(_UPDATE_INVOCATION, rows)
+
+
 def lock_invocations_of(
     conn: Connection, job_id: int, statuses: tuple[str, ...], *, backfill: bool | None = False
 ) -> list[InvocationRow]:
