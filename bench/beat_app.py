@@ -5,8 +5,10 @@
 ``bench.load.offset`` past each multiple of the period, the same slots as cronchain's
 ``every P offset O`` jobs.
 Beat stamps each message with the slot it fires for as it publishes it; the worker
-records its start time beside that slot, so lag is measured as cronchain's is: start of
-the run minus its slot.
+records its start time beside that slot and the entry's number (``started slot i``), so
+lag is measured as cronchain's is, start of the run minus its slot, and each herd's fires
+can be counted (``bench.herds``). ``bench.bare`` sends this app's task without beat, each
+message stamped the same way.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ app.conf.update(
     timezone="UTC",
     enable_utc=True,
     redbeat_redis_url=BROKER,
+    # RedBeat holds a lock for five max-intervals by default, 5 s at ``--max-interval 1``;
+    # a pass that sends a herd of 10,000 can last longer, and beat exits when it finds the
+    # lock lost. A long lock lets its time to send a herd be measured instead.
+    redbeat_lock_timeout=300,
     beat_max_loop_interval=1,
 )
 
@@ -93,11 +99,11 @@ _records = redis.Redis.from_url(BROKER)
 
 
 @app.task(name="bench.noop", bind=True)
-def noop(self: Any, i: int) -> None:  # noqa: ARG001
+def noop(self: Any, i: int) -> None:
     started = time.time()
     slot = getattr(self.request, "bench_slot", None)
     if slot is not None:
-        _records.rpush(LAGS, f"{started} {slot}")
+        _records.rpush(LAGS, f"{started} {slot} {i}")
 
 
 def _redbeat_codec() -> None:

@@ -1,6 +1,7 @@
 """Sustained fires per second and fire lag, cronchain against Celery beat and RedBeat.
 
     python -m bench.fire_rate [--jobs 1000] [--period 10] [--window 40] [--step 0]
+                              [--systems cronchain,beat,redbeat,bare] [--rates 300,500]
 
 N no-op jobs fire every P seconds, spread evenly over the period (``every P offset O``);
 with ``--step 1`` on whole seconds, as cron jobs are, so that jobs share instants.
@@ -11,6 +12,33 @@ start of each run minus its slot, for every run that started inside the measured
 for cronchain, the moment a work-path worker claimed it. cronchain also records every
 fire in PostgreSQL; the baselines record nothing. cronchain's ``worker`` figures are both
 paths together; ``control`` and ``work`` are each path alone.
+
+Herds (``bench.herds``). With ``--step``, the fires that share a slot instant are a herd
+(``--period 60 --step 60``: every job at the top of each minute). The window starts just
+before a herd's instant, and is by default 40 s or three steps, whichever is longer (three
+herds at ``--step 60``). After it, every herd whose slot lies in the window is followed
+until it is complete or ``max(30 s, period)`` has passed. A herd's *drain time* is its
+slot to the start of its last run, ``inf`` if the herd was incomplete (a fire never
+recorded, or recorded and never started, by the end of that wait); ``drain_p50`` (the
+median) and ``drain_max`` are over the window's herds. ``every_fire_recorded`` is 1 when
+each herd has exactly its jobs' fires: cronchain's invocations per slot (one per job, by
+its (job, slot) key); the baselines' starts per slot, counted per entry
+(``fires_duplicate``: an entry started twice). A run is ``sustained`` when every fire was
+recorded once and started by the end of that wait, the p99 lag of the runs started in the
+window is under 1 s, and no process exited.
+
+``bare`` (``bench.bare``) is the floor: the baselines' worker, same flags, no scheduler;
+the benchmark queues one empty task per fire at each herd's instant, the whole herd at
+once. The ``herd`` lines divide cronchain's drain time by each other system's of the
+same run (``bench.herds.print_comparison``: median over median, worst herd over worst
+herd, and cronchain's worst herd over the other's best): under 1, cronchain drains faster.
+
+``--rates 300,400,500`` finds a ceiling: for each rate, ascending, each system runs
+``rate * period`` jobs (``--jobs`` is ignored), the systems taking turns at each rate, and
+a system stops at its first rate not sustained. Each run prints its figures; then one line
+per rate tried (``rate_R_sustained``: 1 or 0) and ``ceiling``, the highest rate sustained
+(0 if none), per system. A run lasts 60-100 s (apply, settle 10-20 s, the window, the
+drain wait, stop): five rates for two systems take 12-18 minutes.
 """
 
 from __future__ import annotations
@@ -19,10 +47,12 @@ import argparse
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.bare import BareHerds
 from bench.common import (
     MachineCpu,
     PeakRss,
@@ -36,10 +66,47 @@ from bench.common import (
     started_runs,
     transactions,
 )
+from bench.herds import (
+    HerdTally,
+    baseline_herds,
+    cronchain_herds,
+    expected_herds,
+    next_instant,
+    print_comparison,
+    wait_drained,
+)
 from tests.e2e.harness import Cluster
 from tests.services import redis_server
 
-SYSTEMS = ("cronchain", "beat", "redbeat")
+SYSTEMS = ("cronchain", "beat", "redbeat", "bare")
+CEILING_SYSTEMS = ("cronchain", "redbeat")
+SUSTAINED_P99 = 1.0  # seconds
+
+
+@dataclass
+class Load:
+    """N jobs every P seconds, on multiples of ``step`` (0: spread), measured ``window``
+    seconds."""
+
+    jobs: int
+    period: float
+    window: float
+    step: float
+
+    def herds(self, start: float, end: float) -> dict[int, int]:
+        return expected_herds(self.jobs, self.period, self.step, start, end)
+
+    def align(self) -> None:
+        """With herds, until just before the next herd's instant, so that the window
+        holds whole herds."""
+        if self.step:
+            instant = next_instant(self.jobs, self.period, self.step, time.time() + 0.5)
+            time.sleep(max(0.0, instant - 0.25 - time.time()))
+
+    @property
+    def drain_wait(self) -> float:
+        """How long after the window its herds are followed to their last start."""
+        return max(30.0, self.period)
 
 
 @dataclass
@@ -47,13 +114,23 @@ class Run:
     fires: int
     lags: list[float]
     worker_cpu: float  # every worker's
-    other_cpu: float  # beat's process
+    other_cpu: float  # beat's process (bare: the benchmark's thread that sends the herds)
     peak_rss: int
     warmup: float  # seconds until steady state
+    herds: HerdTally
     transactions: int | None = None
     paths: dict[str, tuple[float, int]] = field(default_factory=dict)  # CPU, peak RSS
     died: list[str] = field(default_factory=list)  # processes that exited during the run
     machine: MachineCpu | None = None  # cronchain's: its CPU, and the rest of the machine's
+    sent_late: float | None = None  # bare: the latest a herd was queued after its instant
+
+    @property
+    def sustained(self) -> bool:
+        """Every fire recorded once and started, p99 under ``SUSTAINED_P99``, no process
+        exited."""
+        herds = self.herds.every_fire_recorded and not self.herds.incomplete
+        p99 = percentile(self.lags, 0.99)
+        return herds and p99 < SUSTAINED_P99 and not self.died
 
 
 def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str, float]]:
@@ -64,7 +141,7 @@ def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str
     return t0, t1, {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
 
 
-def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: float) -> Run:
+def run_cronchain(folder: Path, load: Load) -> Run:
     with deployment(folder) as d:
         db, c = d.db, d.cluster
         # The workers run before the jobs exist: each job's first slot comes after its
@@ -72,10 +149,11 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: f
         # WARNING, as the baseline's worker: INFO writes two lines per task.
         d.start(loglevel="WARNING")
         d.wait_ready()
-        d.apply_jobs(jobs, period, step=step)
+        d.apply_jobs(load.jobs, load.period, step=load.step)
 
         try:
-            warmup = settle(lambda: recent_lags(db), period)
+            warmup = settle(lambda: recent_lags(db), load.period)
+            load.align()
             pids = {**d.worker_pids, "beat": c.processes["beat"].pid}
             with (
                 PeakRss(pids["worker"]) as control_rss,
@@ -83,8 +161,12 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: f
                 MachineCpu(db) as machine,
             ):
                 x0 = transactions(db)
-                t0, t1, cpu = measure(pids, window)
+                t0, t1, cpu = measure(pids, load.window)
                 x1 = transactions(db)
+            expected = load.herds(t0, t1)
+            observed = wait_drained(
+                lambda: cronchain_herds(db, t0, t1), expected, t1 + load.drain_wait
+            )
             died = dead(c)
         finally:
             c.stop_all()
@@ -97,53 +179,70 @@ def run_cronchain(folder: Path, jobs: int, period: float, window: float, step: f
         }
         worker = cpu["worker"] + cpu["work"]
         peak = max(control_rss.peak, work_rss.peak)
-        run = Run(len(rows), lags, worker, cpu["beat"], peak, warmup, x1 - x0, paths, died)
-        run.machine = machine
+        herds = HerdTally.of(expected, observed)
+        run = Run(len(rows), lags, worker, cpu["beat"], peak, warmup, herds, x1 - x0, paths)
+        run.died, run.machine = died, machine
         return run
 
 
-def run_baseline(
-    folder: Path, jobs: int, period: float, window: float, step: float, redbeat: bool
-) -> Run:
+def run_baseline(folder: Path, load: Load, system: str) -> Run:
+    """Celery's beat, RedBeat, or (``bare``) no scheduler: the benchmark sends the herds."""
     with redis_server(folder) as redis:
         env = dict(
             BENCH_BROKER=redis.url,
-            BENCH_JOBS=str(jobs),
-            BENCH_PERIOD=f"{period:g}",
-            BENCH_STEP=f"{step:g}",
+            BENCH_JOBS=str(load.jobs),
+            BENCH_PERIOD=f"{load.period:g}",
+            BENCH_STEP=f"{load.step:g}",
         )
         c = cluster(folder, **env)
         app = [sys.executable, "-m", "celery", "-A", "bench.beat_app"]
         c.start("worker", *app, "worker", "--concurrency", "2", "--loglevel", "WARNING")
         beat = [*app, "beat", "--loglevel", "WARNING", "--schedule", str(folder / "schedule")]
-        if redbeat:
+        if system == "redbeat":
             beat += ["--scheduler", "redbeat.RedBeatScheduler", "--max-interval", "1"]
-        c.start("beat", *beat)
+        if system != "bare":
+            c.start("beat", *beat)
+        client = redis.client()
 
         def recent_lags() -> list[float]:
             since = time.time() - 2
             lags = []
-            for record in redis.client().lrange("bench:lags", -2000, -1):
-                started, slot = map(float, record.split())
+            for record in client.lrange("bench:lags", -2000, -1):
+                started, slot = map(float, record.split()[:2])
                 if started >= since:
                     lags.append(started - slot)
             return lags
 
+        def observe() -> dict:
+            return baseline_herds(client.lrange("bench:lags", 0, -1), t0, t1)
+
+        bare = system == "bare"
+        sender = BareHerds(redis.url, load.jobs, load.period, load.step) if bare else None
         try:
-            warmup = settle(recent_lags, period)
-            with PeakRss(c.processes["worker"].pid) as rss:
-                pids = {name: c.processes[name].pid for name in ("worker", "beat")}
-                t0, t1, cpu = measure(pids, window)
-                worker, beat_cpu = cpu["worker"], cpu["beat"]
+            with sender or nullcontext():
+                warmup = settle(recent_lags, load.period)
+                load.align()
+                pids = {name: c.processes[name].pid for name in c.processes}
+                sent = sender.cpu if sender else 0.0
+                with PeakRss(c.processes["worker"].pid) as rss:
+                    t0, t1, cpu = measure(pids, load.window)
+                expected = load.herds(t0, t1)
+                observed = wait_drained(observe, expected, t1 + load.drain_wait)
+            other = sender.cpu - sent if sender else cpu["beat"]
             died = dead(c)
         finally:
             c.stop_all()
         lags = []
-        for record in redis.client().lrange("bench:lags", 0, -1):
-            started, slot = map(float, record.split())
+        for record in client.lrange("bench:lags", 0, -1):
+            started, slot = map(float, record.split()[:2])
             if t0 <= started < t1:
                 lags.append(started - slot)
-        return Run(len(lags), lags, worker, beat_cpu, rss.peak, warmup, died=died)
+        herds = HerdTally.of(expected, observed)
+        run = Run(len(lags), lags, cpu["worker"], other, rss.peak, warmup, herds, died=died)
+        if sender:  # the herds' drain counts from the slot, so lateness adds to the floor
+            late = [late for at, late in sender.late.items() if t0 <= at < t1]
+            run.sent_late = max(late, default=float("nan"))
+        return run
 
 
 def dead(c: Cluster) -> list[str]:
@@ -165,6 +264,10 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
     for q, tag in ((0.5, "p50"), (0.99, "p99")):
         figure(name, f"lag_{tag}", percentile(run.lags, q) * 1000, "ms")
     figure(name, "lag_max", max(run.lags, default=float("nan")) * 1000, "ms")
+    run.herds.print_figures(name)
+    figure(name, "sustained", int(run.sustained))
+    if run.sent_late is not None:
+        figure(name, "herd_queued_late_max", run.sent_late * 1000, "ms")
     if run.fires:
         figure(name, "worker_cpu_per_fire", run.worker_cpu / run.fires * 1000, "ms")
         figure(name, "beat_cpu_per_fire", run.other_cpu / run.fires * 1000, "ms")
@@ -179,30 +282,81 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
         run.machine.print_figures(name, run.fires)
 
 
+def run_system(system: str, load: Load) -> Run:
+    with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as tmp:
+        if system == "cronchain":
+            return run_cronchain(Path(tmp), load)
+        return run_baseline(Path(tmp), load, system)
+
+
+def label_of(load: Load) -> str:
+    label = f"jobs={load.jobs},period={load.period:g}s"
+    return label + (f",step={load.step:g}s" if load.step else "")
+
+
+def run_load(systems: list[str], load: Load) -> None:
+    """Each system in turn on the same load, then the ``herd`` line."""
+    label, tallies = label_of(load), {}
+    for system in systems:
+        run = run_system(system, load)
+        report(label, system, run, load.window, load.jobs / load.period)
+        tallies[system] = run.herds
+    if load.step:
+        print_comparison(f"fire_rate[{label}] herd", tallies)
+
+
+def find_ceiling(systems: list[str], rates: list[float], load: Load) -> None:
+    """Each rate, ascending, on every system still sustaining the rates below it."""
+    tried: dict[str, dict[float, bool]] = {system: {} for system in systems}
+    for rate in sorted(rates):
+        for system in systems:
+            if not all(tried[system].values()):
+                continue
+            rated = Load(round(rate * load.period), load.period, load.window, load.step)
+            run = run_system(system, rated)
+            report(label_of(rated), system, run, rated.window, rated.jobs / rated.period)
+            tried[system][rate] = run.sustained
+    name = f"fire_rate[ceiling,period={load.period:g}s" + (
+        f",step={load.step:g}s]" if load.step else "]"
+    )
+    for system, results in tried.items():
+        for rate, sustained in results.items():
+            figure(f"{name} {system}", f"rate_{rate:g}_sustained", int(sustained))
+        ceiling = max((rate for rate, ok in results.items() if ok), default=0)
+        figure(f"{name} {system}", "ceiling", ceiling, "fires/s")
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.fire_rate", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.fire_rate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--period", type=float, default=10)
-    parser.add_argument("--window", type=float, default=40, help="seconds measured")
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument(
+        "--window", type=float, help="seconds measured (default: 40, or three steps if longer)"
+    )
+    parser.add_argument("--systems", help=f"default: {','.join(SYSTEMS)}")
     parser.add_argument(
         "--step", type=float, default=0, help="slots on multiples of this many seconds (1: cron)"
     )
+    parser.add_argument(
+        "--rates",
+        help="offered fires/s to try, comma-separated: the ceiling of each system "
+        f"(default systems: {','.join(CEILING_SYSTEMS)})",
+    )
     args = parser.parse_args(argv)
-    label = f"jobs={args.jobs},period={args.period:g}s"
-    label += f",step={args.step:g}s" if args.step else ""
-    offered = args.jobs / args.period
-    for system in args.systems.split(","):
-        with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as tmp:
-            folder = Path(tmp)
-            if system == "cronchain":
-                run = run_cronchain(folder, args.jobs, args.period, args.window, args.step)
-            elif system in ("beat", "redbeat"):
-                redbeat = system == "redbeat"
-                run = run_baseline(folder, args.jobs, args.period, args.window, args.step, redbeat)
-            else:
-                parser.error(f"unknown system {system!r}; use {', '.join(SYSTEMS)}")
-            report(label, system, run, args.window, offered)
+    systems = (args.systems or ",".join(CEILING_SYSTEMS if args.rates else SYSTEMS)).split(",")
+    for system in systems:
+        if system not in SYSTEMS:
+            parser.error(f"unknown system {system!r}; use {', '.join(SYSTEMS)}")
+    window = args.window if args.window is not None else max(40.0, 3 * args.step)
+    load = Load(args.jobs, args.period, window, args.step)
+    if args.rates:
+        find_ceiling(systems, [float(r) for r in args.rates.split(",")], load)
+    else:
+        run_load(systems, load)
 
 
 if __name__ == "__main__":
