@@ -17,16 +17,21 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from scheduler.effects import Message
+from sqlalchemy import Connection
+
+from scheduler.effects import Fed, Message
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
 from scheduler.storage import job_store, run_store
 from scheduler.storage.rows import InvocationRow, JobRow
 
 if TYPE_CHECKING:
+    from scheduler.engine import Engine
     from scheduler.runs import Runs
+    from statemachine import Event
 
 log = logging.getLogger("cronchain.engine")
 
@@ -78,6 +83,41 @@ class GroupCommit:
         return bool(report.recorded)
 
 
+class HeldWrites:
+    """The updates of a group's runs and jobs, held to be written by a statement per
+    set of columns rather than one each. Anything that reads the rows (a run to start
+    after a finish, a job triggered, a job finishing twice in one group) writes them
+    first, so that every read sees what the one-outcome path would have written."""
+
+    def __init__(self) -> None:
+        self._runs: dict[frozenset[str], list[dict[str, Any]]] = {}
+        self._jobs: list[dict[str, Any]] = []
+
+    def update_run(self, invocation_id: int, **values: Any) -> None:
+        self._runs.setdefault(frozenset(values), []).append(values | {"b_id": invocation_id})
+
+    def feed(
+        self, engine: Engine, conn: Connection, job: JobRow, event: Event, now: datetime
+    ) -> Fed:
+        """``Engine.feed``, with the job's save held if the step asks for nothing more."""
+        result = engine.step_of(job, job.snapshot, event, now)
+        if result.actions:
+            self.write(conn)
+            return engine.feed(conn, job, event, now)
+        fed = Fed(result.snapshot)
+        if result.changed:
+            watchdog_at = engine.settle_tick(job, event, fed)
+            values = job_store.saved_values(job, fed.snapshot, watchdog_at=watchdog_at, now=now)
+            self._jobs.append(values | {"b_id": job.id, "b_generation": job.generation})
+        return fed
+
+    def write(self, conn: Connection) -> None:
+        for rows in self._runs.values():
+            run_store.update_invocations(conn, rows)
+        job_store.save_jobs(conn, self._jobs)
+        self._runs, self._jobs = {}, []
+
+
 def finish_together(runs: Runs, reports: list[Report]) -> None:
     """Record ``reports`` in one transaction, setting each one's ``recorded`` or
     ``error``; a report the group cannot take (a stale attempt, another job's run) is
@@ -90,7 +130,7 @@ def finish_together(runs: Runs, reports: list[Report]) -> None:
         with runs.engine.transaction() as conn:
             now = runs.engine.clock()
             locked = run_store.lock_runs(conn, [r.invocation_id for r in reports])
-            odd, seen = [], set()
+            held, odd, seen = HeldWrites(), [], set()
             for report in sorted(reports, key=lambda r: _order(locked.get(r.invocation_id))):
                 found = locked.get(report.invocation_id)
                 if found is None or not _current(report, *found):
@@ -98,10 +138,12 @@ def finish_together(runs: Runs, reports: list[Report]) -> None:
                     continue
                 inv, job = found
                 if job.id in seen:  # an earlier outcome of the group saved it
+                    held.write(conn)
                     job = job_store.lock_job(conn, job.id) or job
                 seen.add(job.id)
-                messages += runs.record_outcome(conn, inv, job, report.outcome, now).messages
+                messages += runs.record_outcome(conn, inv, job, report.outcome, now, held).messages
                 report.recorded = True
+            held.write(conn)
     except TransientError as err:
         for report in reports:
             report.error, report.recorded = err, None

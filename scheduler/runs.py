@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -22,7 +23,7 @@ from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Outcome, celery_task_id
 from scheduler.invokers.call import bounded_error
-from scheduler.outcome_batch import GroupCommit, Report
+from scheduler.outcome_batch import GroupCommit, HeldWrites, Report
 from scheduler.storage import job_store, revokes, run_store
 from scheduler.storage.rows import InvocationRow, JobRow
 from statemachine import (
@@ -213,12 +214,20 @@ class Runs:
         return True
 
     def record_outcome(
-        self, conn: Connection, inv: InvocationRow, job: JobRow, outcome: Outcome, now: datetime
+        self,
+        conn: Connection,
+        inv: InvocationRow,
+        job: JobRow,
+        outcome: Outcome,
+        now: datetime,
+        held: HeldWrites | None = None,
     ) -> Fed:
         """Within ``conn``'s transaction: end a locked attempt. A failure with attempts
         left goes back to STARTING after a backoff; anything else ends the invocation
         and steps its job. The error recorded is bounded (``bounded_error``), whatever
-        kind of run reported it."""
+        kind of run reported it. With ``held``, the updates of the run and its job are
+        held there to be written with others' (``scheduler.outcome_batch``), unless the
+        outcome reads or writes anything more."""
         outcome = replace(outcome, error=bounded_error(outcome.error))
         status = outcome.status.value
         check_move(inv.status, status)
@@ -235,13 +244,16 @@ class Runs:
             if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE
             else []
         )
+        if held is not None and (revoke or inv.backfill or controls.triggers):
+            held.write(conn)  # what follows reads the rows as they now are
+            held = None
+        update = partial(run_store.update_invocation, conn) if held is None else held.update_run
         retried = status == S.FAILED and outcome.reason not in NOT_RETRIED
         delay = controls.retry.delay(inv.attempt, self.engine.rand()) if retried else None
         if delay is not None:
             start_at = now + delay
             earlier = [*(inv.attempts or []), _attempt_record(inv, outcome, now)]
-            run_store.update_invocation(
-                conn,
+            update(
                 inv.id,
                 status=STARTING,
                 start_at=start_at,
@@ -268,8 +280,7 @@ class Runs:
             )
             eta = min(start_at, now + self.engine.horizon)
             return Fed(job.snapshot, [*revoke, SendStart(inv.id, inv.attempt + 1, eta)])
-        run_store.update_invocation(
-            conn,
+        update(
             inv.id,
             status=status,
             error=outcome.error,
@@ -285,7 +296,11 @@ class Runs:
             return Fed(
                 job.snapshot, [*revoke, *backfill.promote(conn, job, now, self.engine.grace)]
             )
-        fed = self.engine.feed(conn, job, InvocationFinished(inv.id, now), now)
+        finished = InvocationFinished(inv.id, now)
+        if held is None:
+            fed = self.engine.feed(conn, job, finished, now)
+        else:
+            fed = held.feed(self.engine, conn, job, finished, now)
         fed.messages[:0] = revoke
         if status == S.SUCCEEDED:
             for target in controls.triggers:

@@ -113,7 +113,9 @@ def test_hops_end_on_a_whole_second_and_travel_together(engine: Engine, port: Re
     assert eta == (engine.clock() + engine.horizon).replace(microsecond=0)
 
 
-def test_a_batch_of_fires_is_one_transaction_of_the_control_path(db: sqlalchemy.Engine, clock: Clock):
+def test_a_batch_of_fires_is_one_transaction_of_the_control_path(
+    db: sqlalchemy.Engine, clock: Clock
+):
     port = RecordingPort()
     engine = FailingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=2)
     apply(engine, make(name="a"), make(name="b"))

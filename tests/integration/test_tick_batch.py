@@ -168,11 +168,15 @@ def described(engine: Engine, project: str) -> tuple[list[tuple[Any, ...]], list
             select(invocations).where(invocations.c.job_id.in_(names)).order_by(invocations.c.id)
         )
         skip = {"id", "project", "revision", "tick_nonce", "invocation_id", "spec", "job_id"}
+        skip.add("trigger_id")  # "after:ID" names the source's run
         return (
             [tuple(v for k, v in r._mapping.items() if k not in skip) for r in job_rows],
             sorted(
-                (names[r.job_id], *(v for k, v in r._mapping.items() if k not in skip))
-                for r in run_rows
+                (
+                    (names[r.job_id], *(v for k, v in r._mapping.items() if k not in skip))
+                    for r in run_rows
+                ),
+                key=repr,
             ),
         )
 
