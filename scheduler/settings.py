@@ -21,9 +21,12 @@ from scheduler.errors import ConfigError, SpecError
 # never redelivered while it waits; ticks further away hop.
 ETA_HORIZON = timedelta(minutes=5)
 VISIBILITY_TIMEOUT = timedelta(hours=1)
-# Ticks due at the same instant share a message, this many at most: enough to spare
-# Celery most of its per-task cost, few enough that the batch's last job is not late.
-TICK_BATCH = 20
+# Ticks due at the same instant share a message and a transaction, this many at most
+# (the runs they begin share the work path's messages too): enough to spare Celery and
+# PostgreSQL most of their per-fire cost, few enough that the last of a batch is not late
+# (one transaction of 100 takes a few tens of ms). bench.fire_rate, 2,000 jobs due at
+# once, alternated: worker CPU per fire 1.10-1.16 ms at 20, 0.70-0.83 ms at 100.
+TICK_BATCH = 100
 # A tick goes out at the next multiple of this at or after its slot, so that ticks due a
 # few milliseconds apart share a message (and Celery's per-task cost) as well: a fire may
 # start this much later than its slot, never earlier. It divides a second, so that
