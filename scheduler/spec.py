@@ -60,7 +60,9 @@ class JobSpec:
             "timezone": self.timezone,
             self.kind: self.options,
         }
-        model = validate_entry(entry)
+        parsed: dict[str, Any] = {}
+        model = validate_entry(entry, parsed)
+        self.__dict__["_schedule"] = parsed["schedule"]  # for ``parsed_schedule``
         object.__setattr__(self, "options", getattr(model, self.kind).normalized())
         object.__setattr__(self, "controls", job_controls.normalized(model))
         if {self.name, self.id} & set(self.controls.get("triggers", ())):
@@ -76,7 +78,9 @@ class JobSpec:
         return f"{self.project}/{self.name}"
 
     def parsed_schedule(self) -> Schedule:
-        return parse_schedule(self.schedule, self.timezone)
+        """The schedule, as validation parsed it: the same object each time."""
+        parsed = self.__dict__.get("_schedule")
+        return parse_schedule(self.schedule, self.timezone) if parsed is None else parsed
 
     def normalized(self) -> dict[str, Any]:
         return {

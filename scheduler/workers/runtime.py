@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -118,6 +119,11 @@ class CommandPort:
         self.broker = maybe_sanitize_url(broker_url)
         self.unsent: TransientError | None = None
 
+    def sending(self) -> AbstractContextManager[None]:
+        """``CeleryPort.sending``: many ticks through one producer, in pipelines. If the
+        last pipeline does not reach the broker, ``unsent`` says so."""
+        return self.port.sending(unsent=self._lost)
+
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self._send(self.port.tick_later, job_id, nonce, eta)
 
@@ -146,9 +152,12 @@ class CommandPort:
         except Exception as err:
             if not isinstance(err, self._broker_errors()):
                 raise  # a bug, not the broker: the engine logs it with its traceback
-            lines = str(err).strip().splitlines() or [type(err).__name__]
-            self.unsent = TransientError(f"the broker {self.broker} did not answer ({lines[0]})")
+            self._lost(err)
             raise TransientError(str(self.unsent)) from err
+
+    def _lost(self, err: Exception) -> None:
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        self.unsent = TransientError(f"the broker {self.broker} did not answer ({lines[0]})")
 
     def _broker_errors(self) -> tuple[type[BaseException], ...]:
         connection = self.port.app.connection_for_write()  # not connected: its types only

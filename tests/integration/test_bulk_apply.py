@@ -183,6 +183,7 @@ FIRST = [
     {"name": "hourly", "schedule": "every 1h", "noop": {}},
     {"name": "nightly", "schedule": "0 2 * * *", "timezone": "Europe/Berlin", "noop": {}},
     {"name": "on-demand", "schedule": "triggered", "noop": {}},
+    {"name": "after", "schedule": "with 10m interval", "overlap": "allow", "noop": {}},
     {"name": "held", "schedule": "every 10m", "paused": "maintenance", "noop": {}},
     {
         "name": "quiet",
@@ -241,10 +242,15 @@ def snapshot(db: sqlalchemy.Engine, port: RecordingPort, project: str) -> dict[s
     return found
 
 
-def test_bulk_apply_writes_what_one_job_at_a_time_wrote(db: sqlalchemy.Engine, clock: Clock):
-    """Creates, schedule and zone changes, pauses declared and taken out (whose resume
-    records the skipped slots, a step the bulk path hands to ``Engine.feed``), a job
-    gone from the file, a prune: the same rows, change records, runs and ticks."""
+@pytest.mark.parametrize("chunk", [CHUNK, 2])
+def test_bulk_apply_writes_what_one_job_at_a_time_wrote(
+    db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch, chunk: int
+):
+    """Creates (their first step ``first_enable``'s), schedule and zone changes, pauses
+    declared and taken out (whose resume records the skipped slots, a step the bulk path
+    hands to ``Engine.feed``), a job gone from the file, a prune: the same rows, change
+    records, runs and ticks; and so when the held jobs are written every ``chunk``."""
+    monkeypatch.setattr(declarative, "CHUNK", chunk)
     bulk_port, one_port = RecordingPort(), RecordingPort()
     counter = itertools.count(1)
     bulk = Engine(
