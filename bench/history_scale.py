@@ -1,13 +1,27 @@
-"""History at scale: ``cronchain history JOB --limit 50`` over 10M invocation rows.
+"""History at scale: 180M invocation rows in six monthly partitions (PostgreSQL).
 
-    python -m bench.history_scale [--rows 10000000] [--jobs 1000] [--queries 500]
+    python -m bench.history_scale [--rows 180000000 | --rows largest] [--jobs 1000]
+                                  [--queries 500]
 
-The rows are written by SQL (``generate_series``), as a year of a busy deployment would
-leave them: succeeded runs of 1,000 jobs, one slot a second each, with start and finish
-times and the revision, as the engine writes them. The figures: bytes per row on disk
-(table, indexes and TOAST), and the time of the history query for a random job, as the
-CLI runs it (``Scheduler.history``, resolving the job's name), p50 and p99. The CLI's own
-process start (Python importing Celery) comes on top; it is printed apart.
+The rows are written by SQL (``generate_series``), as half a year of a busy deployment
+would leave them: succeeded runs of 1,000 jobs, their slots spread evenly over six
+months, with start and finish times and the revision, as the engine writes them. Each
+month is loaded into a table of its own, indexed once full (far faster than keeping the
+indexes up row by row), then attached as that month's partition: the table cronchain's
+migrations made, with every key and index it declares.
+
+Before writing anything it checks that the database's disk can take the rows (at
+``BYTES_PER_ROW`` with a margin for the index builds) and refuses if not, saying how many
+rows would fit; ``--rows largest`` takes that many instead. The database it made is
+dropped at the end, whatever happens.
+
+Figures, in one run: with the first month loaded (a sixth of the rows) and again with
+all six, the time of ``history JOB --limit 50`` (``Scheduler.history``, as the CLI runs
+it) and of ``explain JOB --at SLOT`` (``Scheduler.explain``, a slot that ran), p50 and
+p99, for random jobs; the p99 must not grow with the size. Then bytes per row on disk
+(tables, indexes and TOAST), the time of the oldest month's daily rollup (what
+retention writes before it drops a month) and of its drop (DETACH and DROP), and the
+CLI's own wall time (process start included).
 """
 
 from __future__ import annotations
@@ -15,28 +29,149 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import sqlalchemy
 
 from bench.common import cluster, database, figure, percentile
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
+from scheduler.storage import history_days, partitions
 
-CHUNK = 1_000_000
+CHUNK = 2_000_000
+MONTHS = 6
+FIRST = datetime(2025, 1, 1, tzinfo=UTC)
+# On disk per row (tables, indexes, TOAST) as measured at 10M and 6M rows (239, 243 B),
+# with room to spare; index builds need as much again for their sort of one month.
+BYTES_PER_ROW = 260
+MARGIN = 1.25
+
+# The columns of one month, ids numbered in the month's own range.
+_LOAD = """
+INSERT INTO {table} (id, job_id, slot, revision, status, attempt, created_at, started_at,
+    finished_at, backfill, filed_at)
+SELECT %(base)s + g, %(low)s + g %% %(jobs)s, t, %(revision)s, 'SUCCEEDED', 1, t,
+       t + interval '15 milliseconds', t + interval '40 milliseconds', false, t
+FROM generate_series(%(first)s, %(last)s) AS g,
+     LATERAL (SELECT %(start)s::timestamptz + (g / %(jobs)s) * %(step)s * interval '1 microsecond'
+              AS t) AS s
+"""
+# The parent's indexes, built on the full month before it is attached (ATTACH takes an
+# equal index as the partition's own), and its range as a CHECK, so that ATTACH need
+# not scan the month to prove it.
+_INDEXES = (
+    "ALTER TABLE {table} ADD PRIMARY KEY (id, filed_at)",
+    "ALTER TABLE {table} ADD UNIQUE (job_id, slot, filed_at)",
+    "CREATE INDEX ON {table} (job_id, id)",
+    "CREATE INDEX ON {table} (deadline) WHERE deadline IS NOT NULL",
+)
+
+
+def fitting_rows(db: sqlalchemy.Engine) -> tuple[int, int]:
+    """How many rows the database's disk can take, and the bytes free there."""
+    with db.connect() as conn:
+        folder = conn.exec_driver_sql("SHOW data_directory").scalar_one()
+    free = shutil.disk_usage(folder).free
+    return int(free / (BYTES_PER_ROW * MARGIN)), free
+
+
+def load_month(db: sqlalchemy.Engine, index: int, rows: int, jobs: int, low: int, revision: str):  # type: ignore[no-untyped-def]
+    month = partitions.month_of(partitions.add_months(FIRST, index))
+    seconds = (month.end - month.start).total_seconds()
+    step = int(seconds * 1_000_000 * jobs / rows)  # microseconds between a job's slots
+    table = month.name
+    with db.begin() as conn:
+        conn.exec_driver_sql(
+            f"CREATE TABLE {table} (LIKE invocations INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        )
+    for first in range(0, rows, CHUNK):
+        with db.begin() as conn:
+            conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+            conn.exec_driver_sql(
+                _LOAD.format(table=table),
+                dict(
+                    base=index * rows + 1,
+                    low=low,
+                    jobs=jobs,
+                    revision=revision,
+                    first=first,
+                    last=min(first + CHUNK, rows) - 1,
+                    start=month.start,
+                    step=step,
+                ),
+            )
+    lo, hi = f"'{month.start.isoformat()}'", f"'{month.end.isoformat()}'"
+    with db.begin() as conn:
+        for statement in _INDEXES:
+            conn.exec_driver_sql(statement.format(table=table))
+        conn.exec_driver_sql(
+            f"ALTER TABLE {table} ADD CONSTRAINT within"
+            f" CHECK (filed_at >= {lo} AND filed_at < {hi})"
+        )
+        conn.exec_driver_sql(
+            f"ALTER TABLE invocations ATTACH PARTITION {table} FOR VALUES FROM ({lo}) TO ({hi})"
+        )
+        conn.exec_driver_sql(f"ALTER TABLE {table} DROP CONSTRAINT within")
+        conn.exec_driver_sql(f"SELECT setval('invocations_id_seq', {(index + 1) * rows})")
+    with db.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"VACUUM ANALYZE {table}")
+    return month, step
+
+
+def measure(
+    name: str, scheduler: Scheduler, args: argparse.Namespace, loaded: list, suffix: str
+) -> None:
+    """History and explain of random jobs, over the months loaded."""
+    rng = random.Random(0)
+    history, explained = [], []
+    for _ in range(args.queries):
+        k = rng.randrange(args.jobs)  # the job low + k
+        job = args.refs[k]
+        t = time.perf_counter()
+        rows = scheduler.history(job, limit=50)
+        history.append(time.perf_counter() - t)
+        assert len(rows) == 50, rows
+        # A slot of that job in a random month loaded: the g-th of the month is job
+        # low + g % jobs, at start + (g // jobs) * step.
+        month, step, per_month = rng.choice(loaded)
+        g = rng.randrange(per_month // args.jobs) * args.jobs + k
+        at = month.start + timedelta(microseconds=(g // args.jobs) * step)
+        t = time.perf_counter()
+        answer = scheduler.explain(job, at)
+        explained.append(time.perf_counter() - t)
+        assert answer["answer"] == "ran", answer
+    figure(name, f"history_p50{suffix}", percentile(history, 0.5) * 1000, "ms")
+    figure(name, f"history_p99{suffix}", percentile(history, 0.99) * 1000, "ms")
+    figure(name, f"explain_p50{suffix}", percentile(explained, 0.5) * 1000, "ms")
+    figure(name, f"explain_p99{suffix}", percentile(explained, 0.99) * 1000, "ms")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.history_scale", description=__doc__)
-    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--rows", default="180000000", help="a number, or 'largest'")
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--queries", type=int, default=500)
     args = parser.parse_args(argv)
-    name = f"history_scale[rows={args.rows}]"
     with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp, database() as (url, db):
+        fits, free = fitting_rows(db)
+        if args.rows == "largest":
+            args.rows = fits
+        rows = int(args.rows) // (MONTHS * args.jobs) * (MONTHS * args.jobs)
+        if rows > fits:
+            raise SystemExit(
+                f"not enough disk for {rows:,} rows: they need about"
+                f" {rows * BYTES_PER_ROW * MARGIN / 1e9:.0f} GB, the database's disk has"
+                f" {free / 1e9:.0f} GB free, enough for {fits:,} (--rows largest takes"
+                " that many). Nothing was written."
+            )
+        name = f"history_scale[rows={rows}]"
+        per_month = rows // MONTHS
         folder = Path(tmp)
         c = cluster(folder, CRONCHAIN_DATABASE_URL=url)  # the embedded broker: no ticks run
         document = {
@@ -48,55 +183,44 @@ def main(argv: list[str] | None = None) -> None:
         }
         (folder / "jobs.yaml").write_text(json.dumps(document))
         c.cronchain("apply", str(folder / "jobs.yaml"))
-        started = time.perf_counter()
         with db.begin() as conn:
             low, revision = conn.exec_driver_sql("SELECT min(id), min(revision) FROM jobs").one()
-        for first in range(0, args.rows, CHUNK):
-            with db.begin() as conn:
-                conn.exec_driver_sql(
-                    """
-                    INSERT INTO invocations (job_id, slot, revision, status, attempt,
-                        created_at, started_at, finished_at, backfill)
-                    SELECT %(low)s + g %% %(jobs)s,
-                           timestamptz '2025-01-01' + (g / %(jobs)s) * interval '1 second',
-                           %(revision)s, 'SUCCEEDED', 1,
-                           timestamptz '2025-01-01' + (g / %(jobs)s) * interval '1 second',
-                           timestamptz '2025-01-01' + (g / %(jobs)s) * interval '1 second'
-                               + interval '15 milliseconds',
-                           timestamptz '2025-01-01' + (g / %(jobs)s) * interval '1 second'
-                               + interval '40 milliseconds',
-                           false
-                    FROM generate_series(%(first)s, %(last)s) AS g
-                    """,
-                    dict(
-                        low=low,
-                        jobs=args.jobs,
-                        revision=revision,
-                        first=first,
-                        last=min(first + CHUNK, args.rows) - 1,
-                    ),
-                )
-        figure(name, "write_rows", args.rows / (time.perf_counter() - started), "rows/s")
-        with db.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql("VACUUM ANALYZE invocations")
-            total, heap = conn.exec_driver_sql(
-                "SELECT pg_total_relation_size('invocations'), pg_relation_size('invocations')"
-            ).one()
-        figure(name, "bytes_per_row", total / args.rows, "B")
-        figure(name, "heap_bytes_per_row", heap / args.rows, "B")
-
+            named = conn.exec_driver_sql("SELECT id, project || '/' || name FROM jobs").all()
+        args.refs = {job_id - low: ref for job_id, ref in named}
         engine = Engine(db, port=None, invokers={}, grace=timedelta(seconds=15))  # type: ignore[arg-type]
         scheduler = Scheduler(engine)
-        rng = random.Random(0)
-        times = []
-        for _ in range(args.queries):
-            job = f"bench/job{rng.randrange(args.jobs):04d}"
-            t = time.perf_counter()
-            rows = scheduler.history(job, limit=50)
-            times.append(time.perf_counter() - t)
-            assert len(rows) == 50, rows
-        figure(name, "history_p50", percentile(times, 0.5) * 1000, "ms")
-        figure(name, "history_p99", percentile(times, 0.99) * 1000, "ms")
+
+        started = time.perf_counter()
+        loaded = []
+        for index in range(MONTHS):
+            month, step = load_month(db, index, per_month, args.jobs, low, revision)
+            loaded.append((month, step, per_month))
+            if index == 0:
+                built = time.perf_counter() - started
+                measure(name, scheduler, args, loaded, "_at_a_sixth")
+                started = time.perf_counter()
+        built += time.perf_counter() - started
+        figure(name, "build", built / 60, "min")
+        figure(name, "write_rows", rows / built, "rows/s")
+        measure(name, scheduler, args, loaded, "")
+
+        with db.connect() as conn:
+            total = conn.exec_driver_sql(
+                "SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits"
+                " WHERE inhparent = 'invocations'::regclass"
+            ).scalar_one()
+        figure(name, "bytes_per_row", total / rows, "B")
+
+        oldest = loaded[0][0]
+        t = time.perf_counter()
+        with db.begin() as conn:
+            days = history_days.roll_up(conn, oldest.end)
+        figure(name, "rollup_oldest_month", time.perf_counter() - t, "s")
+        figure(name, "rollup_job_days", days)
+        t = time.perf_counter()
+        with db.begin() as conn:
+            partitions.drop(conn, oldest)
+        figure(name, "drop_oldest_month", (time.perf_counter() - t) * 1000, "ms")
 
         t = time.perf_counter()
         subprocess.run(

@@ -24,7 +24,7 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import event
@@ -77,6 +77,26 @@ CONNECTS = [0]  # connections the engine's pool has opened
 WORK_THREADS = 100  # CRONCHAIN_WORK_CONCURRENCY's default: the calls of a batch
 
 
+def history_partitions(db: Any, now: datetime, before: int) -> None:
+    """The partitions of a deployment in its steady state: the clock's month and the
+    next (what the watchdog makes), and ``before`` months of history. None where
+    history is not partitioned (SQLite, or the code before partitioning)."""
+    try:
+        from scheduler.retention import run_once
+        from scheduler.storage import partitions
+    except ImportError:
+        return
+    with db.begin() as conn:
+        if not partitions.is_partitioned(conn):
+            return
+        first = partitions.add_months(partitions.month_start(now), -before)
+        for month in partitions.missing(conn, first, now):
+            partitions.create(conn, month)
+    run_once(db, now, timedelta(days=36_500))
+    with db.connect() as conn:
+        print(f"partitions: {len(partitions.months(conn))} months and the default", flush=True)
+
+
 def rounds(engine: Engine, port: RecordingPort, clock: Clock, n: int, costs: dict) -> int:
     """``n`` rounds of every job's slot, each path's part timed in ``costs``; the fires."""
     fires = claimed = 0
@@ -119,6 +139,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--history-months",
+        type=int,
+        default=7,
+        help="history partitions before the clock's month (PostgreSQL), as 180 days of"
+        " retention keep: an id lookup probes each",
+    )
     args = parser.parse_args(argv)
     name = f"hot_path[jobs={args.jobs}]"
     with database() as (_, db):
@@ -129,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
             for i in range(args.jobs)
         ]
         apply(engine, "bench", specs)
+        history_partitions(db, clock.now, args.history_months)
         event.listen(db, "connect", lambda *_: CONNECTS.__setitem__(0, CONNECTS[0] + 1))
         empty = Cost()
         empty.add(db, lambda: None)

@@ -89,10 +89,13 @@ class Scheduler:
 
     @_explained
     def upgrade(self) -> None:
-        """Bring the database schema to the newest migration."""
+        """Bring the database schema to the newest migration, and make the history
+        partitions that slots may come due in (PostgreSQL)."""
         from migrations import upgrade
+        from scheduler.retention import ensure_partitions
 
         upgrade(self.engine.db)
+        ensure_partitions(self.engine.db, self.engine.clock())
 
     @_explained
     def apply(

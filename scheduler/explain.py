@@ -2,17 +2,18 @@
 
 The answer comes from the records alone: the invocation row of the slot, the job's
 changes (``job_changes``: the schedule in force and whether the job was enabled or
-paused), and the job's pending tick. Each answer has a stable code for scripts.
+paused), the job's pending tick, and for a day whose records retention dropped, the
+job's rollup of that day (``pruned``). Each answer has a stable code for scripts.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler.storage import job_store, run_store
+from scheduler.storage import history_days, job_store, run_store
 from scheduler.timing.schedules import Schedule, stored_schedule
 
 
@@ -32,6 +33,9 @@ def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str
     if not changes or at < changes[0]["at"]:
         created = changes[0]["at"] if changes else None
         return base | _answer("not_created", f"the job did not exist yet (created {iso(created)})")
+    pruned = _pruned(conn, job_id, at)
+    if pruned is not None:
+        return base | pruned
 
     in_force = [c for c in changes if c["at"] <= at][-1]
     schedule = stored_schedule(in_force["schedule"], in_force["timezone"])
@@ -58,6 +62,30 @@ def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str
         "missing",
         "no record of this slot: it was not run and not recorded (older than the job's "
         "records, or one of more than 1000 slots missed at once)",
+    )
+
+
+def _pruned(conn: Connection, job_id: int, at: datetime) -> dict[str, Any] | None:
+    """A time in a day whose records retention dropped: what is known of it is the job's
+    rollup of that day (none if it had no run)."""
+    horizon = history_days.pruned_before(conn)
+    if horizon is None or at >= horizon:
+        return None
+    day = at.astimezone(UTC).date()
+    rolled = history_days.day_of(conn, job_id, day) or {}
+    statuses = rolled.get("statuses", {})
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "no run"
+    text = f"the records of {day} were pruned (CRONCHAIN_RETENTION); that day the job had {counts}"
+    return _answer(
+        "pruned",
+        text,
+        day=day.isoformat(),
+        runs=rolled.get("runs", 0),
+        statuses=statuses,
+        reasons=rolled.get("reasons", {}),
+        lag_p50=rolled.get("lag_p50"),
+        lag_p95=rolled.get("lag_p95"),
+        lag_p99=rolled.get("lag_p99"),
     )
 
 

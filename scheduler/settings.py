@@ -37,6 +37,9 @@ TICK_SLACK = timedelta(milliseconds=25)
 # Runs of the noop and http kinds wait on endpoints: they run on the work path, a worker
 # of its own with a pool of threads, so that no endpoint can make a tick late.
 WORK_CONCURRENCY = 100
+# How long history is kept (PostgreSQL drops whole months older than this, after a
+# per-job daily rollup: scheduler/retention.py).
+RETENTION_DAYS = 180
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Settings:
     reconcile_interval: float = 60.0
     tick_batch: int = TICK_BATCH
     tick_slack: timedelta = TICK_SLACK
+    retention: timedelta = timedelta(days=RETENTION_DAYS)
 
     @property
     def embedded_broker(self) -> bool:
@@ -110,7 +114,16 @@ class Settings:
             reconcile_interval=_seconds(env, "CRONCHAIN_RECONCILE_INTERVAL", 60),
             tick_batch=_whole(env, "CRONCHAIN_TICK_BATCH", TICK_BATCH, 1, 1000, "ticks"),
             tick_slack=_slack(env),
+            retention=history_retention(env),
         )
+
+
+def history_retention(env: Mapping[str, str] | None = None) -> timedelta:
+    """``CRONCHAIN_RETENTION``, in whole days: read on its own by the watchdog's history
+    pass, whose task gets the engine but not the settings."""
+    env = os.environ if env is None else env
+    days = _whole(env, "CRONCHAIN_RETENTION", RETENTION_DAYS, 1, 36_500, "days")
+    return timedelta(days=days)
 
 
 # Intervals from a second to a day: a shorter one would keep a worker busy with the

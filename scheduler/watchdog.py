@@ -20,7 +20,9 @@ from scheduler.controls import controls_of
 from scheduler.effects import Message, SendRevoke, SendRun, SendStart
 from scheduler.engine import Engine
 from scheduler.invokers import Outcome
+from scheduler.retention import run_once as retention_pass
 from scheduler.runs import RUNNING
+from scheduler.settings import history_retention
 from scheduler.storage import job_store, revokes, run_store
 from scheduler.storage.rows import InvocationRow, JobRow
 from statemachine import Repair
@@ -57,11 +59,17 @@ class WatchdogReport:
 
 
 def sweep(
-    engine: Engine, budget: float, limit: int = BATCH, backlog: timedelta = timedelta(0)
+    engine: Engine,
+    budget: float,
+    limit: int = BATCH,
+    backlog: timedelta = timedelta(0),
+    retention: timedelta | None = None,
 ) -> WatchdogReport:
     """Passes of at most ``limit`` each until nothing lapsed is left or ``budget``
     seconds are spent: a mass loss (Redis flushed under 10,000 jobs) is then repaired by
-    one watchdog run, not one batch per interval."""
+    one watchdog run, not one batch per interval. Then the history's upkeep (partitions
+    made ahead, expired months dropped: :mod:`scheduler.retention`), which the watchdog's
+    beat entry drives too; ``retention`` defaults to ``CRONCHAIN_RETENTION``."""
     deadline = time.monotonic() + budget
     total = WatchdogReport()
     while True:
@@ -70,7 +78,18 @@ def sweep(
         most = max(report.ticks, report.starts, report.expired + report.resent, report.revokes)
         full = most >= limit
         if not full or time.monotonic() >= deadline:
-            return total
+            break
+    keep_history(engine, retention or history_retention())
+    return total
+
+
+def keep_history(engine: Engine, retention: timedelta) -> None:
+    """The history pass must not stop the watchdog's: a failure is logged, and the next
+    pass (30 s later by default, months before a partition is needed) tries again."""
+    try:
+        retention_pass(engine.db, engine.clock(), retention)
+    except Exception:
+        log.exception("history upkeep failed; the next watchdog pass tries again")
 
 
 def run_once(

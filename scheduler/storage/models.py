@@ -7,6 +7,7 @@ The database guards what must never happen: one invocation per (job, slot) and p
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -14,7 +15,9 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Date,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -116,6 +119,14 @@ jobs = Table(
 )
 Index("ix_jobs_watchdog_at", jobs.c.watchdog_at)
 
+
+def _filed_at(context: Any) -> datetime:
+    """``filed_at`` of an insert that does not give it (``run_store.invocation_values``
+    does): the slot, or the creation time of a triggered run."""
+    row = context.get_current_parameters()
+    return row.get("slot") or row["created_at"]
+
+
 invocations = Table(
     "invocations",
     metadata,
@@ -138,10 +149,16 @@ invocations = Table(
     Column("attempts", JSON),  # the earlier attempts of a retried invocation
     Column("log", Text),  # the debug log, bounded
     Column("backfill", Boolean, nullable=False),  # run by `backfill`, outside the machine
+    # Where the run is filed in history: its slot, or a triggered run's creation time.
+    # PostgreSQL partitions the table by its month (see scheduler/storage/partitions.py).
+    Column("filed_at", UTCDateTime, nullable=False, default=lambda ctx: _filed_at(ctx)),
     UniqueConstraint("job_id", "slot"),
     UniqueConstraint("job_id", "trigger_id"),
     CheckConstraint(_one_of("status", INVOCATION_STATUSES), name="status"),
     CheckConstraint("slot IS NOT NULL OR trigger_id IS NOT NULL", name="key"),
+    # A slot's run is filed under its slot: PostgreSQL's unique (job_id, slot, filed_at)
+    # is then the unique (job_id, slot) it stands for.
+    CheckConstraint("slot IS NULL OR filed_at = slot", name="filed"),
     CheckConstraint(
         "(status IN ('WAITING', 'STARTING', 'RUNNING')) = (finished_at IS NULL)", name="finished"
     ),
@@ -196,3 +213,21 @@ revokes = Table(
     Column("due_at", UTCDateTime, nullable=False),
 )
 Index("ix_revokes_due_at", revokes.c.due_at)
+
+# Each job's day of runs, written before retention drops the month that held them
+# (scheduler/retention.py): what ``explain`` and metrics answer for a pruned day.
+# ``statuses`` counts runs by status, ``reasons`` by "STATUS/reason"; the lag (start
+# minus slot, in seconds) is over the day's started runs of a slot, NULL if none.
+invocation_days = Table(
+    "invocation_days",
+    metadata,
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("day", Date, primary_key=True),
+    Column("runs", Integer, nullable=False),
+    Column("statuses", JSON, nullable=False),
+    Column("reasons", JSON, nullable=False),
+    Column("lag_p50", Float),
+    Column("lag_p95", Float),
+    Column("lag_p99", Float),
+)
+Index("ix_invocation_days_day", invocation_days.c.day)

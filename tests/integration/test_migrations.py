@@ -13,14 +13,55 @@ from scheduler.storage.models import metadata
 pytestmark = pytest.mark.postgres
 
 
+# What PostgreSQL's partitioned ``invocations`` holds otherwise than the models declare
+# (scheduler/storage/partitions.py says why): the primary key and the slot's unique key
+# include ``filed_at`` (the partition key must be in both; alembic does not compare
+# primary keys), a trigger id's key is ``invocation_triggers``' primary key, and
+# ``revokes`` loses its foreign key (which cannot reference ``id`` alone) for a trigger.
+PARTITIONED = {
+    ("remove_constraint", "uq_invocations_job_id_slot", ("job_id", "slot", "filed_at")),
+    ("add_constraint", "uq_invocations_job_id_slot", ("job_id", "slot")),
+    ("add_constraint", "uq_invocations_job_id_trigger_id", ("job_id", "trigger_id")),
+    ("add_fk", "fk_revokes_invocation_id_invocations", ("invocation_id",)),
+    ("remove_table", "invocation_triggers", ()),
+}
+
+
+def _described(diff: object) -> tuple[str, str, tuple[str, ...]]:
+    kind, thing = diff[0], diff[1]  # type: ignore[index]
+    if kind == "remove_table":
+        return kind, thing.name, ()
+    columns = tuple(c.name for c in (thing.columns if kind != "add_fk" else thing.columns))
+    return kind, thing.name, columns
+
+
 def differences(engine: sqlalchemy.Engine) -> list[object]:
+    """The migrated schema against the models; on PostgreSQL, less the partitioned
+    table's differences above, each of which must be there."""
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
-        return compare_metadata(context, metadata)
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "include_name": _not_a_partition}
+        )
+        found = compare_metadata(context, metadata)
+    if engine.dialect.name != "postgresql":
+        return found
+    described = [_described(diff) for diff in found]
+    assert set(described) >= PARTITIONED, described
+    return [diff for diff, d in zip(found, described, strict=True) if d not in PARTITIONED]
+
+
+def _not_a_partition(name: str | None, kind: str, parent: object) -> bool:
+    return not (kind == "table" and name is not None and name.startswith("invocations_"))
 
 
 def tables(engine: sqlalchemy.Engine) -> set[str]:
-    return set(sqlalchemy.inspect(engine).get_table_names()) - {"alembic_version"}
+    names = set(sqlalchemy.inspect(engine).get_table_names()) - {"alembic_version"}
+    return {n for n in names if _not_a_partition(n, "table", None)}
+
+
+def declared_tables(engine: sqlalchemy.Engine) -> set[str]:
+    names = {"jobs", "invocations", "job_changes", "revokes", "invocation_days"}
+    return names | ({"invocation_triggers"} if engine.dialect.name == "postgresql" else set())
 
 
 def test_up_down_up_matches_the_models(db: sqlalchemy.Engine):
@@ -28,7 +69,7 @@ def test_up_down_up_matches_the_models(db: sqlalchemy.Engine):
     downgrade(db, "base")
     assert tables(db) == set()
     upgrade(db)
-    assert tables(db) == {"jobs", "invocations", "job_changes", "revokes"}
+    assert tables(db) == declared_tables(db)
     assert differences(db) == []
 
 
@@ -93,12 +134,15 @@ def _insert_job(conn: sqlalchemy.Connection, name: str) -> int:
 
 
 def _insert_run(conn: sqlalchemy.Connection, job_id: int, trigger: str) -> int:
+    """A triggered run, as the schema of the moment takes it (0006 added ``filed_at``)."""
+    columns = {c["name"] for c in sqlalchemy.inspect(conn).get_columns("invocations")}
+    filed = ("", "") if "filed_at" not in columns else (", filed_at", ", '2026-01-01 00:00:00+00'")
     conn.execute(
         sqlalchemy.text(
             "INSERT INTO invocations (job_id, trigger_id, revision, status, attempt, created_at,"
-            " started_at, deadline, backfill) VALUES (:job, :trigger, 'r1', 'RUNNING', 1,"
-            " '2026-01-01 00:00:00+00', '2026-01-01 00:00:00+00', '2026-01-01 00:01:00+00',"
-            " false)"
+            f" started_at, deadline, backfill{filed[0]}) VALUES (:job, :trigger, 'r1', 'RUNNING',"
+            " 1, '2026-01-01 00:00:00+00', '2026-01-01 00:00:00+00', '2026-01-01 00:01:00+00',"
+            f" false{filed[1]})"
         ),
         {"job": job_id, "trigger": trigger},
     )

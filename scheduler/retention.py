@@ -1,0 +1,125 @@
+"""History upkeep on PostgreSQL: partitions made ahead, expired months dropped whole.
+
+A pass runs beside each watchdog sweep (``scheduler.watchdog.sweep``) and at
+``db upgrade``. It first reads the catalog (no lock): most passes find the months they
+need and nothing expired, and stop there. Otherwise, under a transaction-scoped advisory
+lock that a second beat's pass does not wait for (it skips), it
+
+- makes the current month's partition and the next ``partitions.AHEAD``, so that a slot
+  never comes due without its partition (the DEFAULT partition catches any that did);
+- takes the oldest month older than ``CRONCHAIN_RETENTION`` (one a pass: bounded work),
+  writes its per-job daily rollup (``invocation_days``) in one transaction, then
+  detaches and drops the partition in another. Rows are never deleted one by one, but
+  for the default's few of that age. A drop that cannot get its lock within
+  ``partitions.LOCK_TIMEOUT`` is left to the next pass; its rollup, done already, is not
+  written twice (ON CONFLICT DO NOTHING).
+
+SQLite's history is not partitioned and never pruned: every pass returns at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import OperationalError
+
+from scheduler.storage import history_days, partitions
+from scheduler.storage.db import write_transaction
+
+log = logging.getLogger("cronchain.retention")
+
+# pg_try_advisory_xact_lock's key: one history pass at a time, whatever the beats.
+LOCK_KEY = 0x63726F6E68  # "cronh"
+
+
+@dataclass(frozen=True)
+class HistoryReport:
+    """What one pass did: partitions made (and rows they took from the default), the
+    month dropped and the (job, day) rows of its rollup; ``busy``: another pass held the
+    lock, or a lock wait timed out (the next pass does it)."""
+
+    created: tuple[str, ...] = ()
+    moved: int = 0
+    dropped: str | None = None
+    rolled_up: int = 0
+    busy: bool = False
+
+
+def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
+    """One pass (see the module's docstring)."""
+    with db.connect() as conn:
+        if not partitions.is_partitioned(conn):
+            return HistoryReport()
+        wanted = _missing(conn, now)
+        expired = _expired(conn, now, retention)
+        conn.rollback()
+    report = HistoryReport()
+    try:
+        if wanted:
+            report = _create(db, now)
+        if expired:
+            report = _drop_oldest(db, now, retention, report)
+    except OperationalError as err:  # a lock wait timed out: the next pass tries again
+        log.warning("history upkeep postponed: %s", str(err.orig or err).strip())
+        return HistoryReport(report.created, report.moved, report.dropped, report.rolled_up, True)
+    return report
+
+
+def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
+    """The months a slot may come due in, made if missing (``db upgrade``)."""
+    with db.connect() as conn:
+        if not partitions.is_partitioned(conn):
+            return HistoryReport()
+    return _create(db, now)
+
+
+def _missing(conn: Connection, now: datetime) -> list[partitions.Month]:
+    last = partitions.add_months(partitions.month_start(now), partitions.AHEAD)
+    return partitions.missing(conn, now, last)
+
+
+def _expired(conn: Connection, now: datetime, retention: timedelta) -> list[partitions.Month]:
+    return [m for m in partitions.months(conn) if m.end <= now - retention]
+
+
+def _locked(conn: Connection) -> bool:
+    query = f"SELECT pg_try_advisory_xact_lock({LOCK_KEY})"
+    if not conn.exec_driver_sql(query).scalar():
+        return False
+    partitions.limit_lock_waits(conn)
+    return True
+
+
+def _create(db: Engine, now: datetime) -> HistoryReport:
+    with write_transaction(db) as conn:
+        if not _locked(conn):
+            return HistoryReport(busy=True)
+        made = _missing(conn, now)  # again, under the lock
+        moved = sum(partitions.create(conn, month) for month in made)
+    if made:
+        log.warning("made history partitions %s", ", ".join(m.name for m in made))
+    return HistoryReport(created=tuple(m.name for m in made), moved=moved)
+
+
+def _drop_oldest(
+    db: Engine, now: datetime, retention: timedelta, report: HistoryReport
+) -> HistoryReport:
+    with write_transaction(db) as conn:
+        if not _locked(conn):
+            return HistoryReport(report.created, report.moved, busy=True)
+        expired = _expired(conn, now, retention)
+        if not expired:
+            return report
+        oldest = expired[0]
+        days = history_days.roll_up(conn, oldest.end)
+    with write_transaction(db) as conn:
+        if not _locked(conn):
+            return HistoryReport(report.created, report.moved, None, days, busy=True)
+        if oldest not in partitions.months(conn):  # another pass dropped it meanwhile
+            return HistoryReport(report.created, report.moved, None, days)
+        partitions.drop(conn, oldest)
+    log.warning("dropped history of %s (%s job-days rolled up)", oldest.name, days)
+    return HistoryReport(report.created, report.moved, oldest.name, days)

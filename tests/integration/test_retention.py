@@ -1,0 +1,138 @@
+"""Retention (PostgreSQL): a month older than CRONCHAIN_RETENTION is dropped whole,
+after its per-job daily rollup; ``explain`` answers ``pruned`` with that day's counts.
+SQLite's history is kept whole."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+import sqlalchemy
+from sqlalchemy import func, select
+
+from scheduler.engine import Engine
+from scheduler.explain import explain
+from scheduler.retention import HistoryReport, run_once
+from scheduler.storage import partitions, run_store
+from scheduler.storage.models import invocation_days, invocations, jobs
+from tests.conftest import Clock
+from tests.integration.test_engine import apply, make
+
+pytestmark = pytest.mark.postgres
+
+RETENTION = timedelta(days=180)
+JANUARY = datetime(2029, 1, 1, tzinfo=UTC)
+
+
+def run(
+    conn: sqlalchemy.Connection, slot: datetime, status: str, lag: float, reason: str | None = None
+) -> None:
+    """An ended run of p/a's slot, started ``lag`` seconds late."""
+    job_id, revision = conn.execute(select(jobs.c.id, jobs.c.revision)).one()
+    started = slot + timedelta(seconds=lag)
+    values = run_store.invocation_values(
+        job_id, slot=slot, trigger_id=None, revision=revision, status=status, now=slot,
+        reason=reason, started_at=started, finished_at=started + timedelta(seconds=1),
+    )  # fmt: skip
+    conn.execute(invocations.insert().values(values))
+
+
+def drop_months_before(engine: Engine, t: datetime) -> None:
+    """Drop the partitions the template made for the real month, before ``t``'s."""
+    while run_once(engine.db, t, timedelta(0)).dropped:
+        pass
+
+
+def history(engine: Engine) -> list[datetime]:
+    with engine.db.connect() as conn:
+        query = select(invocations.c.slot).order_by(invocations.c.slot)
+        return list(conn.execute(query).scalars())
+
+
+def test_an_expired_month_is_rolled_up_then_dropped_whole(pg_engine: Engine, clock: Clock):
+    engine = pg_engine
+    clock.now = JANUARY - timedelta(days=30)
+    apply(engine, make("0 * * * *"))  # hourly
+    drop_months_before(engine, JANUARY)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))  # January to March 2029
+    day = JANUARY + timedelta(days=9)  # 2029-01-10
+    with engine.db.begin() as conn:
+        for hour, lag in enumerate((0.1, 0.2, 0.3, 0.4, 10.0)):
+            run(conn, day + timedelta(hours=hour), "SUCCEEDED", lag)
+        run(conn, day + timedelta(hours=5), "FAILED", 1.0, reason="timeout")
+        run(conn, day + timedelta(hours=6), "SKIPPED", 0.0, reason="overlap")
+        run(conn, day + timedelta(days=1), "SUCCEEDED", 2.0)
+        run(conn, JANUARY + timedelta(days=40), "SUCCEEDED", 0.5)  # February: kept
+
+    # Mid-July: January ended more than 180 days before; February did not.
+    now = datetime(2029, 7, 31, tzinfo=UTC)
+    report = run_once(engine.db, now, RETENTION)
+    assert report.dropped == "invocations_p2029_01"
+    assert report.rolled_up == 2
+    with engine.db.connect() as conn:
+        names = [m.name for m in partitions.months(conn)]
+        days = {
+            r.day: r for r in conn.execute(select(invocation_days).order_by(invocation_days.c.day))
+        }
+    assert "invocations_p2029_01" not in names and "invocations_p2029_02" in names
+    assert history(engine) == [JANUARY + timedelta(days=40)]
+    ten = days[date(2029, 1, 10)]
+    assert ten.runs == 7
+    assert ten.statuses == {"SUCCEEDED": 5, "FAILED": 1, "SKIPPED": 1}
+    assert ten.reasons == {"FAILED/timeout": 1, "SKIPPED/overlap": 1}
+    assert ten.lag_p50 == pytest.approx(0.3)
+    assert 0.4 < ten.lag_p95 < ten.lag_p99 <= 10.0
+    assert days[date(2029, 1, 11)].statuses == {"SUCCEEDED": 1}
+    # Done: the next pass finds nothing to drop, and the rollup is not written twice.
+    assert run_once(engine.db, now, RETENTION) == HistoryReport()
+    with engine.db.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(invocation_days)).scalar() == 2
+
+    with engine.db.connect() as conn:
+        ten_oclock = explain(conn, "p/a", day + timedelta(hours=2), now)
+        quiet = explain(conn, "p/a", JANUARY + timedelta(days=20, hours=3), now)
+        february = explain(conn, "p/a", JANUARY + timedelta(days=40), now)
+    assert ten_oclock["answer"] == "pruned"
+    assert ten_oclock["statuses"] == {"SUCCEEDED": 5, "FAILED": 1, "SKIPPED": 1}
+    assert ten_oclock["runs"] == 7 and ten_oclock["day"] == "2029-01-10"
+    assert "5 SUCCEEDED" in ten_oclock["text"]
+    assert quiet["answer"] == "pruned" and quiet["runs"] == 0 and "no run" in quiet["text"]
+    assert february["answer"] == "ran"
+
+
+def test_rows_the_default_holds_from_before_a_dropped_month_go_with_it(
+    pg_engine: Engine, clock: Clock
+):
+    """A backfill of slots older than every partition lands in the default: counted in
+    the rollup of the month retention drops next, and dropped with it."""
+    engine = pg_engine
+    clock.now = datetime(2028, 1, 1, tzinfo=UTC)
+    apply(engine, make("0 * * * *"))
+    drop_months_before(engine, JANUARY)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    old = datetime(2028, 6, 1, 3, tzinfo=UTC)  # before January 2029's partition
+    with engine.db.begin() as conn:
+        run(conn, old, "SUCCEEDED", 1.0)
+        run(conn, JANUARY + timedelta(hours=1), "SUCCEEDED", 1.0)
+    report = run_once(engine.db, datetime(2029, 7, 31, tzinfo=UTC), RETENTION)
+    assert report.dropped == "invocations_p2029_01" and report.rolled_up == 2
+    assert history(engine) == []
+    with engine.db.connect() as conn:
+        assert [r.day for r in conn.execute(select(invocation_days.c.day).order_by("day"))] == [
+            date(2028, 6, 1),
+            date(2029, 1, 1),
+        ]
+
+
+def test_sqlite_history_is_neither_partitioned_nor_pruned(engine: Engine, clock: Clock):
+    """On PostgreSQL the pass drops the month (the tests above); SQLite keeps it all."""
+    clock.now = JANUARY
+    apply(engine, make("0 * * * *"))
+    with engine.db.begin() as conn:
+        run(conn, JANUARY + timedelta(hours=1), "SUCCEEDED", 1.0)
+    report = run_once(engine.db, datetime(2031, 1, 1, tzinfo=UTC), RETENTION)
+    if engine.db.dialect.name == "sqlite":
+        assert report == HistoryReport()
+        assert history(engine) == [JANUARY + timedelta(hours=1)]
+    else:
+        assert report.dropped is not None
