@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
+from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message
 from scheduler.errors import TransientError
 from scheduler.invokers import Outcome
 from scheduler.storage import job_store, run_store
-from scheduler.storage.rows import InvocationRow, JobRow
+from scheduler.storage.rows import ConcurrentUpdate, InvocationRow, JobRow
 
 if TYPE_CHECKING:
     from scheduler.engine import Engine
@@ -44,23 +46,42 @@ class Report:
     attempt: int
     outcome: Outcome
     job_id: int | None = None
-    recorded: bool | None = None  # finish_invocation's answer, once written
+    recorded: bool | None = None  # True once the group's transaction committed it
     error: BaseException | None = None
+    alone: bool = False  # not for the group: its own thread records it, as before
     done: bool = False
 
 
 class GroupCommit:
     """Where a process's threads hand their outcomes to be written together."""
 
-    def __init__(self, runs: Runs) -> None:
+    def __init__(self, runs: Runs, write: Callable[[Runs, list[Report]], None] | None = None):
         self.runs = runs
+        self._write = write or finish_together
         self._changed = threading.Condition()
         self._waiting: list[Report] = []
         self._writing = False
 
+    def _write_group(self, group: list[Report]) -> None:
+        try:
+            self._write(self.runs, group)
+        except BaseException as err:  # the others' outcomes are not lost with it
+            for other in group:
+                if other.recorded is None and other.error is None and not other.alone:
+                    other.error = TransientError(f"the thread writing it failed: {err!r}")
+            raise
+        finally:
+            with self._changed:
+                for written in group:
+                    written.done = True
+                self._writing = False
+                self._changed.notify_all()
+
     def finish(self, report: Report) -> bool:
         """Record ``report`` with whatever else is waiting; returns once it is written,
-        as ``Runs.finish_invocation`` does, and raises what writing it raised."""
+        as ``Runs.finish_invocation`` does, and raises what writing it raised. A report
+        the group does not take is recorded by its own thread, so that a wait for its
+        locks holds up no other thread's."""
         group: list[Report] = []
         with self._changed:
             self._waiting.append(report)
@@ -70,14 +91,13 @@ class GroupCommit:
                 else:  # this thread writes every report waiting, its own among them
                     group, self._waiting, self._writing = self._waiting, [], True
         if group:
-            try:
-                finish_together(self.runs, group)
-            finally:
-                with self._changed:
-                    for written in group:
-                        written.done = True
-                    self._writing = False
-                    self._changed.notify_all()
+            self._write_group(group)
+        if report.alone:
+            return self.runs.finish_invocation(
+                report.invocation_id, report.outcome, attempt=report.attempt, job_id=report.job_id
+            )
+        if isinstance(report.error, TransientError):  # one for each thread that raises it
+            raise TransientError(str(report.error)) from report.error
         if report.error is not None:
             raise report.error
         return bool(report.recorded)
@@ -86,8 +106,10 @@ class GroupCommit:
 class HeldWrites:
     """The updates of a group's runs and jobs, held to be written by a statement per
     set of columns rather than one each. Anything that reads the rows (a run to start
-    after a finish, a job triggered, a job finishing twice in one group) writes them
-    first, so that every read sees what the one-outcome path would have written."""
+    after a finish, a job finishing twice in one group) writes them first, so that every
+    read sees what the one-outcome path would have written. Rows that another path of the
+    same transaction would change behind the group's back are kept out of it: a job that
+    triggers others is recorded alone."""
 
     def __init__(self) -> None:
         self._runs: dict[frozenset[str], list[dict[str, Any]]] = {}
@@ -114,46 +136,60 @@ class HeldWrites:
     def write(self, conn: Connection) -> None:
         for rows in self._runs.values():
             run_store.update_invocations(conn, rows)
-        job_store.save_jobs(conn, self._jobs)
+        job_store.save_jobs(conn, self._jobs, copy=False)
         self._runs, self._jobs = {}, []
 
 
 def finish_together(runs: Runs, reports: list[Report]) -> None:
     """Record ``reports`` in one transaction, setting each one's ``recorded`` or
-    ``error``; a report the group cannot take (a stale attempt, another job's run) is
-    left to ``finish_invocation``, which says why."""
+    ``error``, or ``alone`` for one the group does not take: a run whose locks another
+    transaction holds (skipped, not waited for), a stale attempt or another job's run
+    (``finish_invocation`` says why), a job that triggers others (its trigger would
+    change rows the group has read). If the group fails for another reason than the
+    database's absence, each is recorded alone."""
     if len(reports) == 1:
-        _alone(runs, reports)
+        reports[0].alone = True
         return
     messages: list[Message] = []
+    recorded: list[Report] = []
     try:
         with runs.engine.transaction() as conn:
             now = runs.engine.clock()
             locked = run_store.lock_runs(conn, [r.invocation_id for r in reports])
-            held, odd, seen = HeldWrites(), [], set()
+            held, seen = HeldWrites(), set()
             for report in sorted(reports, key=lambda r: _order(locked.get(r.invocation_id))):
                 found = locked.get(report.invocation_id)
+                if found is not None and found[1].id in seen:  # the group changed its job
+                    held.write(conn)
+                    found = run_store.lock_run(conn, found[1].id, report.invocation_id)
                 if found is None or not _current(report, *found):
-                    odd.append(report)
+                    report.alone = True
                     continue
                 inv, job = found
-                if job.id in seen:  # an earlier outcome of the group saved it
-                    held.write(conn)
-                    job = job_store.lock_job(conn, job.id) or job
                 seen.add(job.id)
                 messages += runs.record_outcome(conn, inv, job, report.outcome, now, held).messages
-                report.recorded = True
+                recorded.append(report)
             held.write(conn)
+    except ConcurrentUpdate:  # a TransientError, but one that recording alone resolves
+        log.warning("outcomes recorded together met a changed job; one by one")
+        _all_alone(reports)
+        return
     except TransientError as err:
         for report in reports:
-            report.error, report.recorded = err, None
+            report.error = err
         return
     except Exception:
         log.exception("%s outcomes recorded together failed; one by one", len(reports))
-        _alone(runs, reports)
+        _all_alone(reports)
         return
+    for report in recorded:
+        report.recorded = True
     runs.engine.send(messages)
-    _alone(runs, odd)
+
+
+def _all_alone(reports: list[Report]) -> None:
+    for report in reports:
+        report.alone = True
 
 
 def _order(found: tuple[InvocationRow, JobRow] | None) -> tuple[int, int]:
@@ -168,14 +204,5 @@ def _current(report: Report, inv: InvocationRow, job: JobRow) -> bool:
         (report.job_id is None or report.job_id == job.id)
         and inv.status == "RUNNING"
         and inv.attempt == report.attempt
+        and not controls_of(job).triggers
     )
-
-
-def _alone(runs: Runs, reports: list[Report]) -> None:
-    for report in reports:
-        try:
-            report.recorded = runs.finish_invocation(
-                report.invocation_id, report.outcome, attempt=report.attempt, job_id=report.job_id
-            )
-        except Exception as err:  # that outcome's own
-            report.error = err

@@ -84,7 +84,7 @@ def feed_ticks(
         )
         saves.append(values | {"b_id": job_id, "b_generation": step.job.generation})
         messages += step.fed.messages
-    job_store.save_jobs(conn, saves)
+    job_store.save_jobs(conn, saves, copy=False)
     for job_id, nonce in later:
         job = job_store.lock_job(conn, job_id)
         if job is not None:

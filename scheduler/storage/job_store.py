@@ -173,11 +173,19 @@ def insert_jobs(conn: Connection, rows: list[dict[str, Any]]) -> None:
     bulk.insert(conn, jobs, rows)
 
 
-def save_jobs(conn: Connection, saves: list[dict[str, Any]]) -> None:
+def save_jobs(conn: Connection, saves: list[dict[str, Any]], *, copy: bool = True) -> None:
     """``save_job``'s update of many rows (of the same columns) at once, each with the
-    ``b_id`` and ``b_generation`` it was read at; ConcurrentUpdate if any row moved on."""
-    match = {"b_id": "id", "b_generation": "generation"}
-    if bulk.update(conn, jobs, saves, match) != len(saves):
+    ``b_id`` and ``b_generation`` it was read at; ConcurrentUpdate if any row moved on.
+    ``copy=False``, as the batches of the hot path pass: one executemany of
+    ``save_job``'s statement (a pipeline on psycopg), never ``bulk.update``'s temporary
+    table, which needs the TEMP privilege and writes the catalog at every batch."""
+    if not saves:
+        return
+    if copy:
+        updated = bulk.update(conn, jobs, saves, {"b_id": "id", "b_generation": "generation"})
+    else:
+        updated = conn.execute(_SAVE_JOB, saves).rowcount
+    if updated != len(saves):
         raise ConcurrentUpdate("jobs changed while they were being updated")
 
 

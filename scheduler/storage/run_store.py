@@ -51,13 +51,14 @@ _LOCK_ATTEMPTS = (
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 # Runs and their jobs, all locked by one statement, job first then run as every writer
-# locks, the jobs in id order as every batch locks them.
+# locks, the jobs in id order as every batch locks them. Rows locked elsewhere are
+# skipped, not waited for: the outcome group records those apart (outcome_batch).
 _LOCK_RUNS = (
     select(jobs, invocations)
     .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
     .where(invocations.c.id.in_(bindparam("b_invs", expanding=True)))
     .order_by(jobs.c.id, invocations.c.id)
-    .with_for_update()
+    .with_for_update(skip_locked=True)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
@@ -156,7 +157,8 @@ def lock_attempts(
 def lock_runs(
     conn: Connection, invocation_ids: list[int]
 ) -> dict[int, tuple[InvocationRow, JobRow]]:
-    """Invocations and their jobs, all locked (jobs in id order), by invocation id."""
+    """Invocations and their jobs, all locked (jobs in id order), by invocation id; one
+    whose run or job another transaction holds is left out."""
     rows = conn.execute(_LOCK_RUNS, {"b_invs": invocation_ids})
     return {
         r.invocations_id: (InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_"))

@@ -15,8 +15,9 @@ from sqlalchemy import Connection, select, update
 
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
+from scheduler.errors import TransientError
 from scheduler.invokers import Call, Outcome, default_invokers
-from scheduler.outcome_batch import Report, finish_together
+from scheduler.outcome_batch import GroupCommit, Report, finish_together
 from scheduler.spec import JobSpec
 from scheduler.storage.db import make_engine
 from scheduler.storage.models import jobs
@@ -57,14 +58,17 @@ def test_outcomes_of_a_group_share_one_transaction(db: sqlalchemy.Engine, clock:
     port = RecordingPort()
     engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
     apply(engine, *(make(name=name) for name in "abc"))
-    group = reports(running(engine, port, clock))
+    calls = running(engine, port, clock)
+    group = reports(calls)
     before = engine.transactions
     finish_together(engine.runs, group)
     assert engine.transactions - before == 1
-    assert [(r.recorded, r.error) for r in group] == [(True, None)] * 3
+    assert [(r.recorded, r.error, r.alone) for r in group] == [(True, None, False)] * 3
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 3
-    finish_together(engine.runs, group)  # reported again: refused, one by one, as before
-    assert [r.recorded for r in group] == [False] * 3
+    again = reports(calls)  # reported again: left to each thread, which refuses it
+    finish_together(engine.runs, again)
+    assert [(r.recorded, r.alone) for r in again] == [(None, True)] * 3
+    assert [engine.runs.together.finish(r) for r in reports(calls)] == [False] * 3
 
 
 SPECS: dict[str, dict[str, Any]] = {
@@ -73,10 +77,14 @@ SPECS: dict[str, dict[str, Any]] = {
     "allow": {"overlap": "allow", "max_concurrent": 3},
     "buffered": {"overlap": "buffer_all"},
     "triggers": {"triggers": ["plain"]},
+    "a_trigger": {"triggers": ["z_cancel"]},  # its target: a later id, cancel_other
+    "z_cancel": {"overlap": "cancel_other", "retries": {"max_attempts": 2, "jitter": 0}},
 }
 
 
-def test_a_group_writes_the_rows_one_outcome_at_a_time_writes(db: sqlalchemy.Engine, clock: Clock):
+def test_a_group_writes_the_rows_one_outcome_at_a_time_writes(
+    db: sqlalchemy.Engine, clock: Clock, caplog: pytest.LogCaptureFixture
+):
     """The same jobs in two projects; each round's outcomes (successes, failures that
     retry, two runs of one job, a buffered run started by a finish, a success that
     triggers another job) are recorded as a group in one project and one by one in the
@@ -103,14 +111,29 @@ def test_a_group_writes_the_rows_one_outcome_at_a_time_writes(db: sqlalchemy.Eng
         if round_ % 2:  # two rounds' runs finish together: two of one job ("allow")
             outcome = {c.invocation_id: FAILED if c.job.endswith("retried") else OK for c in calls}
             ours = [c for c in calls if c.job_id in grouped]
-            finish_together(
-                engine.runs,
-                [
-                    Report(c.invocation_id, c.attempt, outcome[c.invocation_id], c.job_id)
-                    for c in ours
-                ],
-            )
-            for c in calls:
+            group = [
+                Report(c.invocation_id, c.attempt, outcome[c.invocation_id], c.job_id) for c in ours
+            ]
+            finish_together(engine.runs, group)
+            for report in group:  # what each one's own thread does
+                if report.alone:
+                    engine.runs.finish_invocation(
+                        report.invocation_id,
+                        report.outcome,
+                        attempt=report.attempt,
+                        job_id=report.job_id,
+                    )
+            # One at a time in the order the group serializes them: by job, and the
+            # outcomes of jobs that trigger others (recorded apart) after the group's.
+            order = {
+                c.invocation_id: (
+                    bool(SPECS[c.job.split("/")[1]].get("triggers")),
+                    c.job_id,
+                    c.invocation_id,
+                )
+                for c in calls
+            }
+            for c in sorted(calls, key=lambda c: order[c.invocation_id]):
                 if c.job_id not in grouped:
                     engine.runs.finish_invocation(
                         c.invocation_id,
@@ -121,6 +144,7 @@ def test_a_group_writes_the_rows_one_outcome_at_a_time_writes(db: sqlalchemy.Eng
             calls.clear()
     group, each = described(engine, "group"), described(engine, "each")
     assert group == each
+    assert "one by one" not in caplog.text  # the groups were written as groups
     statuses = [run[2] for run in group[1]]  # name, slot, status, ...
     assert statuses.count("SUCCEEDED") > 10 and "STARTING" in statuses and "SKIPPED" in statuses
 
@@ -132,36 +156,104 @@ def test_one_bad_row_fails_alone(db: sqlalchemy.Engine, clock: Clock):
     group = reports(running(engine, port, clock))
     with engine.transaction() as conn:
         conn.execute(update(jobs).where(jobs.c.id == group[1].job_id).values(timezone="No/Zone"))
-    finish_together(engine.runs, group)
-    assert [r.recorded for r in group] == [True, None, True]
-    assert group[1].error is not None and "No/Zone" in str(group[1].error)
+    finish_together(engine.runs, group)  # fails as a whole: each left to its thread
+    assert [(r.recorded, r.alone) for r in group] == [(None, True)] * 3
+    got = []
+    for r in group:  # what each one's own thread does
+        try:
+            got.append(
+                engine.runs.together.finish(Report(r.invocation_id, r.attempt, OK, r.job_id))
+            )
+        except Exception as err:  # noqa: BLE001
+            got.append(type(err).__name__)
+    assert got == [True, "SpecError", True]
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED", "RUNNING", "SUCCEEDED"]
 
 
-def test_reports_that_arrive_while_one_is_written_are_written_together(pg_url: str, clock: Clock):
-    """The first report's write waits on a job the test holds locked; five more arrive
-    meanwhile and are written by one transaction once it is through."""
+def test_a_run_locked_elsewhere_is_left_to_its_own_thread(pg_url: str, clock: Clock):
+    """The group skips a run whose job another transaction holds (an apply, a tick
+    batch) rather than make every outcome wait: the others are recorded at once, and
+    that one by its own thread (``finish_invocation``) once the lock is free."""
     db = make_engine(pg_url)
     port = RecordingPort()
     engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
-    apply(engine, *(make(name=f"j{i}") for i in range(6)))
-    first, *rest = reports(running(engine, port, clock))
-    before = engine.transactions
-    together = engine.runs.together
+    apply(engine, *(make(name=f"j{i}") for i in range(4)))
+    group = reports(running(engine, port, clock))
     with db.connect() as holder:
         holder.begin()
-        holder.exec_driver_sql(f"SELECT 1 FROM jobs WHERE id = {first.job_id} FOR UPDATE")
-        threads = [threading.Thread(target=together.finish, args=(r,)) for r in (first, *rest)]
-        threads[0].start()
-        while not together._writing:
-            time.sleep(0.01)
-        for thread in threads[1:]:
-            thread.start()
-        while len(together._waiting) < len(rest):
-            time.sleep(0.01)
+        holder.exec_driver_sql(f"SELECT 1 FROM jobs WHERE id = {group[0].job_id} FOR UPDATE")
+        before = engine.transactions
+        finish_together(engine.runs, group)
+        assert engine.transactions - before == 1
+        assert [(r.recorded, r.alone) for r in group] == [(None, True)] + [(True, False)] * 3
         holder.rollback()
-        for thread in threads:
-            thread.join(timeout=10)
-    assert [r.recorded for r in (first, *rest)] == [True] * 6
-    assert engine.transactions - before == 2
+    assert engine.runs.together.finish(group[0]) is True  # its thread, alone
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 4
     db.dispose()
+
+
+class Writes:
+    """A stand-in for the group's write (the thread logic alone): it records the
+    groups it is given, and the first one waits until told to go on."""
+
+    def __init__(self, fail_second: BaseException | None = None) -> None:
+        self.groups: list[list[int]] = []
+        self.go = threading.Event()
+        self.fail_second = fail_second
+
+    def __call__(self, runs: Any, group: list[Report]) -> None:
+        self.groups.append([r.invocation_id for r in group])
+        if len(self.groups) == 1:
+            assert self.go.wait(10)
+        elif self.fail_second is not None:
+            raise self.fail_second
+        for report in group:
+            report.recorded = True
+
+
+def run_threads(together: GroupCommit, writes: Writes, count: int) -> dict[int, Any]:
+    """``count`` reports: the first is being written while the others arrive."""
+    results: dict[int, Any] = {}
+
+    def finish(i: int) -> None:
+        try:
+            results[i] = together.finish(Report(i, 1, OK))
+        except BaseException as err:  # noqa: BLE001 - what each thread got is the test
+            results[i] = err
+
+    threads = [threading.Thread(target=finish, args=(i,), daemon=True) for i in range(count)]
+    threads[0].start()
+    deadline = time.monotonic() + 10
+    while not writes.groups and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for thread in threads[1:]:
+        thread.start()
+    while len(together._waiting) < count - 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    writes.go.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    return results
+
+
+def test_reports_that_arrive_while_one_is_written_are_written_together():
+    writes = Writes()
+    together = GroupCommit(runs=None, write=writes)  # type: ignore[arg-type]
+    assert run_threads(together, writes, 6) == {i: True for i in range(6)}
+    assert writes.groups == [[0], [1, 2, 3, 4, 5]]
+
+
+def test_a_writer_that_dies_leaves_the_others_to_retry():
+    """A BaseException in the thread writing a group (a worker shutting down) is that
+    thread's own; the others of its group are not taken for recorded: each raises a
+    TransientError of its own, which ``record_patiently`` retries."""
+    writes = Writes(fail_second=KeyboardInterrupt())
+    together = GroupCommit(runs=None, write=writes)  # type: ignore[arg-type]
+    results = run_threads(together, writes, 4)
+    assert writes.groups[0] == [0] and sorted(writes.groups[1]) == [1, 2, 3]
+    assert results[0] is True
+    got = sorted(type(results[i]).__name__ for i in (1, 2, 3))
+    assert got == ["KeyboardInterrupt", "TransientError", "TransientError"]
+    errors = [results[i] for i in (1, 2, 3) if isinstance(results[i], TransientError)]
+    assert errors[0] is not errors[1]
+    assert not together._writing and not together._waiting

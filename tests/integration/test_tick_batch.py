@@ -127,7 +127,7 @@ SPECS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("start_here", [True, False])
 def test_a_batch_writes_the_rows_the_one_job_path_writes(
-    db: sqlalchemy.Engine, clock: Clock, start_here: bool
+    db: sqlalchemy.Engine, clock: Clock, start_here: bool, caplog: pytest.LogCaptureFixture
 ):
     """The same jobs in two projects, through the same rounds: ticks that start runs,
     overlap (skipped, buffered, allowed, cancelled), misfires after a late round, runs
@@ -156,6 +156,7 @@ def test_a_batch_writes_the_rows_the_one_job_path_writes(
             port.runs.clear()
     assert described(engine, "batch") == described(engine, "each")
     assert len(described(engine, "batch")[1]) > 30
+    assert "one by one" not in caplog.text  # the batches were written as batches
 
 
 def described(engine: Engine, project: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -211,4 +212,22 @@ def test_a_connection_lost_mid_batch_loses_and_doubles_nothing(pg_url: str, cloc
     engine.tick_many(ticks, start_here=True)
     assert [r["status"] for r in rows(engine)] == ["RUNNING"] * 3
     assert len(port.runs) == len(port.ticks) == 3
+    db.dispose()
+
+
+def test_a_full_batch_writes_without_a_temporary_table(pg_url: str, clock: Clock):
+    """A batch as large as the default (100, and more): the jobs' saves are one
+    executemany, never ``bulk.update``'s temporary table (which would need the TEMP
+    privilege and write the catalog at every batch), and every job fires once."""
+    db = make_engine(pg_url)
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=1000)
+    apply(engine, *(make(name=f"j{i:03}") for i in range(150)))
+    clock.advance(10)
+    statements: list[str] = []
+    sqlalchemy.event.listen(db, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    engine.tick_many(sent(port), start_here=True)
+    assert not [s for s in statements if "TEMPORARY" in s or s.startswith("COPY")]
+    assert [r["status"] for r in rows(engine)] == ["RUNNING"] * 150
+    assert len(port.runs) == len(port.ticks) == 150
     db.dispose()
