@@ -147,9 +147,6 @@ def finish_together(runs: Runs, reports: list[Report]) -> None:
     (``finish_invocation`` says why), a job that triggers others (its trigger would
     change rows the group has read). If the group fails for another reason than the
     database's absence, each is recorded alone."""
-    if len(reports) == 1:
-        reports[0].alone = True
-        return
     messages: list[Message] = []
     recorded: list[Report] = []
     try:

@@ -24,7 +24,7 @@ from scheduler.storage.models import jobs
 from statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_batches import GRACE, sent
-from tests.integration.test_engine import apply, make, rows
+from tests.integration.test_engine import apply, job, make, rows
 from tests.integration.test_tick_batch import described
 
 pytestmark = pytest.mark.postgres
@@ -65,6 +65,11 @@ def test_outcomes_of_a_group_share_one_transaction(db: sqlalchemy.Engine, clock:
     assert engine.transactions - before == 1
     assert [(r.recorded, r.error, r.alone) for r in group] == [(True, None, False)] * 3
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 3
+    apply(engine, make(name="d"))
+    [lone] = [r for r in reports(running(engine, port, clock)) if r.job_id == job(engine, "p/d").id]
+    before = engine.transactions
+    finish_together(engine.runs, [lone])  # written by the group, in its window, so
+    assert (lone.recorded, lone.alone, engine.transactions - before) == (True, False, 1)
     again = reports(calls)  # reported again: left to each thread, which refuses it
     finish_together(engine.runs, again)
     assert [(r.recorded, r.alone) for r in again] == [(None, True)] * 3
@@ -187,7 +192,8 @@ def test_a_run_locked_elsewhere_is_left_to_its_own_thread(pg_url: str, clock: Cl
         assert engine.transactions - before == 1
         assert [(r.recorded, r.alone) for r in group] == [(None, True)] + [(True, False)] * 3
         holder.rollback()
-    assert engine.runs.together.finish(group[0]) is True  # its thread, alone
+    first = group[0]  # its thread, alone: as it reports it (a report of its own)
+    assert engine.runs.together.finish(Report(first.invocation_id, 1, OK, first.job_id))
     assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 4
     db.dispose()
 
