@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Test processes: the end-to-end and fault tests mostly wait on real workers and their
+# own servers, so they run side by side (tests/conftest.py keeps the rest on one).
+TEST_WORKERS ?= 3
 
 .PHONY: run test lint
 
@@ -17,7 +20,7 @@ run: $(BIN)/cronchain
 test: $(BIN)/cronchain
 	bash scripts/services.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -p no:cacheprovider
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(BIN)/cronchain
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

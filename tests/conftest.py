@@ -16,6 +16,7 @@ from scheduler.engine import Engine
 from scheduler.invokers import Call, default_invokers
 from scheduler.storage.db import make_engine
 from tests import services
+from tests.faults.rig import SUMMARY
 
 
 @dataclass
@@ -172,3 +173,37 @@ def cli_runner(env: Mapping[str, str], cwd: Path) -> Cli:
         return done
 
     return run
+
+
+# ``make test`` runs pytest-xdist's ``--dist loadgroup``. The tests that start real
+# worker and beat processes (``e2e``, ``faults``) each own their folder, databases and
+# Redis and mostly wait on those processes, so xdist spreads them over its workers; every
+# other test stays in one group, run by one worker in file order as before.
+IN_PROCESS = "in_process"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.xdist_group(IN_PROCESS))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker: hand this worker's fault ledger lines to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["fault_ledger"] = list(SUMMARY)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """In xdist's controller: gather the ledger lines each worker handed over."""
+    SUMMARY.extend(getattr(node, "workeroutput", {}).get("fault_ledger", []))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault suite's ledger: one line per fault, at the end of the run."""
+    if SUMMARY:
+        terminalreporter.section("fault suite ledger")
+        for line in sorted(SUMMARY):
+            terminalreporter.write_line(line)

@@ -1,4 +1,4 @@
-"""Fixtures of the fault suite, and its summary: one line per fault at the end of the run."""
+"""Fixtures of the fault suite (its ledger is printed by tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.rig import SUMMARY, Rig
+from tests.faults.rig import Rig
 from tests.services import RedisServer, postgres_server
 
 
@@ -23,10 +23,3 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         finally:
             rig.down()
             redis.stop()
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if SUMMARY:
-        terminalreporter.section("fault suite ledger")
-        for line in SUMMARY:
-            terminalreporter.write_line(line)
