@@ -23,7 +23,9 @@ from scheduler.invokers import Outcome
 from scheduler.retention import run_once as retention_pass
 from scheduler.runs import RUNNING
 from scheduler.settings import history_retention
-from scheduler.storage import job_store, revokes, run_store
+from scheduler.storage import job_store, observed, revokes, run_store
+from scheduler.storage.db import write_transaction
+from scheduler.storage.models import REPAIRS
 from scheduler.storage.rows import InvocationRow, JobRow
 from statemachine import Repair
 
@@ -79,8 +81,21 @@ def sweep(
         full = most >= limit
         if not full or time.monotonic() >= deadline:
             break
+    record_pass(engine, total)
     keep_history(engine, retention or history_retention())
     return total
+
+
+def record_pass(engine: Engine, report: WatchdogReport) -> None:
+    """The pass's time and repairs, for /metrics and the health check, which tell from
+    it that beat and the watchdog still run. A failure to write them (the database went
+    away since the repairs) is logged: the repairs are done, and it is the next pass's."""
+    repairs = {kind: getattr(report, kind) for kind in REPAIRS}
+    try:
+        with write_transaction(engine.db) as conn:
+            observed.record_watchdog_pass(conn, engine.clock(), repairs)
+    except Exception:
+        log.exception("the watchdog's pass could not be recorded; the next pass tries again")
 
 
 def keep_history(engine: Engine, retention: timedelta) -> None:

@@ -103,6 +103,9 @@ jobs = Table(
     Column("active", Integer, nullable=False),  # invocations STARTING or RUNNING
     Column("buffered", Integer, nullable=False),  # invocations WAITING
     Column("missed_from", UTCDateTime),  # paused: the first slot not fired
+    # When the newest success finished: kept by a trigger on invocations (migration 0007)
+    # for /metrics, which must not read the history to find it.
+    Column("last_success_at", UTCDateTime),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     UniqueConstraint("project", "name"),
@@ -118,6 +121,7 @@ jobs = Table(
     sqlite_autoincrement=True,  # an id is never handed out again (see invocations)
 )
 Index("ix_jobs_watchdog_at", jobs.c.watchdog_at)
+Index("ix_jobs_tick_at", jobs.c.tick_at)  # overdue ticks (scheduler.storage.observed)
 
 
 def _filed_at(context: Any) -> datetime:
@@ -179,6 +183,15 @@ Index(
     sqlite_where=invocations.c.deadline.isnot(None),
 )
 
+# The WAITING runs alone, for the count of runs waiting by reason (/metrics).
+Index(
+    "ix_invocations_waiting",
+    invocations.c.reason,
+    invocations.c.backfill,
+    postgresql_where=invocations.c.status == "WAITING",
+    sqlite_where=invocations.c.status == "WAITING",
+)
+
 JOB_CHANGES = ("created", "updated", "enabled", "disabled", "paused", "resumed")
 
 # Each change of a job's spec or flags, with the schedule in force after it: what
@@ -231,3 +244,16 @@ invocation_days = Table(
     Column("lag_p99", Float),
 )
 Index("ix_invocation_days_day", invocation_days.c.day)
+
+REPAIRS = ("ticks", "starts", "expired", "resent", "revokes")
+
+# The watchdog's last pass and its repairs so far, by kind (``WatchdogReport``'s fields):
+# one row, written after each pass, read by /metrics and /healthz.
+watchdog = Table(
+    "watchdog",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("passed_at", UTCDateTime, nullable=False),
+    *(Column(kind, BigInteger, nullable=False) for kind in REPAIRS),
+    CheckConstraint("id = 1", name="one_row"),
+)

@@ -60,7 +60,7 @@ def tables(engine: sqlalchemy.Engine) -> set[str]:
 
 
 def declared_tables(engine: sqlalchemy.Engine) -> set[str]:
-    names = {"jobs", "invocations", "job_changes", "revokes", "invocation_days"}
+    names = {"jobs", "invocations", "job_changes", "revokes", "invocation_days", "watchdog"}
     return names | ({"invocation_triggers"} if engine.dialect.name == "postgresql" else set())
 
 
@@ -221,3 +221,45 @@ def test_a_new_database_numbers_from_one(db: sqlalchemy.Engine):
         job = _insert_job(conn, "first")
         run = _insert_run(conn, job, "first")
     assert (job, run) == (1, 1)
+
+
+def _last_success(engine: sqlalchemy.Engine) -> dict[str, object]:
+    with engine.connect() as conn:
+        query = "SELECT name, last_success_at FROM jobs ORDER BY name"
+        return {name: at and str(at)[:19] for name, at in conn.exec_driver_sql(query)}
+
+
+def test_0007_finds_each_jobs_last_success_and_keeps_it(db: sqlalchemy.Engine):
+    """The upgrade reads each job's newest success from the history; from then on the
+    trigger keeps it as runs succeed (not when they fail), up, down and up again."""
+    downgrade(db, "0006")
+    with db.begin() as conn:
+        done, failed, running = (_insert_job(conn, name) for name in ("done", "failed", "run"))
+        for job, trigger in ((done, "d1"), (done, "d2"), (failed, "f1"), (running, "r1")):
+            _insert_run(conn, job, trigger)
+        finish = (
+            "UPDATE invocations SET status = :status, finished_at = :at, deadline = NULL"
+            " WHERE trigger_id = :trigger"
+        )
+        for trigger, status, at in (
+            ("d1", "SUCCEEDED", "2026-01-01 00:02:00+00"),
+            ("d2", "SUCCEEDED", "2026-01-01 00:05:00+00"),
+            ("f1", "FAILED", "2026-01-01 00:03:00+00"),
+        ):
+            conn.execute(sqlalchemy.text(finish), {"trigger": trigger, "status": status, "at": at})
+    upgrade(db)
+    expected = {"done": "2026-01-01 00:05:00", "failed": None, "run": None}
+    assert _last_success(db) == expected
+    downgrade(db, "0006")
+    upgrade(db)
+    assert _last_success(db) == expected
+    with db.begin() as conn:
+        conn.execute(
+            sqlalchemy.text(finish),
+            {"trigger": "r1", "status": "SUCCEEDED", "at": "2026-01-01 00:09:00+00"},
+        )
+        conn.execute(
+            sqlalchemy.text(finish),
+            {"trigger": "d2", "status": "SUCCEEDED", "at": "2026-01-01 00:09:30+00"},
+        )  # not a new success (already SUCCEEDED): the trigger leaves it
+    assert _last_success(db) == {**expected, "run": "2026-01-01 00:09:00"}

@@ -1,0 +1,109 @@
+"""The queries behind ``/metrics``, ``/healthz`` and ``cronchain health``, and the
+watchdog's record of its passes.
+
+They run at every scrape, on a database whose ``invocations`` may hold months of runs:
+each reads the ``jobs`` registry or an index, never the history. Runs waiting are read
+from a partial index of the WAITING rows alone (``ix_invocations_waiting``), overdue
+ticks from ``ix_jobs_tick_at``, a job's last success from its own row (a trigger keeps
+``jobs.last_success_at``: migration 0007).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, case, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from scheduler.storage.models import REPAIRS, invocations, jobs, watchdog
+
+
+@dataclass(frozen=True)
+class JobGauge:
+    """One job as /metrics shows it."""
+
+    project: str
+    name: str
+    state: str
+    next_tick: datetime | None
+    last_success: datetime | None
+
+
+@dataclass(frozen=True)
+class WatchdogPasses:
+    """The watchdog's newest pass (None: it never passed) and its repairs so far."""
+
+    passed_at: datetime | None
+    repairs: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """Ticks whose slot is past its grace: how many, and the oldest slot among them."""
+
+    count: int
+    oldest: datetime | None
+
+
+_JOBS = select(
+    jobs.c.project, jobs.c.name, jobs.c.state, jobs.c.tick_at, jobs.c.last_success_at
+).order_by(jobs.c.project, jobs.c.name)
+
+
+def job_gauges(conn: Connection, limit: int | None = None) -> list[JobGauge]:
+    """Every job (or the first ``limit`` by project and name): one read of ``jobs``, the
+    registry, which /metrics reports job by job."""
+    query = _JOBS if limit is None else _JOBS.limit(limit)
+    return [JobGauge(*row) for row in conn.execute(query)]
+
+
+def overdue_ticks(conn: Connection, cut: datetime) -> Overdue:
+    """Pending ticks whose slot is before ``cut`` (now less the grace), from the index
+    on ``jobs.tick_at``. Paused and disabled jobs have no tick: they are never overdue."""
+    query = select(func.count(), func.min(jobs.c.tick_at)).where(jobs.c.tick_at < cut)
+    count, oldest = conn.execute(query).one()
+    return Overdue(count, oldest)
+
+
+# A WAITING run's reason: the one recorded on it (none is yet, so far: a reason that a
+# later step records shows here as it is), else what made it wait: a backfill, or the
+# job's overlap policy and catch-up, which both buffer it.
+_WAITING_REASON = func.coalesce(
+    invocations.c.reason, case((invocations.c.backfill, "backfill"), else_="buffered")
+)
+_WAITING = (
+    select(_WAITING_REASON.label("reason"), func.count())
+    .where(invocations.c.status == "WAITING")
+    .group_by(_WAITING_REASON)
+)
+
+
+def waiting_by_reason(conn: Connection) -> dict[str, int]:
+    """Runs WAITING, counted by reason, from the partial index of WAITING rows."""
+    return {reason: count for reason, count in conn.execute(_WAITING)}
+
+
+def watchdog_passes(conn: Connection) -> WatchdogPasses:
+    row = conn.execute(select(watchdog).where(watchdog.c.id == 1)).first()
+    if row is None:
+        return WatchdogPasses(None, dict.fromkeys(REPAIRS, 0))
+    return WatchdogPasses(row.passed_at, {kind: row._mapping[kind] for kind in REPAIRS})
+
+
+def record_watchdog_pass(conn: Connection, now: datetime, repairs: Mapping[str, int]) -> None:
+    """The pass at ``now`` and its repairs, added to the counts: one upsert of one row
+    (two beats' passes both land on it; the later time wins)."""
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    counts = {kind: repairs.get(kind, 0) for kind in REPAIRS}
+    statement = insert(watchdog).values(id=1, passed_at=now, **counts)
+    later = case(
+        (watchdog.c.passed_at > statement.excluded.passed_at, watchdog.c.passed_at),
+        else_=statement.excluded.passed_at,
+    )
+    added = {kind: watchdog.c[kind] + statement.excluded[kind] for kind in REPAIRS}
+    conn.execute(
+        statement.on_conflict_do_update(index_elements=["id"], set_={"passed_at": later, **added})
+    )
