@@ -28,6 +28,7 @@ from scheduler.declarative import collector_paused
 from scheduler.errors import NotFound, SpecError, TransientError
 from scheduler.timing.localtime import transitions
 from scheduler.timing.schedules import parse_schedule, parse_zone
+from scheduler.web import CHECKS
 from statemachine import InvalidTransition
 
 if TYPE_CHECKING:
@@ -323,6 +324,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """/metrics, /healthz and the jobs page (scheduler.web)."""
+    from scheduler.web.serve import serve
+
+    return serve(args.host, args.port, args.basic_auth)
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from scheduler.web.serve import health
+
+    return health(args.json, args.check or ())
+
+
 # --- the parser ------------------------------------------------------------------------
 
 
@@ -437,6 +451,25 @@ def _parser() -> argparse.ArgumentParser:
         help="threads of the work path (default CRONCHAIN_WORK_CONCURRENCY, or 100)",
     )
     c.add_argument("--loglevel", default="INFO")
+
+    c = command("serve", cmd_serve, "serve /metrics, /healthz and the jobs page over HTTP")
+    c.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    c.add_argument("--port", type=_count(65_535, "port"), default=8080, help="default 8080")
+    c.add_argument(
+        "--basic-auth",
+        metavar="USER:PASSWORD",
+        help="credentials for the pages (default CRONCHAIN_WEB_BASIC_AUTH); required beyond"
+        " loopback",
+    )
+
+    c = command("health", cmd_health, "check cronchain's health: exit 0 healthy, 1 not")
+    c.add_argument("--json", action="store_true")
+    c.add_argument(
+        "--check",
+        action="append",
+        choices=CHECKS,
+        help="only this check (repeat for more); all of them run, the others are not shown",
+    )
     return p
 
 

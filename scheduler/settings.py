@@ -11,7 +11,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -59,6 +59,20 @@ class Settings:
     tick_batch: int = TICK_BATCH
     tick_slack: timedelta = TICK_SLACK
     retention: timedelta = timedelta(days=RETENTION_DAYS)
+    # cronchain serve's credentials, USER:PASS (kept out of repr: it is a secret).
+    web_basic_auth: str | None = field(default=None, repr=False)
+    # How far past its grace a tick may be before the health check fails (None: two
+    # watchdog intervals).
+    overdue_limit: float | None = None
+
+    @property
+    def health_overdue(self) -> timedelta:
+        """How late past its grace a pending tick may be before ``cronchain health``
+        fails: two watchdog intervals unless ``CRONCHAIN_HEALTH_OVERDUE`` says. A lost
+        tick is repaired within one interval of its grace, so past two something keeps
+        the repairs from landing (no worker takes them, or they queue behind a backlog)."""
+        seconds = self.overdue_limit or 2 * self.watchdog_interval
+        return timedelta(seconds=seconds)
 
     @property
     def embedded_broker(self) -> bool:
@@ -115,6 +129,8 @@ class Settings:
             tick_batch=_whole(env, "CRONCHAIN_TICK_BATCH", TICK_BATCH, 1, 1000, "ticks"),
             tick_slack=_slack(env),
             retention=history_retention(env),
+            web_basic_auth=_basic_auth(env),
+            overdue_limit=_seconds(env, "CRONCHAIN_HEALTH_OVERDUE", 0) or None,
         )
 
 
@@ -213,6 +229,16 @@ def _broker_url(env: Mapping[str, str]) -> str:
             "CRONCHAIN_BROKER_URL", f"must be {accepted}; kombu has no transport {scheme!r}"
         )
     return url
+
+
+def _basic_auth(env: Mapping[str, str]) -> str | None:
+    text = _text(env, "CRONCHAIN_WEB_BASIC_AUTH")
+    if not text:
+        return None
+    user, colon, password = text.partition(":")
+    if not (user and colon and password):  # not echoed: it holds a password
+        raise ConfigError("CRONCHAIN_WEB_BASIC_AUTH", "must be USER:PASSWORD, both non-empty")
+    return text
 
 
 def _imports(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -1,0 +1,199 @@
+"""/metrics and the health checks, computed from real databases (SQLite and PostgreSQL)
+with a fixed clock: what each metric says after real steps of the engine, the checks
+that fail and why, and (PostgreSQL, 10,000 jobs) that every query reads an index."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+from celery import Celery
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduler import watchdog
+from scheduler.api import Scheduler
+from scheduler.engine import Engine
+from scheduler.settings import Settings
+from scheduler.spec import JobSpec
+from scheduler.storage import observed
+from scheduler.web.health import check_health
+from scheduler.web.metrics import DatabaseCollector, registry, render
+from scheduler.workers.runtime import patience_of_a_command
+from tests.conftest import Clock, RecordingPort, deliver_runs
+from tests.services import free_port
+
+pytestmark = pytest.mark.postgres
+INTERVAL = 30.0  # the watchdog's: its grace is 15 s, as the engine fixture's
+
+
+def settings(db: sqlalchemy.Engine, **values: Any) -> Settings:
+    """The settings these tests read: a broker where nothing listens."""
+    return Settings(
+        database_url=db.url.render_as_string(hide_password=False),
+        broker_url=f"redis://127.0.0.1:{free_port()}/0",
+        home=Path("."),
+        watchdog_interval=INTERVAL,
+        **values,
+    )
+
+
+def parsed(text: str) -> dict[tuple[str, tuple[Any, ...]], float]:
+    """The text format as Prometheus reads it: {(name, sorted labels): value}."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            found[s.name, tuple(sorted(s.labels.items()))] = s.value
+    return found
+
+
+def samples(db: sqlalchemy.Engine, clock: Clock) -> dict[tuple[str, tuple[Any, ...]], float]:
+    """One scrape as /metrics renders it, parsed; and the same from prometheus_client's
+    own writer of the collector's families, which must say the same."""
+    scraped = parsed(render(DatabaseCollector(db, settings(db), now=clock)).decode())
+    assert parsed(generate_latest(registry(db, settings(db), now=clock)).decode()) == scraped
+    return scraped
+
+
+def of(job: str) -> tuple[tuple[str, str], ...]:
+    """A job's labels, as ``samples`` keys them."""
+    return (("job", job), ("project", "p"))
+
+
+def deliver_ticks(engine: Engine, port: RecordingPort) -> None:
+    """The ticks sent so far, then the starts they sent (their runs are sent on)."""
+    ticks, port.ticks[:] = list(port.ticks), []
+    for job_id, nonce, _eta in ticks:
+        engine.tick(job_id, nonce)
+    starts, port.starts[:] = list(port.starts), []
+    for invocation_id in starts:
+        engine.runs.start_invocation(invocation_id)
+
+
+def job(name: str, schedule: str = "every 10s", **controls: Any) -> JobSpec:
+    return JobSpec("p", name, schedule, kind="noop", controls=controls)
+
+
+def test_metrics_say_what_the_engine_did(engine: Engine, port: RecordingPort, clock: Clock):
+    start = clock.now
+    Scheduler(engine).apply(
+        [job("ok"), job("held", overlap="buffer_one"), job("off", paused=True)], project="p"
+    )
+    before = samples(engine.db, clock)
+    success = "cronchain_job_last_success_timestamp_seconds"
+    next_tick = "cronchain_job_next_tick_timestamp_seconds"
+    assert before[success, of("ok")] == 0  # never succeeded: 0, not absent
+    assert before["cronchain_job_state", (*of("off"), ("state", "SUSPENDED"))] == 1
+    assert before["cronchain_job_state", (*of("ok"), ("state", "SCHEDULED"))] == 1
+    assert (next_tick, of("off")) not in before  # paused: no tick
+    assert before["cronchain_watchdog_last_pass_timestamp_seconds", ()] == 0
+
+    clock.advance(10)  # both fire; only "ok"'s run is done, "held"'s stays RUNNING
+    deliver_ticks(engine, port)
+    held = [c for c in port.runs if c.job.endswith("held")]
+    port.runs[:] = [c for c in port.runs if c not in held]
+    deliver_runs(engine, port)
+    done_at = clock.now
+    clock.advance(10)  # "held"'s next slot waits for its place (buffer_one)
+    deliver_ticks(engine, port)
+    port.clear()  # the ticks are lost: the watchdog will repair them
+    clock.advance(26)  # 16 s past the ticks' slots: more than the grace (15 s)
+    now = samples(engine.db, clock)
+    assert now[success, of("ok")] == done_at.timestamp()
+    assert now[success, of("held")] == 0
+    assert now[next_tick, of("ok")] == (start + timedelta(seconds=30)).timestamp()
+    assert now["cronchain_runs_waiting", (("reason", "buffered"),)] == 1
+    assert now["cronchain_runs_waiting", (("reason", "backfill"),)] == 0
+    assert now["cronchain_overdue_ticks", ()] == 2
+    assert now["cronchain_overdue_tick_seconds", ()] == 16  # the slot was 16 s ago
+
+    watchdog.sweep(engine, budget=5)
+    after = samples(engine.db, clock)
+    assert after["cronchain_watchdog_last_pass_timestamp_seconds", ()] == clock.now.timestamp()
+    assert after["cronchain_watchdog_repairs_total", (("kind", "ticks"),)] == 2
+    watchdog.sweep(engine, budget=5)  # counts add up; the pass's time moves
+    assert samples(engine.db, clock)["cronchain_watchdog_repairs_total", (("kind", "ticks"),)] == 2
+
+
+def test_health_names_each_check_that_fails(engine: Engine, port: RecordingPort, clock: Clock):
+    """No broker and no workers here: those checks fail with the reason; the database's
+    say what the watchdog and the ticks do, with the clock."""
+    Scheduler(engine).apply([job("a")], project="p")
+    conf = settings(engine.db)
+    app = patience_of_a_command(Celery("cronchain", broker=conf.broker_url))
+    health = check_health(engine.db, app, conf, now=clock)
+    assert not health.ok
+    assert health.failed == ["broker", "watchdog", "control_path", "work_path"]
+    body = health.as_json()["checks"]
+    assert body["database"]["ok"] and body["ticks"]["ok"]
+    assert "never passed" in body["watchdog"]["detail"]
+    assert conf.broker_url.removeprefix("redis://") in body["broker"]["detail"]
+
+    watchdog.sweep(engine, budget=5)  # beat's watchdog passes now
+    clock.advance(10 + 15 + 2 * INTERVAL + 1)  # the tick's slot, its grace, the limit, 1 s
+    checks = check_health(engine.db, app, conf, now=clock).as_json()["checks"]
+    assert "last pass 86 s ago, more than two intervals (60 s)" in checks["watchdog"]["detail"]
+    assert not checks["ticks"]["ok"]
+    assert checks["ticks"]["detail"] == "1 overdue, the oldest 61 s past its grace (more than 60 s)"
+    loose = settings(engine.db, overdue_limit=70.0)
+    assert check_health(engine.db, app, loose, now=clock).as_json()["checks"]["ticks"]["ok"]
+
+
+def test_every_query_reads_an_index(db: sqlalchemy.Engine, clock: Clock):
+    """10,000 jobs and 20,000 runs on PostgreSQL: the plans of the scrape's and the
+    health check's queries never scan the history."""
+    if db.dialect.name != "postgresql":
+        pytest.skip("the plans that matter are PostgreSQL's")
+    with db.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO jobs (project, name, kind, schedule, timezone, spec, revision, enabled,"
+            " paused, state, generation, tick_at, tick_nonce, watchdog_at, invocation_running,"
+            " overruns, active, buffered, created_at, updated_at) SELECT 'p', 'j' || g, 'noop',"
+            " 'every 10s', 'UTC', '{}', 'r', true, false, 'SCHEDULED', 0,"
+            " now() + g * interval '1 s', g, now() + g * interval '1 s', false, 0, 0, 0, now(),"
+            " now() FROM generate_series(1, 10000) g"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO invocations (job_id, slot, revision, status, attempt, created_at,"
+            " started_at, finished_at, backfill, filed_at) SELECT j.id, now() - s * interval"
+            " '10 s', 'r', 'SUCCEEDED', 1, now(), now(), now(), false, now() - s * interval"
+            " '10 s' FROM jobs j, generate_series(1, 2) s"
+        )
+        conn.exec_driver_sql("ANALYZE")
+    statements = _statements(db, clock)
+    assert set(statements) == {"overdue_ticks", "waiting_by_reason", "watchdog_passes"}
+    with db.connect() as conn:
+        # Partitions that hold rows (the planner rightly scans an empty one whole).
+        query = "SELECT DISTINCT tableoid::regclass::text FROM invocations"
+        filled = [name for (name,) in conn.exec_driver_sql(query)]
+        assert filled
+        for name, (statement, parameters) in statements.items():
+            plan = "\n".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN {statement}", parameters))
+            scanned = {*re.findall(r"Seq Scan on (\w+)", plan)}
+            assert not scanned & {"jobs", "invocations", *filled}, (name, plan)
+            assert "Index" in plan or name == "watchdog_passes", (name, plan)  # one row
+
+
+def _statements(db: sqlalchemy.Engine, clock: Clock) -> dict[str, tuple[str, Any]]:
+    """The SQL and parameters of each query the health check and a scrape run but the
+    one that lists every job (that one reads the registry whole, by design)."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, parameters))
+
+    found = {}
+    with db.connect() as conn:
+        sqlalchemy.event.listen(conn, "before_cursor_execute", record)
+        for name, query in (
+            ("overdue_ticks", lambda: observed.overdue_ticks(conn, clock.now)),
+            ("waiting_by_reason", lambda: observed.waiting_by_reason(conn)),
+            ("watchdog_passes", lambda: observed.watchdog_passes(conn)),
+        ):
+            query()
+            found[name] = seen.pop()
+    return found
