@@ -1,0 +1,137 @@
+"""``cronchain serve`` as an operator runs it: a real process on PostgreSQL and a private
+Redis, asked over HTTP. Unhealthy (503, and ``cronchain health`` exits 1) with no worker
+and no beat, healthy once they run; /metrics parsed as Prometheus parses it; the pages
+ask for credentials when they are set; and no listening beyond loopback without them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.harness import ROOT, Cluster, wait_until
+from tests.services import RedisServer, free_port, redis_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+CREDENTIALS = "admin:s3cret"
+JOBS = "project: web\njobs:\n" + "".join(
+    f"  - name: j{i}\n    schedule: every 1s\n    noop: {{}}\n" for i in range(3)
+)
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with redis_server(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster]:
+    c = Cluster.create(tmp_path, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_BROKER_URL=redis.url)
+    yield c
+    c.stop_all()
+
+
+def get(url: str, auth: str | None = None) -> tuple[int, str]:
+    """Status and body of a GET, whatever the status."""
+    request = urllib.request.Request(url)
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""  # not listening yet
+
+
+def metrics(base: str) -> dict[tuple[str, tuple[Any, ...]], float]:
+    status, text = get(f"{base}/metrics")
+    assert status == 200, text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def health(cluster: Cluster) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", "health", "--json"],
+        env=cluster.env,
+        cwd=cluster.folder,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Cluster):
+    cluster.cronchain("db", "upgrade")
+    (cluster.folder / "jobs.yaml").write_text(JOBS)
+    cluster.cronchain("apply", "jobs.yaml")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cluster.start(
+        "serve",
+        *(sys.executable, "-m", "scheduler.cli", "serve", "--port", str(port)),
+        *("--basic-auth", CREDENTIALS),
+    )
+    status, body = wait_until(lambda: (r := get(f"{base}/healthz"))[0] and r, 30, "serve")
+    assert status == 503, body
+    assert {"watchdog", "control_path", "work_path"} <= set(json.loads(body)["failed"])
+    code, report = health(cluster)
+    assert code == 1 and not report["checks"]["work_path"]["ok"], report
+    assert "no worker consumes queue cronchain.work" in report["checks"]["work_path"]["detail"]
+
+    found = metrics(base)
+    for i in range(3):
+        job = (("job", f"j{i}"), ("project", "web"))
+        assert found["cronchain_job_last_success_timestamp_seconds", job] == 0
+        assert found["cronchain_job_state", (*job, ("state", "SCHEDULED"))] == 1
+        assert found["cronchain_job_next_tick_timestamp_seconds", job] > 0
+    assert found["cronchain_watchdog_last_pass_timestamp_seconds", ()] == 0
+
+    assert get(f"{base}/")[0] == 401  # the page asks; /metrics and /healthz did not
+    assert get(f"{base}/", "admin:wrong")[0] == 401
+    status, page = get(f"{base}/", CREDENTIALS)
+    assert status == 200 and "web/j2" in page
+
+    cluster.start_worker()
+    cluster.start_work_worker()
+    cluster.start_beat()
+    status, body = wait_until(lambda: (r := get(f"{base}/healthz"))[0] == 200 and r, 60, "health")
+    assert json.loads(body)["ok"]
+    assert health(cluster)[0] == 0
+    found = metrics(base)
+    assert found["cronchain_watchdog_last_pass_timestamp_seconds", ()] > 0
+    succeeded = [
+        v for (name, _), v in found.items() if name.startswith("cronchain_job_last_success")
+    ]
+    assert len(succeeded) == 3 and all(v > 0 for v in succeeded)
+
+
+def test_serve_refuses_other_addresses_without_credentials(tmp_path: Path):
+    """Checked before anything connects: no database or broker is needed to refuse."""
+    done = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", "serve", "--host", "0.0.0.0"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "CRONCHAIN_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("cronchain: --host: 0.0.0.0 is not a loopback address")
+    assert "--basic-auth" in done.stderr and "CRONCHAIN_WEB_BASIC_AUTH" in done.stderr
