@@ -1,6 +1,7 @@
 """docker-compose.yml runs the same commands the README and the tests use: the two paths'
 workers (the work path's on its queue and threads, as scheduler.settings defaults them),
-beat and Flower, after a one-shot migration."""
+beat, Flower and cronchain serve, after a one-shot migration; every long-running
+service has a health check."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from scheduler.settings import WORK_CONCURRENCY, Settings
+from scheduler.web import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,7 +18,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_compose_describes_the_production_topology():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "worker", "work", "beat", "flower"}
+    assert set(services) == {
+        "postgres",
+        "redis",
+        "migrate",
+        "worker",
+        "work",
+        "beat",
+        "flower",
+        "web",
+    }
     commands = {name: " ".join(s.get("command", [])) for name, s in services.items()}
     assert commands["migrate"] == "cronchain db upgrade"
     assert commands["worker"].startswith("celery -A tasks worker")
@@ -27,12 +38,14 @@ def test_compose_describes_the_production_topology():
     assert commands["work"] == work
     assert commands["beat"].startswith("celery -A tasks beat")
     assert commands["flower"].startswith("celery -A tasks flower --basic-auth=")
+    assert commands["web"] == "cronchain serve --host 0.0.0.0 --port 8080"
     readme = (ROOT / "README.md").read_text()
     for command in (
         "cronchain db upgrade",
         "celery -A tasks worker",
         "celery -A tasks beat",
         "celery -A tasks flower --basic-auth",
+        "cronchain serve --host 0.0.0.0",
         work,
     ):
         assert command in readme
@@ -43,3 +56,26 @@ def test_compose_describes_the_production_topology():
         assert services[name]["depends_on"] == {
             "migrate": {"condition": "service_completed_successfully"}
         }
+
+
+def test_every_service_has_a_health_check_and_web_its_credentials():
+    """A one-shot migration aside, each service says when it is healthy, with a command
+    that exists: Celery's ping for the workers (named as Celery names them), cronchain's
+    own watchdog check for beat. ``web`` listens beyond loopback, so its credentials are
+    required, as Flower's password is."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    checked = {name for name, s in services.items() if "healthcheck" in s}
+    assert checked == set(services) - {"migrate"}
+    tests = {name: " ".join(services[name]["healthcheck"]["test"][1:]) for name in checked}
+    assert tests["redis"] == "redis-cli ping"
+    for worker in ("worker", "work"):
+        assert tests[worker].startswith("celery -A tasks inspect ping")
+        assert tests[worker].endswith("-d celery@$$HOSTNAME")  # $$: compose's escape
+    beat = services["beat"]["healthcheck"]["test"]
+    assert beat[1:4] == ["cronchain", "health", "--check"] and beat[4] in CHECKS
+    assert "/healthcheck" in tests["flower"] and "/metrics" in tests["web"]
+    web = services["web"]
+    assert web["environment"]["CRONCHAIN_WEB_BASIC_AUTH"].startswith("${CRONCHAIN_WEB_BASIC_AUTH:?")
+    for name in ("CRONCHAIN_DATABASE_URL", "CRONCHAIN_BROKER_URL"):  # the others' settings
+        assert web["environment"][name] == services["worker"]["environment"][name]
+    assert web["ports"] == ["8080:8080"]
