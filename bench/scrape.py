@@ -1,0 +1,119 @@
+"""A Prometheus scrape of ``cronchain serve``'s /metrics at 10,000 jobs (issue 17: under
+200 ms, reading indexes only).
+
+    python -m bench.scrape [--jobs 10000] [--scrapes 50] [--history 10]
+
+A fresh PostgreSQL database gets the jobs through a bulk apply (one file of no-op jobs,
+as ``cronchain apply`` writes it), ``--history`` finished runs per job (so that the
+history is there to be avoided) and a last success on every job. A real ``cronchain
+serve`` process answers; the scrapes are real HTTP requests, one after another. Figures:
+the scrape's wall time p50/p99/max, its size, and the time of one in-process render
+(the database's part and the text format's, without HTTP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import timedelta
+
+from bench.common import database, figure, job_specs, percentile
+from scheduler.api import Scheduler
+from scheduler.engine import Engine
+from scheduler.invokers import default_invokers
+from scheduler.settings import Settings
+from scheduler.spec import JobSpec
+from scheduler.web.metrics import DatabaseCollector, render
+from tests.conftest import RecordingPort
+from tests.e2e.harness import ROOT, wait_until
+from tests.services import free_port
+
+NAME = "scrape"
+
+
+def main() -> None:
+    args = _arguments()
+    with database() as (url, db), tempfile.TemporaryDirectory() as folder:
+        engine = Engine(db, RecordingPort(), default_invokers(), grace=timedelta(seconds=15))
+        specs = [JobSpec.from_dict("bench", entry) for entry in job_specs(args.jobs, period=60)]
+        Scheduler(engine).apply(specs, project="bench")
+        _history(db, args.history)
+        figure(NAME, "jobs", args.jobs)
+        settings = Settings.from_env({"CRONCHAIN_DATABASE_URL": url})
+        collector = DatabaseCollector(db, settings)
+        render(collector)  # the first: connection opened, statements compiled
+        started = time.perf_counter()
+        render(collector)
+        figure(NAME, "render_in_process", (time.perf_counter() - started) * 1000, "ms")
+        port = free_port()
+        env = dict(os.environ, CRONCHAIN_DATABASE_URL=url, PYTHONPATH=str(ROOT))
+        server = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.cli", "serve", "--port", str(port)],
+            env=env,
+            cwd=folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _scrapes(f"http://127.0.0.1:{port}/metrics", args.scrapes)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def _history(db, runs_per_job: int) -> None:  # type: ignore[no-untyped-def]
+    """Finished runs for every job, over the last days, and a last success on each."""
+    with db.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO invocations (job_id, slot, revision, status, attempt, created_at,"
+            " started_at, finished_at, backfill, filed_at) SELECT j.id, date_trunc('minute',"
+            " now()) - s * interval '1 hour', j.revision, 'SUCCEEDED', 1, now(), now(), now(),"
+            " false, date_trunc('minute', now()) - s * interval '1 hour' FROM jobs j,"
+            f" generate_series(1, {runs_per_job}) s"
+        )
+        conn.exec_driver_sql("UPDATE jobs SET last_success_at = now() - interval '1 minute'")
+    with db.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")
+
+
+def _scrapes(url: str, count: int) -> None:
+    def get() -> bytes:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.read()
+
+    wait_until(lambda: _answers(url), 60, "cronchain serve")
+    get()  # the first: connections opened, templates and code warmed
+    times, size = [], 0
+    for _ in range(count):
+        started = time.perf_counter()
+        size = len(get())
+        times.append((time.perf_counter() - started) * 1000)
+    figure(NAME, "bytes", size)
+    figure(NAME, "p50", percentile(times, 0.5), "ms")
+    figure(NAME, "p99", percentile(times, 0.99), "ms")
+    figure(NAME, "max", max(times), "ms")
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=30):
+            return True
+    except OSError:
+        return False
+
+
+def _arguments() -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.scrape", description=__doc__)
+    p.add_argument("--jobs", type=int, default=10_000)
+    p.add_argument("--scrapes", type=int, default=50)
+    p.add_argument("--history", type=int, default=10, help="finished runs per job")
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
