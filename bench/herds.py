@@ -34,12 +34,17 @@ from scheduler.storage.models import invocations
 class Observed:
     """One herd as a system recorded it: the distinct fires recorded, how many of them
     started, the start of the last one (seconds since the epoch), and fires recorded
-    more than once (the baselines only: cronchain's (job, slot) key forbids them)."""
+    more than once (the baselines only: cronchain's (job, slot) key forbids them). For
+    cronchain also when the control path inserted the herd's last run, and when the last
+    outcome was recorded: the drain split between the paths, and the outcomes' share of
+    the work, which the drain (to the last start) does not see."""
 
     recorded: int
     started: int
     last_start: float | None
     duplicates: int = 0
+    last_fed: float | None = None  # cronchain: the last run's insert by the control path
+    last_finished: float | None = None  # cronchain: the last outcome, once all are in
 
 
 def herd_members(jobs: int, period: float, step: float) -> dict[int, list[int]]:
@@ -126,11 +131,13 @@ class HerdTally:
     duplicate: int
     unstarted: int
     drains: list[float]
+    fed: list[float]  # cronchain: slot to the last run's insert, per complete herd
+    finished: list[float]  # cronchain: slot to the last outcome (inf: one never came)
 
     @classmethod
     def of(cls, expected: dict[int, int], observed: dict[int, Observed]) -> HerdTally:
         incomplete = missing = duplicate = unstarted = 0
-        drains = []
+        drains, fed, finished = [], [], []
         for slot, size in sorted(expected.items()):
             seen = observed.get(slot, Observed(0, 0, None))
             missing += max(0, size - seen.recorded)
@@ -138,10 +145,14 @@ class HerdTally:
             unstarted += seen.recorded - seen.started
             if complete(size, seen) and seen.last_start is not None:
                 drains.append(seen.last_start - slot / 1000)
+                if seen.last_fed is not None:
+                    fed.append(seen.last_fed - slot / 1000)
+                    ended = seen.last_finished
+                    finished.append(math.inf if ended is None else ended - slot / 1000)
             else:
                 incomplete += 1
                 drains.append(math.inf)
-        return cls(len(expected), incomplete, missing, duplicate, unstarted, drains)
+        return cls(len(expected), incomplete, missing, duplicate, unstarted, drains, fed, finished)
 
     @property
     def every_fire_recorded(self) -> bool:
@@ -163,6 +174,9 @@ class HerdTally:
         figure(bench, "runs_unstarted", self.unstarted)
         for tag in ("min", "p50", "max"):
             figure(bench, f"drain_{tag}", self.drain(tag) * 1000, "ms")
+        if self.fed:  # cronchain: where the drain went, and the outcomes after it
+            figure(bench, "fed_max", max(self.fed) * 1000, "ms")
+            figure(bench, "finished_max", max(self.finished) * 1000, "ms")
 
 
 def print_comparison(bench: str, tallies: dict[str, HerdTally]) -> None:
@@ -187,20 +201,31 @@ def print_comparison(bench: str, tallies: dict[str, HerdTally]) -> None:
 
 def cronchain_herds(db: sqlalchemy.Engine, start: float, end: float) -> dict[int, Observed]:
     """The herds in ``[start, end)`` as cronchain recorded them: the invocations of each
-    slot, those a work-path worker claimed (started), and the last claim."""
+    slot, those a work-path worker claimed (started), the last claim, the last insert,
+    and the last outcome (None until every run has one)."""
     slot, started = invocations.c.slot, invocations.c.worker.isnot(None)
+    finished = invocations.c.finished_at
     query = (
         select(
             slot,
             func.count(),
             func.count().filter(started),
             func.max(invocations.c.started_at).filter(started),
+            func.max(invocations.c.created_at),
+            func.max(finished),
+            func.count(finished),
         )
         .where(slot >= datetime.fromtimestamp(start, UTC), slot < datetime.fromtimestamp(end, UTC))
         .group_by(slot)
     )
     with db.connect() as conn:
         return {
-            round(at.timestamp() * 1000): Observed(n, s, last.timestamp() if last else None)
-            for at, n, s, last in conn.execute(query)
+            round(at.timestamp() * 1000): Observed(
+                n,
+                s,
+                last.timestamp() if last else None,
+                last_fed=fed.timestamp(),
+                last_finished=done.timestamp() if done and ended == n else None,
+            )
+            for at, n, s, last, fed, done, ended in conn.execute(query)
         }

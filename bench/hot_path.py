@@ -16,6 +16,11 @@ Figures, for each path and for both: engine CPU and wall time per fire, database
 transactions per fire (PostgreSQL's count: a new connection is one more), and connections
 the engine's pool opened per fire. ``--profile`` prints pyinstrument's profile of each
 path's part of the rounds (``pip install -e .[bench]``).
+
+``--counters both`` measures the cost of /metrics' counters (migration 0008's triggers
+on ``invocations``): the rounds alternate between the triggers enabled and disabled on
+the same database, and each arm prints its figures (``counters=on``, ``counters=off``)
+and ``counters_wall_ratio``, on over off, for both paths together.
 """
 
 from __future__ import annotations
@@ -134,11 +139,54 @@ def rounds(engine: Engine, port: RecordingPort, clock: Clock, n: int, costs: dic
     return fires
 
 
+# Migration 0008's triggers: the counters of /metrics.
+COUNTER_TRIGGERS = (
+    "invocations_count_ended_new",
+    "invocations_count_ended",
+    "invocations_count_lag",
+)
+
+
+def counting(db: Any, on: bool) -> None:
+    """Enable or disable the counters' triggers (on every partition)."""
+    with db.begin() as conn:
+        for trigger in COUNTER_TRIGGERS:
+            verb = "ENABLE" if on else "DISABLE"
+            conn.exec_driver_sql(f"ALTER TABLE invocations {verb} TRIGGER {trigger}")
+
+
+def print_costs(name: str, costs: dict[str, Cost], fires: int) -> float:
+    """Each path's figures, and both together; returns both paths' wall time per fire."""
+    costs["both"] = Cost(
+        sum(c.cpu for c in costs.values()),
+        sum(c.wall for c in costs.values()),
+        sum(c.transactions for c in costs.values()),
+        sum(c.connections for c in costs.values()),
+    )
+    for path, cost in costs.items():
+        prefix = "" if path == "both" else f"{path}_"
+        figure(name, f"{prefix}engine_cpu_per_fire", cost.cpu / fires * 1000, "ms")
+        figure(name, f"{prefix}wall_per_fire", cost.wall / fires * 1000, "ms")
+        figure(name, f"{prefix}transactions_per_fire", cost.transactions / fires)
+        figure(name, f"{prefix}connections_per_fire", cost.connections / fires)
+    for path, cost in costs.items():
+        if cost.profiler is not None:
+            print(f"--- {path} path ---")
+            print(cost.profiler.output_text(unicode=False, color=False, show_all=False))
+    return costs["both"].wall / fires
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.hot_path", description=__doc__)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--counters",
+        choices=("on", "both"),
+        default="on",
+        help="both: alternate rounds with /metrics' counters (triggers) on and off",
+    )
     parser.add_argument(
         "--history-months",
         type=int,
@@ -161,29 +209,26 @@ def main(argv: list[str] | None = None) -> None:
         empty = Cost()
         empty.add(db, lambda: None)
         overhead = (empty.transactions, empty.connections)
-        costs = {path: Cost(overhead=overhead) for path in ("control", "work")}
+        arms = ["on", "off"] if args.counters == "both" else ["on"]
+        costs = {arm: {p: Cost(overhead=overhead) for p in ("control", "work")} for arm in arms}
         if args.profile:
             from pyinstrument import Profiler
 
-            for cost in costs.values():
-                cost.profiler = Profiler()
-        fires = rounds(engine, port, clock, args.rounds, costs)
-        costs["both"] = Cost(
-            sum(c.cpu for c in costs.values()),
-            sum(c.wall for c in costs.values()),
-            sum(c.transactions for c in costs.values()),
-            sum(c.connections for c in costs.values()),
-        )
-        for path, cost in costs.items():
-            prefix = "" if path == "both" else f"{path}_"
-            figure(name, f"{prefix}engine_cpu_per_fire", cost.cpu / fires * 1000, "ms")
-            figure(name, f"{prefix}wall_per_fire", cost.wall / fires * 1000, "ms")
-            figure(name, f"{prefix}transactions_per_fire", cost.transactions / fires)
-            figure(name, f"{prefix}connections_per_fire", cost.connections / fires)
-        for path, cost in costs.items():
-            if cost.profiler is not None:
-                print(f"--- {path} path ---")
-                print(cost.profiler.output_text(unicode=False, color=False, show_all=False))
+            for arm in costs.values():
+                for cost in arm.values():
+                    cost.profiler = Profiler()
+        fires = dict.fromkeys(arms, 0)
+        for _ in range(args.rounds):  # the arms alternate, so that drift hits both alike
+            for arm in arms:
+                if len(arms) > 1:
+                    counting(db, arm == "on")
+                fires[arm] += rounds(engine, port, clock, 1, costs[arm])
+        walls = {}
+        for arm in arms:
+            label = name if len(arms) == 1 else f"{name[:-1]},counters={arm}]"
+            walls[arm] = print_costs(label, costs[arm], fires[arm])
+        if len(arms) > 1:
+            figure(name, "counters_wall_ratio", walls["on"] / walls["off"])
 
 
 if __name__ == "__main__":

@@ -88,12 +88,14 @@ def sweep(
 
 def record_pass(engine: Engine, report: WatchdogReport) -> None:
     """The pass's time and repairs, for /metrics and the health check, which tell from
-    it that beat and the watchdog still run. A failure to write them (the database went
-    away since the repairs) is logged: the repairs are done, and it is the next pass's."""
+    it that beat and the watchdog still run; and the counters of exited backends folded
+    (``observed.fold_counters``). A failure to write them (the database went away since
+    the repairs) is logged: the repairs are done, and it is the next pass's."""
     repairs = {kind: getattr(report, kind) for kind in REPAIRS}
     try:
         with write_transaction(engine.db) as conn:
             observed.record_watchdog_pass(conn, engine.clock(), repairs)
+            observed.fold_counters(conn)
     except Exception:
         log.exception("the watchdog's pass could not be recorded; the next pass tries again")
 

@@ -257,3 +257,27 @@ watchdog = Table(
     *(Column(kind, BigInteger, nullable=False) for kind in REPAIRS),
     CheckConstraint("id = 1", name="one_row"),
 )
+
+# Runs that ended, by status and reason, and the fire lag of slots as they are claimed:
+# counted by triggers on ``invocations`` (migration 0008 says how and why), in rows of
+# one PostgreSQL backend each (``shard``), summed by /metrics. ``reason`` is '' for none.
+slot_outcomes = Table(
+    "slot_outcomes",
+    metadata,
+    Column("status", String(16), primary_key=True),
+    Column("reason", Text, primary_key=True),
+    Column("shard", Integer, primary_key=True),
+    Column("count", BigInteger, nullable=False),
+)
+
+# The histogram's upper bounds in seconds (``le``), as migration 0008's trigger writes
+# them; a lag above the last is counted in "+Inf".
+FIRE_LAG_BUCKETS = ("0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "300", "900")
+fire_lags = Table(
+    "fire_lags",
+    metadata,
+    Column("le", String(8), primary_key=True),
+    Column("shard", Integer, primary_key=True),
+    Column("count", BigInteger, nullable=False),
+    Column("seconds", Float, nullable=False),
+)

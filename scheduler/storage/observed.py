@@ -19,7 +19,15 @@ from sqlalchemy import ColumnElement, Connection, case, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from scheduler.storage.models import REPAIRS, invocations, jobs, watchdog
+from scheduler.storage.models import (
+    FIRE_LAG_BUCKETS,
+    REPAIRS,
+    fire_lags,
+    invocations,
+    jobs,
+    slot_outcomes,
+    watchdog,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,19 @@ class WatchdogPasses:
 
     passed_at: datetime | None
     repairs: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class FireLags:
+    """The fire-lag histogram: runs claimed with a lag at most each bound (cumulative,
+    ``FIRE_LAG_BUCKETS`` then "+Inf"), and the lags' sum in seconds."""
+
+    buckets: list[tuple[str, int]]
+    seconds: float
+
+    @property
+    def count(self) -> int:
+        return self.buckets[-1][1]
 
 
 @dataclass(frozen=True)
@@ -130,3 +151,58 @@ def record_watchdog_pass(conn: Connection, now: datetime, repairs: Mapping[str, 
     conn.execute(
         statement.on_conflict_do_update(index_elements=["id"], set_={"passed_at": later, **added})
     )
+
+
+def slots_by_outcome(conn: Connection) -> dict[tuple[str, str], int]:
+    """Runs ended so far, by (status, reason), from the counters the triggers of
+    migration 0008 keep: a few rows per backend, never the history."""
+    query = select(slot_outcomes.c.status, slot_outcomes.c.reason, func.sum(slot_outcomes.c.count))
+    grouped = query.group_by(slot_outcomes.c.status, slot_outcomes.c.reason)
+    return {(status, reason): int(count) for status, reason, count in conn.execute(grouped)}
+
+
+def fire_lag_histogram(conn: Connection) -> FireLags:
+    """The fire-lag histogram from the counters the triggers of migration 0008 keep."""
+    query = select(fire_lags.c.le, func.sum(fire_lags.c.count), func.sum(fire_lags.c.seconds))
+    found = {le: (int(n), float(s)) for le, n, s in conn.execute(query.group_by(fire_lags.c.le))}
+    buckets, running = [], 0
+    for le in (*FIRE_LAG_BUCKETS, "+Inf"):
+        running += found.get(le, (0, 0.0))[0]
+        buckets.append((le, running))
+    return FireLags(buckets, sum(seconds for _, seconds in found.values()))
+
+
+# Counter rows of PostgreSQL backends that have exited, folded into shard 0 (no backend
+# has process id 0), so that the tables stay as small as the live backends make them.
+_FOLD = """
+WITH gone AS (
+    DELETE FROM {table} WHERE shard <> 0
+    AND shard NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)
+    RETURNING {keys}, {values}
+)
+INSERT INTO {table} AS t ({keys}, shard, {values})
+SELECT {keys}, 0, {sums} FROM gone GROUP BY {keys}
+ON CONFLICT ({keys}, shard) DO UPDATE SET {added}
+"""
+_COUNTERS = {
+    "slot_outcomes": (("status", "reason"), ("count",)),
+    "fire_lags": (("le",), ("count", "seconds")),
+}
+
+
+def fold_counters(conn: Connection) -> None:
+    """Fold the counter rows of exited backends into shard 0 (PostgreSQL; SQLite counts
+    in shard 0 alone). A backend that starts meanwhile with a folded row's process id
+    writes a row anew, or its update is folded too: no count is lost or counted twice."""
+    if conn.dialect.name != "postgresql":
+        return
+    for table, (keys, values) in _COUNTERS.items():
+        conn.exec_driver_sql(
+            _FOLD.format(
+                table=table,
+                keys=", ".join(keys),
+                values=", ".join(values),
+                sums=", ".join(f"sum({v})" for v in values),
+                added=", ".join(f"{v} = t.{v} + excluded.{v}" for v in values),
+            )
+        )

@@ -14,7 +14,9 @@ Per job (labels ``project``, ``job``):
 - ``cronchain_job_state``: 1, with the job's state as the ``state`` label (DISABLED,
   SCHEDULED, SUSPENDED, QUEUED, RUNNING, OVERRUN): one series per job, not one per state.
 
-Overall: ``cronchain_watchdog_last_pass_timestamp_seconds``,
+Overall: ``cronchain_slots_total{outcome,reason}`` (runs ended),
+``cronchain_fire_lag_seconds`` (a histogram of claim minus slot), both counted by
+triggers as runs end and start (migration 0008), ``cronchain_watchdog_last_pass_timestamp_seconds``,
 ``cronchain_watchdog_repairs_total{kind}``, ``cronchain_overdue_ticks``,
 ``cronchain_overdue_tick_seconds`` and ``cronchain_runs_waiting{reason}``.
 
@@ -32,7 +34,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from prometheus_client import generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import Engine
 
@@ -43,6 +50,8 @@ from scheduler.storage.models import JOB_STATES
 # The reasons a WAITING run has today, reported at 0 when none waits, so that a rate or
 # an alert on them has a series to read.
 WAITING_REASONS = ("buffered", "backfill")
+# Outcomes reported at 0 before any run had them, for the same reason.
+OUTCOMES = (("SUCCEEDED", ""), ("FAILED", ""))
 JOB = ("project", "job")
 JOB_FAMILIES = (  # name, help; each a gauge
     (
@@ -62,6 +71,8 @@ class Observed:
     passes: observed.WatchdogPasses
     overdue: observed.Overdue
     waiting: dict[str, int]
+    slots: dict[tuple[str, str], int]
+    lags: observed.FireLags
     now: datetime
 
 
@@ -83,6 +94,8 @@ class DatabaseCollector(Collector):
                 passes=observed.watchdog_passes(conn),
                 overdue=observed.overdue_ticks(conn, now - self.settings.watchdog_grace),
                 waiting=observed.waiting_by_reason(conn),
+                slots=observed.slots_by_outcome(conn),
+                lags=observed.fire_lag_histogram(conn),
                 now=now,
             )
 
@@ -156,6 +169,20 @@ def _job_metrics(
 
 def _overall_metrics(seen: Observed) -> Iterator[Metric]:
     passes, overdue = seen.passes, seen.overdue
+    slots = CounterMetricFamily(
+        "cronchain_slots",
+        "Runs ended (a slot's, or a triggered run), by outcome and reason ('' for none)",
+        labels=["outcome", "reason"],
+    )
+    for (outcome, reason), count in sorted((dict.fromkeys(OUTCOMES, 0) | seen.slots).items()):
+        slots.add_metric([outcome, reason], count)
+    yield slots
+    yield HistogramMetricFamily(
+        "cronchain_fire_lag_seconds",
+        "Slots' first attempts, by the time from the slot to a worker's claim",
+        buckets=seen.lags.buckets,
+        sum_value=seen.lags.seconds,
+    )
     yield GaugeMetricFamily(
         "cronchain_watchdog_last_pass_timestamp_seconds",
         "When the watchdog's newest pass ended (0: never)",

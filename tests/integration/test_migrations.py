@@ -61,6 +61,7 @@ def tables(engine: sqlalchemy.Engine) -> set[str]:
 
 def declared_tables(engine: sqlalchemy.Engine) -> set[str]:
     names = {"jobs", "invocations", "job_changes", "revokes", "invocation_days", "watchdog"}
+    names |= {"slot_outcomes", "fire_lags"}
     return names | ({"invocation_triggers"} if engine.dialect.name == "postgresql" else set())
 
 
@@ -263,3 +264,40 @@ def test_0007_finds_each_jobs_last_success_and_keeps_it(db: sqlalchemy.Engine):
             {"trigger": "d2", "status": "SUCCEEDED", "at": "2026-01-01 00:09:30+00"},
         )  # not a new success (already SUCCEEDED): the trigger leaves it
     assert _last_success(db) == {**expected, "run": "2026-01-01 00:09:00"}
+
+
+def test_0008_counts_the_runs_that_end_from_the_upgrade_on(db: sqlalchemy.Engine):
+    """Runs ended before the upgrade are not counted (the counters start there); each
+    run that ends after it is, once; down again, ending a run counts nothing and fails
+    nothing; up again, counting starts afresh."""
+    finish = (
+        "UPDATE invocations SET status = :status, finished_at = '2026-01-01 00:02:00+00',"
+        " deadline = NULL WHERE trigger_id = :trigger"
+    )
+
+    def end(conn: sqlalchemy.Connection, trigger: str, status: str) -> None:
+        conn.execute(sqlalchemy.text(finish), {"trigger": trigger, "status": status})
+
+    def counted() -> dict[str, int]:
+        with db.connect() as conn:
+            query = "SELECT status, sum(count) FROM slot_outcomes GROUP BY status"
+            return {status: int(n) for status, n in conn.exec_driver_sql(query)}
+
+    downgrade(db, "0007")
+    with db.begin() as conn:
+        job = _insert_job(conn, "j")
+        for trigger in ("before", "after", "twice", "down"):
+            _insert_run(conn, job, trigger)
+        end(conn, "before", "FAILED")
+    upgrade(db)
+    assert counted() == {}
+    with db.begin() as conn:
+        end(conn, "after", "SUCCEEDED")
+        end(conn, "twice", "FAILED")
+        end(conn, "twice", "FAILED")  # already ended: not counted again
+    assert counted() == {"SUCCEEDED": 1, "FAILED": 1}
+    downgrade(db, "0007")
+    with db.begin() as conn:
+        end(conn, "down", "ABORTED")
+    upgrade(db)
+    assert counted() == {}

@@ -120,6 +120,101 @@ def test_metrics_say_what_the_engine_did(engine: Engine, port: RecordingPort, cl
     assert samples(engine.db, clock)["cronchain_watchdog_repairs_total", (("kind", "ticks"),)] == 2
 
 
+def test_each_run_that_ends_and_each_first_claim_is_counted_once(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    """The counters of migration 0008's triggers say what the history says, whatever
+    path ended the run: an outcome recorded, a skip inserted by the tick, an abort, a
+    triggered run, a backfill. The lag is counted at the first claim of a slot's first
+    attempt only: not a backfill's, not a triggered run's, not a retry's."""
+    scheduler = Scheduler(engine)
+    retried = {"retries": {"max_attempts": 2, "backoff": 1, "jitter": 0}}
+    scheduler.apply(
+        [
+            job("ok"),
+            JobSpec("p", "bad", "every 10s", kind="noop", options={"fail": True}, controls=retried),
+            job("slow", overlap="skip"),
+            job("manual", "triggered"),
+        ],
+        project="p",
+    )
+    clock.advance(10)  # the first slot: claimed 3 s after it ("slow"'s never)
+    deliver_ticks(engine, port)
+    slow = [c for c in port.runs if c.job.endswith("slow")]
+    port.runs[:] = [c for c in port.runs if c not in slow]
+    clock.advance(3)
+    deliver_runs(engine, port)  # "ok" succeeds; "bad"'s first attempt fails
+    clock.advance(2)
+    deliver_ticks(engine, port)  # "bad"'s second attempt, which fails for good
+    deliver_runs(engine, port)
+    scheduler.pause("p/ok")
+    scheduler.pause("p/bad")
+    clock.advance(5)  # the second slot: "slow" still runs its first, and skips this one
+    deliver_ticks(engine, port)
+    scheduler.abort("p/slow")
+    scheduler.trigger("p/manual")
+    deliver_runs(engine, port)
+    scheduler.backfill("p/ok", clock.now - timedelta(seconds=60), clock.now - timedelta(seconds=50))
+    deliver_ticks(engine, port)
+    deliver_runs(engine, port)
+
+    with engine.db.connect() as conn:
+        history = conn.exec_driver_sql(
+            "SELECT status, COALESCE(reason, ''), count(*) FROM invocations"
+            " WHERE status IN ('SUCCEEDED', 'FAILED', 'ABORTED', 'SKIPPED')"
+            " GROUP BY status, COALESCE(reason, '')"
+        )
+        ended = {(status, reason): count for status, reason, count in history}
+    assert ended == {
+        ("SUCCEEDED", ""): 3,  # "ok"'s slot, the triggered run, a backfilled slot
+        ("FAILED", ""): 1,  # "bad"'s slot, once, after two attempts
+        ("SKIPPED", "overlap"): 1,
+        ("ABORTED", "aborted"): 1,
+    }
+    found = samples(engine.db, clock)
+    slots = {
+        (dict(labels)["outcome"], dict(labels)["reason"]): value
+        for (name, labels), value in found.items()
+        if name == "cronchain_slots_total"
+    }
+    assert slots == ended
+    lags = "cronchain_fire_lag_seconds"
+    assert found[lags + "_count", ()] == 2  # "ok"'s and "bad"'s first slot, 3 s late
+    assert found[lags + "_sum", ()] == pytest.approx(6.0, abs=1e-3)  # SQLite: julianday
+    assert found[lags + "_bucket", (("le", "2.5"),)] == 0
+    assert found[lags + "_bucket", (("le", "5"),)] == 2
+    assert found[lags + "_bucket", (("le", "+Inf"),)] == 2
+
+
+def test_counters_of_exited_backends_fold_into_one_row(pg_url: str):
+    """The watchdog folds the counter rows of PostgreSQL backends gone into shard 0:
+    the sums /metrics reads do not change, and the live backends' rows stay."""
+    db = make_engine(pg_url)
+    with db.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO slot_outcomes (status, reason, shard, count) VALUES"
+            " ('FAILED', '', 0, 5), ('FAILED', '', -1, 2), ('FAILED', '', -2, 1),"
+            " ('SKIPPED', 'overlap', -1, 4), ('SUCCEEDED', '', pg_backend_pid(), 7)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO fire_lags (le, shard, count, seconds) VALUES"
+            " ('1', -1, 3, 1.5), ('1', -2, 1, 0.25), ('+Inf', -1, 1, 1200.0)"
+        )
+    with db.connect() as conn:
+        before = observed.slots_by_outcome(conn), observed.fire_lag_histogram(conn)
+    with db.begin() as conn:
+        live = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        observed.fold_counters(conn)
+        shards = conn.exec_driver_sql("SELECT DISTINCT shard FROM slot_outcomes").scalars()
+        assert sorted(shards) == sorted({0, live})
+        lag_shards = conn.exec_driver_sql("SELECT DISTINCT shard FROM fire_lags").scalars()
+        assert list(lag_shards) == [0]
+    with db.connect() as conn:
+        assert (observed.slots_by_outcome(conn), observed.fire_lag_histogram(conn)) == before
+    assert before[0] == {("FAILED", ""): 8, ("SKIPPED", "overlap"): 4, ("SUCCEEDED", ""): 7}
+    db.dispose()
+
+
 def test_health_names_each_check_that_fails(engine: Engine, port: RecordingPort, clock: Clock):
     """No broker and no workers here: those checks fail with the reason; the database's
     say what the watchdog and the ticks do, with the clock."""
