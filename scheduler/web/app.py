@@ -1,38 +1,53 @@
-"""The WSGI app of ``cronchain serve``: ``/metrics``, ``/healthz`` and the jobs page.
+"""The WSGI app of ``cronchain serve``: ``/metrics``, ``/healthz`` and the pages.
 
 Flask, because it is sync like cronchain's SQLAlchemy engine (no bridge between an event
 loop and blocking database calls), has Jinja2 for server-rendered pages with no build
 step, and is kept by the Pallets project; waitress serves it (``scheduler.web.serve``).
-The app keeps no state but a database engine and a Celery app, so any number of serve
-processes answer alike.
+The app keeps no state but a database engine, a Celery app and the ``Scheduler`` its
+controls go through, so any number of serve processes answer alike.
 
 ``/metrics`` and ``/healthz`` carry no job specs and need no credentials (Prometheus and
 a load balancer ask them). With credentials set, every other path asks for HTTP basic
-auth, compared in constant time.
+auth, compared in constant time, and whoever passes is the operator: the pages show the
+controls (``scheduler.web.actions``). Without credentials (loopback only) the pages are
+read-only and a control's POST answers 403.
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from celery import Celery
-from flask import Flask, Response, jsonify, render_template, request
+from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import Engine
 
+from scheduler.api import Scheduler
 from scheduler.settings import Settings
-from scheduler.storage import observed
+from scheduler.web import actions, views
+from scheduler.web.context import WebContext
 from scheduler.web.health import check_health
 from scheduler.web.metrics import DatabaseCollector, render
 
 OPEN_PATHS = frozenset({"/metrics", "/healthz"})
-PAGE_JOBS = 1000  # jobs the page lists at most, by project and name
 
 
-def create_app(db: Engine, celery: Celery, settings: Settings) -> Flask:
-    """The app, reading ``db`` and asking ``celery``'s broker; credentials, if any, are
-    ``settings.web_basic_auth`` (USER:PASSWORD)."""
+def create_app(
+    db: Engine,
+    celery: Celery,
+    settings: Settings,
+    scheduler: Scheduler,
+    now: Callable[[], datetime] | None = None,
+) -> Flask:
+    """The app, reading ``db``, asking ``celery``'s broker and acting through
+    ``scheduler`` (on the same database); credentials, if any, are
+    ``settings.web_basic_auth`` (USER:PASSWORD). ``now``: a test's clock."""
     app = Flask("scheduler.web")
+    app.extensions["cronchain"] = WebContext(
+        db, scheduler, settings.web_basic_auth, now or (lambda: datetime.now(UTC))
+    )
     metrics = DatabaseCollector(db, settings)
     credentials = settings.web_basic_auth
 
@@ -49,6 +64,20 @@ def create_app(db: Engine, celery: Celery, settings: Settings) -> Flask:
             mimetype="text/plain",
         )
 
+    @app.after_request
+    def page_headers(response: Response) -> Response:
+        """No framing (clickjacking of the controls), no sniffing, no caching of pages
+        that hold job details, and nothing loaded from elsewhere."""
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault(
+            "Content-Security-Policy",
+            "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+        )
+        if request.path not in OPEN_PATHS and not request.path.startswith("/static/"):
+            response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
     @app.get("/metrics")
     def scrape() -> Response:
         try:
@@ -62,12 +91,8 @@ def create_app(db: Engine, celery: Celery, settings: Settings) -> Flask:
         health = check_health(db, celery, settings)
         return jsonify(health.as_json()), 200 if health.ok else 503
 
-    @app.get("/")
-    def jobs_page() -> str:
-        with db.connect() as conn:
-            jobs = observed.job_gauges(conn, limit=PAGE_JOBS)
-        return render_template("jobs.html", jobs=jobs, most=PAGE_JOBS)
-
+    views.register(app)
+    actions.register(app)
     return app
 
 

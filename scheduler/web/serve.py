@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from celery import Celery
     from sqlalchemy import Engine
 
+    from scheduler.api import Scheduler
+
 # waitress's threads: each request holds one for its few database queries, a /healthz
 # for up to about two seconds (scheduler.web.health).
 THREADS = 8
@@ -45,7 +47,7 @@ def serve(host: str, port: int, basic_auth: str | None) -> int:
             " or CRONCHAIN_WEB_BASIC_AUTH) to serve beyond this machine",
         )
     db, celery = _connections(settings)
-    app = create_app(db, celery, settings)
+    app = create_app(db, celery, settings, _scheduler(db, celery, settings))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     auth = "basic auth on pages" if settings.web_basic_auth else "no credentials (read-only)"
     print(f"cronchain serve: http://{host}:{port}/ ({auth})", flush=True)
@@ -96,6 +98,27 @@ def _with_credentials(settings: Settings, basic_auth: str | None) -> Settings:
     except ConfigError as err:
         raise SpecError("--basic-auth", err.reason) from None
     return replace(settings, web_basic_auth=checked)
+
+
+def _scheduler(db: Engine, celery: Celery, settings: Settings) -> Scheduler:
+    """The ``Scheduler`` the page's controls go through: the CLI's, wired as
+    ``Runtime`` wires it, on the app's database engine and Celery app. Its sends give up
+    on a silent broker quickly (the change is committed; the watchdog sends it)."""
+    from scheduler.api import Scheduler
+    from scheduler.engine import Engine as SchedulerEngine
+    from scheduler.invokers import default_invokers
+    from scheduler.workers.port import CeleryPort
+
+    port = CeleryPort(celery, settings.queue, settings.work_queue)
+    engine = SchedulerEngine(
+        db,
+        port,
+        default_invokers(settings.http_allow),
+        grace=settings.watchdog_grace,
+        batch=settings.tick_batch,
+        slack=settings.tick_slack,
+    )
+    return Scheduler(engine)
 
 
 def _connections(settings: Settings) -> tuple[Engine, Celery]:

@@ -1,0 +1,216 @@
+"""The queries behind the web page (``scheduler.web``): a page of jobs, their last
+outcomes, one job's runs and the jobs linked to it.
+
+The page must stay fast at 10,000 jobs and a history of months, so every query here
+reads an index: jobs a page at a time in (project, name) order from the unique key,
+and each job's newest runs from ``ix_invocations_job_id_id`` (job_id, id), newest
+first, never the history whole. A page's strips of outcomes are one statement for all
+its jobs, not one per job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    Connection,
+    Integer,
+    Select,
+    Text,
+    and_,
+    case,
+    cast,
+    func,
+    or_,
+    select,
+    true,
+)
+from sqlalchemy.dialects.postgresql import array
+
+from scheduler.storage.models import invocations, jobs
+
+STRIP = 30  # outcomes a job's strip shows
+_IDS_PER_STATEMENT = 1000  # a page is 200 jobs; this only bounds a caller's list
+
+
+@dataclass(frozen=True)
+class JobLine:
+    """One job as the list shows it."""
+
+    id: int
+    project: str
+    name: str
+    state: str
+    schedule: str
+    timezone: str
+    tick_at: datetime | None
+    last_success_at: datetime | None
+    paused: bool
+    pause_reason: str | None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.project}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One invocation as a strip cell, a timeline row or a history row shows it.
+    ``reason`` is why it was skipped or waits: for a WAITING run without a recorded
+    reason, what made it wait (``backfill`` or ``buffered``), as /metrics counts it."""
+
+    id: int
+    slot: datetime | None
+    trigger_id: str | None
+    status: str
+    reason: str | None
+    error: str | None
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    backfill: bool
+
+
+# The same derivation as scheduler.storage.observed's count of runs waiting by reason.
+_REASON = case(
+    (
+        and_(invocations.c.status == "WAITING", invocations.c.reason.is_(None)),
+        case((invocations.c.backfill, "backfill"), else_="buffered"),
+    ),
+    else_=invocations.c.reason,
+)
+_RUN_COLUMNS = (
+    invocations.c.id,
+    invocations.c.slot,
+    invocations.c.trigger_id,
+    invocations.c.status,
+    _REASON.label("reason"),
+    invocations.c.error,
+    invocations.c.attempt,
+    invocations.c.created_at,
+    invocations.c.started_at,
+    invocations.c.finished_at,
+    invocations.c.backfill,
+)
+_LINE_COLUMNS = (
+    jobs.c.id,
+    jobs.c.project,
+    jobs.c.name,
+    jobs.c.state,
+    jobs.c.schedule,
+    jobs.c.timezone,
+    jobs.c.tick_at,
+    jobs.c.last_success_at,
+    jobs.c.paused,
+    jobs.c.pause_reason,
+)
+
+
+def projects(conn: Connection) -> list[tuple[str, int]]:
+    """Each project with its number of jobs, by name: read from the unique key's index
+    (project, name), which holds every job once."""
+    query = select(jobs.c.project, func.count()).group_by(jobs.c.project).order_by(jobs.c.project)
+    return [(p, n) for p, n in conn.execute(query)]
+
+
+def job_page(
+    conn: Connection, *, project: str | None, after: tuple[str, str] | None, limit: int
+) -> list[JobLine]:
+    """Up to ``limit`` jobs in (project, name) order after ``after`` (keyset paging: a
+    page costs the same wherever it is), of ``project`` alone if given."""
+    query = select(*_LINE_COLUMNS)
+    if project is not None:
+        query = query.where(jobs.c.project == project)
+    if after is not None:
+        p, n = after
+        query = query.where(or_(jobs.c.project > p, and_(jobs.c.project == p, jobs.c.name > n)))
+    query = query.order_by(jobs.c.project, jobs.c.name).limit(limit)
+    return [JobLine(*row) for row in conn.execute(query)]
+
+
+def job_line(conn: Connection, project: str, name: str) -> JobLine | None:
+    query = select(*_LINE_COLUMNS).where(jobs.c.project == project, jobs.c.name == name)
+    row = conn.execute(query).first()
+    return None if row is None else JobLine(*row)
+
+
+def strips(conn: Connection, job_ids: list[int], per_job: int = STRIP) -> dict[int, list[Run]]:
+    """The newest ``per_job`` runs of each job, oldest first, by job id: one statement.
+
+    PostgreSQL: a LATERAL subquery per job id, each an index scan of (job_id, id)
+    backwards with a LIMIT (one per month partition, merged). SQLite has no LATERAL: each
+    job's ``per_job``-th newest id is found by a correlated subquery on the same index,
+    and the runs from that id on are a range of it."""
+    found: dict[int, list[Run]] = {job_id: [] for job_id in job_ids}
+    for i in range(0, len(job_ids), _IDS_PER_STATEMENT):
+        chunk = job_ids[i : i + _IDS_PER_STATEMENT]
+        query = (_lateral if conn.dialect.name == "postgresql" else _ranged)(chunk, per_job)
+        for row in conn.execute(query):
+            found[row.job_id].append(Run(*row[1:]))
+    for runs in found.values():
+        runs.sort(key=lambda r: r.id)
+    return found
+
+
+def _lateral(job_ids: list[int], per_job: int) -> Select[Any]:
+    wanted = func.unnest(cast(array(job_ids), ARRAY(Integer))).table_valued("job_id")
+    newest = (
+        select(*_RUN_COLUMNS)
+        .where(invocations.c.job_id == wanted.c.job_id)
+        .order_by(invocations.c.id.desc())
+        .limit(per_job)
+        .lateral("newest")
+    )
+    return select(wanted.c.job_id, *newest.c).select_from(wanted.join(newest, true()))
+
+
+def _ranged(job_ids: list[int], per_job: int) -> Select[Any]:
+    other = invocations.alias("other")
+    nth_newest = (
+        select(other.c.id)
+        .where(other.c.job_id == jobs.c.id)
+        .order_by(other.c.id.desc())
+        .limit(1)
+        .offset(per_job - 1)
+        .correlate(jobs)
+        .scalar_subquery()
+    )
+    return (
+        select(jobs.c.id.label("job_id"), *_RUN_COLUMNS)
+        .select_from(jobs)
+        .join(
+            invocations,
+            and_(
+                invocations.c.job_id == jobs.c.id,
+                invocations.c.id >= func.coalesce(nth_newest, 0),
+            ),
+        )
+        .where(jobs.c.id.in_(job_ids))
+    )
+
+
+def runs_of(
+    conn: Connection, job_id: int, *, before: int | None = None, limit: int = 50
+) -> list[Run]:
+    """A job's runs, newest first, with ids below ``before`` (keyset paging on the index
+    (job_id, id))."""
+    query = select(*_RUN_COLUMNS).where(invocations.c.job_id == job_id)
+    if before is not None:
+        query = query.where(invocations.c.id < before)
+    query = query.order_by(invocations.c.id.desc()).limit(limit)
+    return [Run(*row) for row in conn.execute(query)]
+
+
+def specs_mentioning(conn: Connection, key: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(project, name, spec) of the jobs whose stored spec has the key ``key`` (e.g.
+    ``triggers``): the jobs that may point at another one. A scan of the registry's
+    specs as text, which returns only the few jobs that have such edges."""
+    query = select(jobs.c.project, jobs.c.name, jobs.c.spec).where(
+        cast(jobs.c.spec, Text).like(f'%"{key}"%')
+    )
+    return [(p, n, spec) for p, n, spec in conn.execute(query)]
+

@@ -1,0 +1,146 @@
+"""One job as its page shows it: the spec without its secrets, and the slot timeline.
+
+The timeline reads the job's newest runs (from the history) and computes its next
+slots from its schedule, from the pending tick on, as the machine will: past slots
+with their outcome and reason, the slots to come, and the zone's DST transitions among
+them. Skip and wait reasons are told in words (the same words as ``explain``'s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from scheduler import controls
+from scheduler.storage.pages import Run
+from scheduler.timing.schedules import stored_schedule
+from scheduler.web.zones import Shown, dst_notes, shown
+
+UPCOMING = 10  # next slots the timeline shows
+
+# What a reason means, as ``explain`` words it (scheduler.explain), and the reasons a
+# WAITING run has (scheduler.storage.pages derives the last two as /metrics does).
+REASONS = {
+    "misfire": "missed by more than the misfire grace; the misfire policy did not run it",
+    "overlap": "another run was active and the overlap policy skipped it",
+    "paused": "the job was paused and resumed without catch-up",
+    "buffered": "waits for the active run (overlap policy or catch-up)",
+    "backfill": "a backfill's run, waiting for its turn (max_concurrent)",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """A line of the timeline: ``kind`` is ``run`` (a recorded slot or trigger),
+    ``next`` (a slot to come) or ``dst`` (a transition of the zone's clocks)."""
+
+    kind: str
+    when: Shown
+    status: str = ""
+    reason: str | None = None
+    note: str | None = None
+    run: int | None = None
+
+
+def reason_text(reason: str | None) -> str | None:
+    return None if reason is None else REASONS.get(reason, reason)
+
+
+def run_row(run: Run, zone: str) -> Row:
+    when = shown(run.slot or run.created_at, zone)
+    note = reason_text(run.reason) if run.status in ("SKIPPED", "WAITING") else run.error
+    if run.slot is None:
+        note = "triggered" + (f": {note}" if note else "")
+    elif run.backfill:
+        note = "backfill" + (f": {note}" if note else "")
+    return Row("run", when, run.status, run.reason, note, run.id)
+
+
+def timeline(
+    recent: list[Run],
+    *,
+    schedule: str,
+    zone: str,
+    tick_at: datetime | None,
+    paused: bool,
+    now: datetime,
+) -> list[Row]:
+    """``recent`` (newest first, as the history reads them) oldest first, then the next
+    slots, with the zone's transitions between now and the last of them."""
+    rows = [run_row(run, zone) for run in reversed(recent)]
+    upcoming = next_slots(schedule, zone, tick_at)
+    if not upcoming:
+        why = "paused: no tick until it is resumed" if paused else "no slot is planned"
+        return [*rows, Row("next", shown(now, zone), "", None, why)]
+    marks = [(t, Row("next", shown(t, zone), "planned")) for t in upcoming]
+    marks += [
+        (at, Row("dst", shown(at, zone), "", None, text))
+        for at, text in dst_notes(now, upcoming[-1], zone)
+    ]
+    marks.sort(key=lambda m: m[0])
+    return rows + [row for _, row in marks]
+
+
+def next_slots(schedule: str, zone: str, tick_at: datetime | None) -> list[datetime]:
+    """The pending tick's slot and the ones after it, as the schedule computes them
+    (a fixed delay or ``triggered`` job has only its pending tick, if any)."""
+    if tick_at is None:
+        return []
+    slots = [tick_at]
+    parsed = stored_schedule(schedule, zone)
+    if parsed.relative:
+        return slots
+    while len(slots) < UPCOMING:
+        nxt = parsed.next_after(slots[-1])
+        if nxt is None:
+            break
+        slots.append(nxt)
+    return slots
+
+
+def spec_summary(spec: dict[str, Any], kind: str) -> list[tuple[str, str]]:
+    """The spec as (field, value) lines, without what may hold a secret: an ``http``
+    job's query string, header values and body, a ``celery`` job's arguments."""
+    lines = [
+        ("kind", kind),
+        ("schedule", str(spec.get("schedule", ""))),
+        ("timezone", str(spec.get("timezone", ""))),
+    ]
+    options = spec.get(kind)
+    if isinstance(options, dict):
+        lines += _target(kind, options)
+    lines += [(key, _value(spec[key])) for key in controls.KEYS if key in spec]
+    return lines
+
+
+def _target(kind: str, options: dict[str, Any]) -> list[tuple[str, str]]:
+    if kind == "http":
+        url = urlsplit(str(options.get("url", "")))
+        hidden = " (query hidden)" if url.query else ""
+        shown_url = f"{url.scheme}://{url.hostname or ''}{_port(url.port)}{url.path}{hidden}"
+        lines = [("http", f"{options.get('method', 'GET')} {shown_url}")]
+        if options.get("headers"):
+            lines.append(("headers", ", ".join(sorted(options["headers"])) + " (values hidden)"))
+        if options.get("body") is not None:
+            lines.append(("body", "(hidden)"))
+        return lines
+    if kind == "celery":
+        hidden = " (arguments hidden)" if options.get("args") or options.get("kwargs") else ""
+        return [
+            ("celery", f"{options.get('task', '')} on queue {options.get('queue', '')}{hidden}")
+        ]
+    return [(kind, ", ".join(f"{k}={_value(v)}" for k, v in sorted(options.items())))]
+
+
+def _port(port: int | None) -> str:
+    return "" if port is None else f":{port}"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_value(v)}" for k, v in sorted(value.items()))
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value))
+    return str(value)

@@ -1,0 +1,171 @@
+"""The pages: ``GET /`` (the jobs, a page at a time) and ``GET /jobs/PROJECT/NAME``.
+
+``/`` lists ``PAGE`` jobs at a time in (project, name) order, from the unique key's
+index: ``?project=P`` keeps one project's, ``?after=PROJECT/NAME`` is the next page (a
+keyset, so the last page costs what the first does). The projects and their job
+counts head the page. Each job's strip of its last ``STRIP`` outcomes comes from one
+query for the whole page (``scheduler.storage.pages.strips``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from flask import Flask, abort, render_template, request
+
+from scheduler.api import EARLIEST, LATEST
+from scheduler.errors import CronchainError
+from scheduler.specmodel import NAME
+from scheduler.storage import job_store, pages
+from scheduler.web import csrf, jobview, links
+from scheduler.web.context import context
+from scheduler.web.zones import next_tick, shown
+
+PAGE = 200  # jobs a page of / lists
+HISTORY = 50  # runs a page of a job's history lists
+RECENT = 20  # past runs the timeline shows
+
+
+def register(app: Flask) -> None:
+    app.add_url_rule("/", "jobs", jobs_page)
+    app.add_url_rule("/jobs/<project>/<name>", "job", job_page)
+    app.context_processor(lambda: {"operator": context().operator})
+
+
+def jobs_page() -> str:
+    ctx = context()
+    project = _name_or_none(request.args.get("project"))
+    after = _ref_or_none(request.args.get("after"))
+    now = ctx.now()
+    with ctx.db.connect() as conn:
+        found = pages.job_page(conn, project=project, after=after, limit=PAGE + 1)
+        listed, more = found[:PAGE], len(found) > PAGE
+        strips = pages.strips(conn, [job.id for job in listed])
+        projects = pages.projects(conn)
+    rows = [
+        {
+            "job": job,
+            "next": next_tick(job.tick_at, job.timezone, now) if job.tick_at else None,
+            "last_success": shown(job.last_success_at, job.timezone)
+            if job.last_success_at
+            else None,
+            "strip": [_cell(run, job.timezone) for run in strips[job.id]],
+        }
+        for job in listed
+    ]
+    return render_template(
+        "jobs.html",
+        rows=rows,
+        projects=projects,
+        project=project,
+        after=listed[-1].ref if more else None,
+        page=PAGE,
+        strip_length=pages.STRIP,
+        total=sum(n for _, n in projects),
+    )
+
+
+def job_page(project: str, name: str) -> str:
+    ctx = context()
+    before = request.args.get("before", type=int)
+    now = ctx.now()
+    with ctx.db.connect() as conn:
+        line = pages.job_line(conn, project, name)
+        if line is None:
+            abort(404, f"no job {project}/{name}")
+        job = job_store.read_job(conn, line.id)
+        recent = pages.runs_of(conn, job.id, limit=RECENT)
+        history = pages.runs_of(conn, job.id, before=before, limit=HISTORY + 1)
+        linked = links.links(conn, job.ref, job.spec)
+    older = history[HISTORY - 1].id if len(history) > HISTORY else None
+    return render_template(
+        "job.html",
+        job=job,
+        line=line,
+        next=next_tick(line.tick_at, line.timezone, now) if line.tick_at else None,
+        spec=jobview.spec_summary(job.spec, job.kind),
+        timeline=jobview.timeline(
+            recent,
+            schedule=job.schedule,
+            zone=job.timezone,
+            tick_at=line.tick_at,
+            paused=job.paused,
+            now=now,
+        ),
+        history=[jobview.run_row(run, job.timezone) for run in history[:HISTORY]],
+        older=older,
+        links=linked,
+        explained=_explained(job.ref),
+        at=request.args.get("at", ""),
+        operator=ctx.operator,
+        csrf_field=csrf.FIELD,
+        csrf_token=ctx.csrf_token,
+        done=_done(),
+    )
+
+
+def _cell(run: pages.Run, zone: str) -> dict[str, str]:
+    """A strip cell: its status (the colour) and its title: slot, outcome, reason."""
+    when = shown(run.slot or run.created_at, zone)
+    what = "triggered" if run.slot is None else "slot"
+    why = run.reason or run.error
+    title = f"{what} {when.text}: {run.status}" + (f" ({why})" if why else "")
+    return {"status": run.status, "title": title, "id": str(run.id)}
+
+
+def _explained(ref: str) -> dict[str, Any] | None:
+    """``explain``'s answer for ``?at=``, as ``cronchain explain`` gives it, or the
+    reason the time was refused."""
+    text = request.args.get("at", "").strip()
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return {"error": f"{text!r} is not an ISO 8601 time"}
+    if at.tzinfo is None:
+        return {"error": f"{text!r} has no time zone: add Z or an offset"}
+    try:
+        if not EARLIEST <= at < LATEST:
+            raise OverflowError
+    except OverflowError:
+        return {"error": f"{text!r} is out of range"}
+    try:
+        return context().scheduler.explain(ref, at)
+    except CronchainError as err:
+        return {"error": str(err)}
+
+
+# What a control did, as the page that it redirects to says it (fixed texts: the query
+# string picks one, it never carries text to show).
+DONE = {
+    "paused": "paused",
+    "resumed": "resumed",
+    "aborted": "aborted {n} run(s)",
+    "started": "triggered: invocation {n} started",
+    "buffered": "triggered: invocation {n} is WAITING for the active run",
+    "skipped": "triggered: recorded SKIPPED as invocation {n}",
+}
+
+
+def _done() -> str | None:
+    code = request.args.get("done")
+    if code not in DONE:
+        return None
+    return DONE[code].format(n=request.args.get("n", 0, type=int))
+
+
+def _name_or_none(text: str | None) -> str | None:
+    if not text:
+        return None
+    if not NAME.fullmatch(text):
+        abort(404, "no such project")
+    return text
+
+
+def _ref_or_none(text: str | None) -> tuple[str, str] | None:
+    if not text:
+        return None
+    project, _, name = text.partition("/")
+    return project, name
