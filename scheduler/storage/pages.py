@@ -24,11 +24,11 @@ from sqlalchemy import (
     case,
     cast,
     func,
+    literal,
     or_,
     select,
     true,
 )
-from sqlalchemy.dialects.postgresql import array
 
 from scheduler.storage.models import invocations, jobs
 
@@ -157,7 +157,9 @@ def strips(conn: Connection, job_ids: list[int], per_job: int = STRIP) -> dict[i
 
 
 def _lateral(job_ids: list[int], per_job: int) -> Select[Any]:
-    wanted = func.unnest(cast(array(job_ids), ARRAY(Integer))).table_valued("job_id")
+    # One array parameter (its driver would parse one placeholder per id, slowly).
+    ids = literal(job_ids, ARRAY(Integer))
+    wanted = func.unnest(ids).table_valued("job_id").render_derived("wanted")
     newest = (
         select(*_RUN_COLUMNS)
         .where(invocations.c.job_id == wanted.c.job_id)
@@ -213,4 +215,3 @@ def specs_mentioning(conn: Connection, key: str) -> list[tuple[str, str, dict[st
         cast(jobs.c.spec, Text).like(f'%"{key}"%')
     )
     return [(p, n, spec) for p, n, spec in conn.execute(query)]
-
