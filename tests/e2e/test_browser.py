@@ -1,0 +1,170 @@
+"""The web page in a real headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, driven by Selenium; never a browser a pip package downloads),
+against real ``cronchain serve`` processes on PostgreSQL: the jobs page lists the jobs
+with their next ticks, a job's page shows a skipped slot with its reason, a visitor
+without credentials gets no controls, and a signed-in operator pauses a job with the
+form and then sees it paused, as ``cronchain jobs`` does.
+
+``CRONCHAIN_SCREENSHOTS=DIR`` saves the two pages there (the README's screenshots).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Cluster, wait_until
+from tests.services import RedisServer, free_port, redis_server, unavailable
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+CREDENTIALS = "admin:s3cret"
+JOBS = """project: web
+jobs:
+  - name: nightly
+    schedule: "30 2 * * *"
+    timezone: Europe/Paris
+    noop: {}
+  - name: ping
+    schedule: every 1s
+    noop: {}
+"""
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Headless Chromium from Debian's packages; missing, a skip (a failure in CI)."""
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        unavailable("chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    options.add_argument("--window-size=1400,1000")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with redis_server(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster]:
+    c = Cluster.create(tmp_path, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_BROKER_URL=redis.url)
+    yield c
+    c.stop_all()
+
+
+def serve(cluster: Cluster, name: str, *credentials: str) -> str:
+    """``cronchain serve`` on a free port (with ``--basic-auth`` if given); its URL once
+    it answers."""
+    port = free_port()
+    cluster.start(
+        name, sys.executable, "-m", "scheduler.cli", "serve", "--port", str(port), *credentials
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _answers(f"{base}/healthz"), 30, f"cronchain serve ({name})")
+    return base
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except urllib.error.HTTPError:
+        return True  # 503: it answers, unhealthy (no workers here)
+    except OSError:
+        return False
+
+
+def sign_in(driver: Any, credentials: str | None) -> None:
+    """Send basic auth with every request this browser makes (as a browser does once
+    its user typed them into the prompt), or stop sending it."""
+    driver.execute_cdp_cmd("Network.enable", {})
+    headers = {}
+    if credentials is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": headers})
+
+
+def screenshot(driver: Any, name: str) -> None:
+    folder = os.environ.get("CRONCHAIN_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(Path(folder) / name))
+
+
+def test_operator_pauses_a_job_in_the_browser(cluster: Cluster, browser: Any):
+    from selenium.webdriver.common.by import By
+
+    cluster.cronchain("db", "upgrade")
+    (cluster.folder / "jobs.yaml").write_text(JOBS)
+    cluster.cronchain("apply", "jobs.yaml")
+    # Slots skipped with a reason: paused over a few of ping's 1 s slots, resumed
+    # without catch-up, the slots it missed are recorded SKIPPED ("paused").
+    cluster.cronchain("pause", "web/ping")
+    time.sleep(2.5)
+    cluster.cronchain("resume", "web/ping")
+
+    base = serve(cluster, "serve", "--basic-auth", CREDENTIALS)
+    readonly = serve(cluster, "serve-readonly")
+
+    # A visitor without credentials: the protected page asks for them; the read-only
+    # one shows the job without a single control.
+    sign_in(browser, None)
+    browser.get(f"{base}/jobs/web/ping")
+    assert "web/ping" not in browser.page_source  # 401: Chromium asks, shows nothing
+    assert browser.find_elements(By.CSS_SELECTOR, "form") == []
+    browser.get(f"{readonly}/jobs/web/ping")
+    assert "read-only" in browser.find_element(By.TAG_NAME, "header").text
+    assert browser.find_elements(By.CSS_SELECTOR, "form[method=post]") == []
+
+    # The operator: the jobs, with their next ticks in their zones.
+    sign_in(browser, CREDENTIALS)
+    browser.get(f"{base}/")
+    rows = {
+        r.find_element(By.TAG_NAME, "a").text: r
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.job")
+    }
+    assert set(rows) == {"web/nightly", "web/ping"}
+    nightly_tick = rows["web/nightly"].find_element(By.CSS_SELECTOR, "td.tick time").text
+    assert nightly_tick.endswith(("02:30:00 CET", "02:30:00 CEST")), nightly_tick
+    screenshot(browser, "jobs.png")
+
+    # A job's page: the skipped slots with their reason.
+    rows["web/ping"].find_element(By.TAG_NAME, "a").click()
+    wait_until(lambda: browser.current_url.endswith("/jobs/web/ping"), 10, "the job page")
+    skipped = browser.find_elements(By.CSS_SELECTOR, "section.timeline tr.s-row-SKIPPED")
+    assert skipped and "paused: the job was paused and resumed" in skipped[-1].text
+    screenshot(browser, "job.png")
+
+    # Pause it with the form; the page then says so, and so does the CLI.
+    browser.find_element(By.CSS_SELECTOR, "input[name=reason]").send_keys("from the browser")
+    browser.find_element(By.CSS_SELECTOR, "button[value=pause]").click()
+    wait_until(lambda: "done=paused" in browser.current_url, 10, "the pause")
+    assert browser.find_element(By.CSS_SELECTOR, "h1 .state").text == "SUSPENDED"
+    assert "Paused: from the browser" in browser.find_element(By.CSS_SELECTOR, ".paused").text
+    assert browser.find_elements(By.CSS_SELECTOR, "button[value=resume]")
+    jobs = json.loads(cluster.cronchain("jobs", "--json"))
+    ping = next(j for j in jobs if j["id"] == "web/ping")
+    assert ping["paused"] and ping["state"] == "SUSPENDED"
+    assert ping["pause_reason"] == "from the browser"
