@@ -1,14 +1,16 @@
 """A Prometheus scrape of ``cronchain serve``'s /metrics at 10,000 jobs (issue 17: under
-200 ms, reading indexes only).
+200 ms, reading indexes only), and the web page at the same size.
 
-    python -m bench.scrape [--jobs 10000] [--scrapes 50] [--history 10]
+    python -m bench.scrape [--jobs 10000] [--scrapes 50] [--history 30]
 
 A fresh PostgreSQL database gets the jobs through a bulk apply (one file of no-op jobs,
 as ``cronchain apply`` writes it), ``--history`` finished runs per job (so that the
 history is there to be avoided) and a last success on every job. A real ``cronchain
 serve`` process answers; the scrapes are real HTTP requests, one after another. Figures:
 the scrape's wall time p50/p99/max, its size, and the time of one in-process render
-(the database's part and the text format's, without HTTP).
+(the database's part and the text format's, without HTTP). Then the same for the
+page: ``/`` (its first 200 jobs, each with its strip of 30 runs), ``/?after=`` a page
+near the end (keyset paging: it should cost what the first does) and one job's page.
 """
 
 from __future__ import annotations
@@ -60,7 +62,15 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            _scrapes(f"http://127.0.0.1:{port}/metrics", args.scrapes)
+            base = f"http://127.0.0.1:{port}"
+            _scrapes(f"{base}/metrics", args.scrapes)
+            last = f"bench/{sorted(s.name for s in specs)[-300]}"
+            for name, path in (
+                ("page", "/"),
+                ("page_late", f"/?after={last}"),
+                ("job_page", f"/jobs/{last}"),
+            ):
+                _scrapes(base + path, args.scrapes, name)
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -81,7 +91,7 @@ def _history(db, runs_per_job: int) -> None:  # type: ignore[no-untyped-def]
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")
 
 
-def _scrapes(url: str, count: int) -> None:
+def _scrapes(url: str, count: int, name: str = "") -> None:
     def get() -> bytes:
         with urllib.request.urlopen(url, timeout=30) as answer:
             return answer.read()
@@ -93,10 +103,11 @@ def _scrapes(url: str, count: int) -> None:
         started = time.perf_counter()
         size = len(get())
         times.append((time.perf_counter() - started) * 1000)
-    figure(NAME, "bytes", size)
-    figure(NAME, "p50", percentile(times, 0.5), "ms")
-    figure(NAME, "p99", percentile(times, 0.99), "ms")
-    figure(NAME, "max", max(times), "ms")
+    prefix = f"{name}_" if name else ""
+    figure(NAME, f"{prefix}bytes", size)
+    figure(NAME, f"{prefix}p50", percentile(times, 0.5), "ms")
+    figure(NAME, f"{prefix}p99", percentile(times, 0.99), "ms")
+    figure(NAME, f"{prefix}max", max(times), "ms")
 
 
 def _answers(url: str) -> bool:
@@ -111,7 +122,7 @@ def _arguments() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.scrape", description=__doc__)
     p.add_argument("--jobs", type=int, default=10_000)
     p.add_argument("--scrapes", type=int, default=50)
-    p.add_argument("--history", type=int, default=10, help="finished runs per job")
+    p.add_argument("--history", type=int, default=30, help="finished runs per job")
     return p.parse_args()
 
 
