@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from flask import Flask, abort, render_template, request
+from markupsafe import Markup, escape
 
 from scheduler.api import EARLIEST, LATEST
 from scheduler.errors import CronchainError
@@ -20,7 +21,7 @@ from scheduler.specmodel import NAME
 from scheduler.storage import job_store, pages
 from scheduler.web import csrf, jobview, links
 from scheduler.web.context import context
-from scheduler.web.zones import next_tick, shown
+from scheduler.web.zones import local_text, next_tick, shown, zone_of
 
 PAGE = 200  # jobs a page of / lists
 HISTORY = 50  # runs a page of a job's history lists
@@ -50,7 +51,7 @@ def jobs_page() -> str:
             "last_success": shown(job.last_success_at, job.timezone)
             if job.last_success_at
             else None,
-            "strip": [_cell(run, job.timezone) for run in strips[job.id]],
+            "strip": _strip(strips[job.id], job.timezone),
         }
         for job in listed
     ]
@@ -105,13 +106,20 @@ def job_page(project: str, name: str) -> str:
     )
 
 
-def _cell(run: pages.Run, zone: str) -> dict[str, str]:
-    """A strip cell: its status (the colour) and its title: slot, outcome, reason."""
-    when = shown(run.slot or run.created_at, zone)
-    what = "triggered" if run.slot is None else "slot"
-    why = run.reason or run.error
-    title = f"{what} {when.text}: {run.status}" + (f" ({why})" if why else "")
-    return {"status": run.status, "title": title, "id": str(run.id)}
+def _strip(runs: list[pages.Run], zone_name: str) -> Markup:
+    """A job's strip, as HTML: each cell its status (the colour) and its title: slot
+    (or when a triggered run was made), outcome, reason or error. Written here, each
+    value escaped, rather than by a template loop: a page has 6,000 cells, and Jinja's
+    loop took half of its time."""
+    zone = zone_of(zone_name)
+    cells = []
+    for run in runs:
+        what = "triggered" if run.slot is None else "slot"
+        why = run.reason or run.error
+        title = f"{what} {local_text(run.slot or run.created_at, zone)}: {run.status}"
+        title = f"{title} ({why})" if why else title
+        cells.append(f'<span class="cell s-{escape(run.status)}" title="{escape(title)}"></span>')
+    return Markup("".join(cells))
 
 
 def _explained(ref: str) -> dict[str, Any] | None:

@@ -58,10 +58,17 @@ def shown(t: datetime, zone_name: str) -> Shown:
     """``t`` in the zone, without a DST note."""
     local = t.astimezone(zone_of(zone_name))
     return Shown(
-        text=f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or ''}".strip(),
+        text=local_text(t, zone_of(zone_name)),
         offset=offset_text(local.utcoffset() or timedelta(0)),
         utc=t.astimezone(UTC).isoformat().replace("+00:00", "Z"),
     )
+
+
+def local_text(t: datetime, zone: ZoneInfo) -> str:
+    """``t`` as ``shown`` writes it, alone: the page writes 6,000 of these (its strips'
+    titles), and ``strftime`` was half of the page's time."""
+    local = t.astimezone(zone)
+    return f"{local.isoformat(' ', 'seconds')[:19]} {local.tzname() or ''}".rstrip()
 
 
 def next_tick(t: datetime, zone_name: str, now: datetime) -> Shown:
