@@ -14,7 +14,7 @@ from typing import Any
 
 from flask import Flask, Response, abort, redirect, request, url_for
 
-from scheduler.errors import NotFound
+from scheduler.errors import CronchainError, NotFound
 from scheduler.storage import pages
 from scheduler.web import csrf
 from scheduler.web.context import context
@@ -44,6 +44,8 @@ def control(project: str, name: str, action: str) -> Response:
         done = _act(action, ref)
     except NotFound as err:  # deleted meanwhile
         abort(404, str(err))
+    except CronchainError as err:  # refused, as the CLI would refuse it: said why
+        abort(409, str(err))
     target = url_for("job", project=project, name=name, **done)
     return redirect(target, 303)  # type: ignore[return-value]
 

@@ -8,6 +8,7 @@ them. Skip and wait reasons are told in words (the same words as ``explain``'s).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -44,13 +45,25 @@ class Row:
     run: int | None = None
 
 
+# A URL's query string, which may hold a token the job's author put there: the page
+# hides it wherever it shows a URL (the spec and the errors runs recorded).
+_QUERY = re.compile(r"(https?://[^\s?#]+)\?[^\s#]*")
+
+
+def scrub(text: str | None) -> str | None:
+    """``text`` with every URL's query string hidden."""
+    if not text or "?" not in text:
+        return text
+    return _QUERY.sub(r"\1?(query hidden)", text)
+
+
 def reason_text(reason: str | None) -> str | None:
     return None if reason is None else REASONS.get(reason, reason)
 
 
 def run_row(run: Run, zone: str) -> Row:
     when = shown(run.slot or run.created_at, zone)
-    note = reason_text(run.reason) if run.status in ("SKIPPED", "WAITING") else run.error
+    note = reason_text(run.reason) if run.status in ("SKIPPED", "WAITING") else scrub(run.error)
     if run.slot is None:
         note = "triggered" + (f": {note}" if note else "")
     elif run.backfill:

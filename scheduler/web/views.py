@@ -115,7 +115,7 @@ def _strip(runs: list[pages.Run], zone_name: str) -> Markup:
     cells = []
     for run in runs:
         what = "triggered" if run.slot is None else "slot"
-        why = run.reason or run.error
+        why = run.reason or jobview.scrub(run.error)
         title = f"{what} {local_text(run.slot or run.created_at, zone)}: {run.status}"
         title = f"{title} ({why})" if why else title
         cells.append(f'<span class="cell s-{escape(run.status)}" title="{escape(title)}"></span>')

@@ -175,12 +175,20 @@ def test_history_is_paged(engine: Engine, port: RecordingPort, clock: Clock):
 
 
 def test_nothing_secret_is_shown(busy: Engine, clock: Clock):
-    for path in ("/", "/jobs/p/h"):
+    with busy.db.begin() as conn:  # an error that quotes a URL with its query string
+        conn.exec_driver_sql(
+            "UPDATE invocations SET error = 'http: GET https://hooks.example.com/run"
+            "?token=TOPSECRET3 answered 500' WHERE status = 'FAILED'"
+        )
+    for path in ("/", "/jobs/p/h", "/jobs/p/bad"):
         text = page(client(busy, clock, CREDENTIALS), path, AUTH)
         assert "TOPSECRET" not in text and "s3cret" not in text, path
     text = page(client(busy, clock), "/jobs/p/h")
     assert "https://hooks.example.com/run (query hidden)" in text
     assert "Authorization (values hidden)" in text
+    assert "https://hooks.example.com/run?(query hidden) answered 500" in page(
+        client(busy, clock), "/jobs/p/bad"
+    )
 
 
 def test_without_credentials_the_page_is_read_only(busy: Engine, clock: Clock):
