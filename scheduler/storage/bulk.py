@@ -11,10 +11,12 @@ executemany is quick already.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, bindparam
+from sqlalchemy.dialects import postgresql
 
 # Fewer rows go as plain statements (an executemany): an apply of a few jobs writes as
 # it always did, and needs no temporary table (nor the TEMP privilege) to update them.
@@ -65,6 +67,53 @@ def update(
     ).rowcount
     conn.exec_driver_sql(f"DROP TABLE {temporary}")
     return updated
+
+
+def update_joined(
+    conn: Connection, table: Table, rows: list[dict[str, Any]], match: dict[str, str]
+) -> int:
+    """``update``'s work for the hot path's batches (a tick batch's jobs, an outcome
+    group's runs and jobs): on PostgreSQL, when the rows name distinct rows, one UPDATE
+    joined to an array per column, whose text is the same for the same columns (parsed
+    once, then prepared by psycopg); an executemany (a pipeline of a statement per row)
+    paid SQLAlchemy's and psycopg's work per row, a fifth of a herd's CPU on each path.
+    Otherwise, and on SQLite (in-process, quick already), that executemany. An UPDATE
+    joined to two rows that name the same row sets it once, where the executemany set
+    it twice in order: such rows take the executemany."""
+    if not rows:
+        return 0
+    first = next(iter(match))
+    if conn.dialect.name != "postgresql" or len({r[first] for r in rows}) < len(rows):
+        return conn.execute(_matched_update(table, tuple(match.items())), rows).rowcount
+    keys = tuple(rows[0])
+    columns = [table.c[match.get(key, key)] for key in keys]
+    processors = [_processor(conn, column) for column in columns]
+    arrays = tuple(
+        [row[key] for row in rows] if p is None else [p(row[key]) for row in rows]
+        for key, p in zip(keys, processors, strict=True)
+    )
+    return conn.exec_driver_sql(_joined_update(table, keys, tuple(match.items())), arrays).rowcount
+
+
+@functools.cache
+def _matched_update(table: Table, match: tuple[tuple[str, str], ...]) -> Any:
+    where = and_(*(table.c[column] == bindparam(key) for key, column in match))
+    return table.update().where(where)
+
+
+@functools.cache
+def _joined_update(table: Table, keys: tuple[str, ...], match: tuple[tuple[str, str], ...]) -> str:
+    dialect = postgresql.dialect()
+    matched = dict(match)
+    arrays = ", ".join(
+        f"%s::{table.c[matched.get(k, k)].type.compile(dialect=dialect)}[]" for k in keys
+    )
+    assigned = ", ".join(f"{k} = u.{k}" for k in keys if k not in matched)
+    where = " AND ".join(f"t.{column} = u.{key}" for key, column in match)
+    return (
+        f"UPDATE {table.name} AS t SET {assigned}"
+        f" FROM unnest({arrays}) AS u({', '.join(keys)}) WHERE {where}"
+    )
 
 
 def _copy(

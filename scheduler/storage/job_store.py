@@ -42,6 +42,7 @@ _LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update()
 _SAVE_JOB = update(jobs).where(
     jobs.c.id == bindparam("b_id"), jobs.c.generation == bindparam("b_generation")
 )
+_SAVED_MATCH = {"b_id": "id", "b_generation": "generation"}
 _INSERT_JOB = jobs.insert().returning(jobs.c.id)
 _INSERT_CHANGE = job_changes.insert()
 
@@ -176,15 +177,15 @@ def insert_jobs(conn: Connection, rows: list[dict[str, Any]]) -> None:
 def save_jobs(conn: Connection, saves: list[dict[str, Any]], *, copy: bool = True) -> None:
     """``save_job``'s update of many rows (of the same columns) at once, each with the
     ``b_id`` and ``b_generation`` it was read at; ConcurrentUpdate if any row moved on.
-    ``copy=False``, as the batches of the hot path pass: one executemany of
-    ``save_job``'s statement (a pipeline on psycopg), never ``bulk.update``'s temporary
-    table, which needs the TEMP privilege and writes the catalog at every batch."""
+    ``copy=False``, as the batches of the hot path pass: ``bulk.update_joined``, never
+    ``bulk.update``'s temporary table, which needs the TEMP privilege and writes the
+    catalog at every batch."""
     if not saves:
         return
     if copy:
-        updated = bulk.update(conn, jobs, saves, {"b_id": "id", "b_generation": "generation"})
+        updated = bulk.update(conn, jobs, saves, _SAVED_MATCH)
     else:
-        updated = conn.execute(_SAVE_JOB, saves).rowcount
+        updated = bulk.update_joined(conn, jobs, saves, _SAVED_MATCH)
     if updated != len(saves):
         raise ConcurrentUpdate("jobs changed while they were being updated")
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scheduler import debuglog
+from scheduler.storage import bulk
 from scheduler.storage.models import UTCDateTime, invocations, jobs
 from scheduler.storage.rows import InvocationRow, JobRow
 
@@ -219,9 +220,8 @@ def update_invocation(conn: Connection, invocation_id: int, **values: Any) -> No
 
 def update_invocations(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Update many invocations, each row naming its own by ``b_id``, all with the same
-    columns: one executemany (a single pipeline of statements on psycopg)."""
-    if rows:
-        conn.execute(_UPDATE_INVOCATION, rows)
+    columns: one statement (``bulk.update_joined``)."""
+    bulk.update_joined(conn, invocations, rows, {"b_id": "id"})
 
 
 def lock_invocations_of(
