@@ -51,6 +51,16 @@ def deliver_runs(engine: Engine, port: RecordingPort) -> int:
     return len(calls)
 
 
+def deliver_ticks(engine: Engine, port: RecordingPort) -> None:
+    """The ticks sent so far, then the starts they sent (their runs are sent on)."""
+    ticks, port.ticks[:] = list(port.ticks), []
+    for job_id, nonce, _eta in ticks:
+        engine.tick(job_id, nonce)
+    starts, port.starts[:] = list(port.starts), []
+    for invocation_id in starts:
+        engine.runs.start_invocation(invocation_id)
+
+
 @dataclass
 class RecordingPort:
     """An enqueue port that keeps messages in lists instead of sending them."""

@@ -105,20 +105,11 @@ def _scheduler(db: Engine, celery: Celery, settings: Settings) -> Scheduler:
     ``Runtime`` wires it, on the app's database engine and Celery app. Its sends give up
     on a silent broker quickly (the change is committed; the watchdog sends it)."""
     from scheduler.api import Scheduler
-    from scheduler.engine import Engine as SchedulerEngine
-    from scheduler.invokers import default_invokers
     from scheduler.workers.port import CeleryPort
+    from scheduler.workers.runtime import engine_of
 
     port = CeleryPort(celery, settings.queue, settings.work_queue)
-    engine = SchedulerEngine(
-        db,
-        port,
-        default_invokers(settings.http_allow),
-        grace=settings.watchdog_grace,
-        batch=settings.tick_batch,
-        slack=settings.tick_slack,
-    )
-    return Scheduler(engine)
+    return Scheduler(engine_of(db, port, settings))
 
 
 def _connections(settings: Settings) -> tuple[Engine, Celery]:

@@ -14,6 +14,7 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError
 from kombu.utils.url import maybe_sanitize_url
+from sqlalchemy import Engine as SqlEngine
 
 from scheduler.effects import Port
 from scheduler.engine import Engine
@@ -68,15 +69,7 @@ class Runtime:
             db = make_engine(settings.database_url)
         except SpecError as err:
             raise ConfigError("CRONCHAIN_DATABASE_URL", err.reason) from None
-        engine = Engine(
-            db,
-            port,
-            default_invokers(settings.http_allow),
-            grace=settings.watchdog_grace,
-            batch=settings.tick_batch,
-            slack=settings.tick_slack,
-        )
-        return cls(settings, engine)
+        return cls(settings, engine_of(db, port, settings))
 
     @property
     def unsent(self) -> TransientError | None:
@@ -84,6 +77,19 @@ class Runtime:
         not (``for_command`` only). Their state is committed: the watchdog sends them."""
         port = self.engine.port
         return port.unsent if isinstance(port, CommandPort) else None
+
+
+def engine_of(db: SqlEngine, port: Port, settings: Settings) -> Engine:
+    """The engine on ``db`` that sends through ``port``, as ``settings`` configure it:
+    every process's (workers, commands, ``cronchain serve``'s controls) alike."""
+    return Engine(
+        db,
+        port,
+        default_invokers(settings.http_allow),
+        grace=settings.watchdog_grace,
+        batch=settings.tick_batch,
+        slack=settings.tick_slack,
+    )
 
 
 def sending_app() -> Celery:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Cluster, wait_until
-from tests.services import RedisServer, free_port, redis_server, unavailable
+from tests.services import free_port, unavailable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -59,19 +59,6 @@ def browser() -> Iterator[Any]:
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster]:
-    c = Cluster.create(tmp_path, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_BROKER_URL=redis.url)
-    yield c
-    c.stop_all()
 
 
 def serve(cluster: Cluster, name: str, *credentials: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,16 +22,9 @@ from tests.e2e.harness import (
     now,
     wait_until,
 )
-from tests.services import RedisServer, redis_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 JOBS = 20
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 @pytest.fixture
@@ -40,13 +32,6 @@ def hits() -> Iterator[HitCounter]:
     counter = HitCounter()
     yield counter
     counter.close()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster]:
-    c = Cluster.create(tmp_path, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_BROKER_URL=redis.url)
-    yield c
-    c.stop_all()
 
 
 def run_jobs(cluster: Cluster, hits: HitCounter) -> None:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +18,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import ROOT, Cluster, wait_until
-from tests.services import RedisServer, free_port, redis_server
+from tests.services import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 CREDENTIALS = "admin:s3cret"
 JOBS = "project: web\njobs:\n" + "".join(
     f"  - name: j{i}\n    schedule: every 1s\n    noop: {{}}\n" for i in range(3)
 )
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster]:
-    c = Cluster.create(tmp_path, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_BROKER_URL=redis.url)
-    yield c
-    c.stop_all()
 
 
 def get(url: str, auth: str | None = None) -> tuple[int, str]:

@@ -10,7 +10,6 @@ step, and recorded as the job's policy says.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from sqlalchemy import select
 
 from scheduler.storage.models import invocations, jobs
 from tests.e2e.harness import Cluster, database, now, wait_until
-from tests.services import RedisServer, redis_server
+from tests.services import RedisServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 PERIOD = timedelta(seconds=10)
@@ -29,12 +28,6 @@ POLICIES = ("skip", "latest", "all")
 JOBS = "project: time\njobs:\n" + "".join(
     f"  - {{name: {p}, schedule: every 10s, misfire: {p}, noop: {{}}}}\n" for p in POLICIES
 )
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 def history(url: str) -> dict[str, list[dict[str, Any]]]:

@@ -25,7 +25,7 @@ from scheduler.storage.db import make_engine
 from scheduler.web.health import check_health
 from scheduler.web.metrics import DatabaseCollector, registry, render
 from scheduler.workers.runtime import patience_of_a_command
-from tests.conftest import Clock, RecordingPort, deliver_runs
+from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
 from tests.services import free_port
 
 pytestmark = pytest.mark.postgres
@@ -63,16 +63,6 @@ def samples(db: sqlalchemy.Engine, clock: Clock) -> dict[tuple[str, tuple[Any, .
 def of(job: str) -> tuple[tuple[str, str], ...]:
     """A job's labels, as ``samples`` keys them."""
     return (("job", job), ("project", "p"))
-
-
-def deliver_ticks(engine: Engine, port: RecordingPort) -> None:
-    """The ticks sent so far, then the starts they sent (their runs are sent on)."""
-    ticks, port.ticks[:] = list(port.ticks), []
-    for job_id, nonce, _eta in ticks:
-        engine.tick(job_id, nonce)
-    starts, port.starts[:] = list(port.starts), []
-    for invocation_id in starts:
-        engine.runs.start_invocation(invocation_id)
 
 
 def job(name: str, schedule: str = "every 10s", **controls: Any) -> JobSpec:

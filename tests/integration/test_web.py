@@ -26,7 +26,7 @@ from scheduler.storage import pages
 from scheduler.storage.db import make_engine
 from scheduler.web import csrf
 from scheduler.web.app import create_app
-from tests.conftest import Clock, RecordingPort, deliver_runs
+from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
 from tests.services import free_port
 
 pytestmark = pytest.mark.postgres
@@ -45,15 +45,6 @@ def client(engine: Engine, clock: Clock, credentials: str | None = None) -> Flas
     )
     app = create_app(engine.db, Celery("web-test"), settings, Scheduler(engine), now=clock)
     return app.test_client()
-
-
-def deliver_ticks(engine: Engine, port: RecordingPort) -> None:
-    ticks, port.ticks[:] = list(port.ticks), []
-    for job_id, nonce, _eta in ticks:
-        engine.tick(job_id, nonce)
-    starts, port.starts[:] = list(port.starts), []
-    for invocation_id in starts:
-        engine.runs.start_invocation(invocation_id)
 
 
 def page(c: FlaskClient, path: str, headers: dict[str, str] | None = None) -> str:
