@@ -139,9 +139,9 @@ def rounds(engine: Engine, port: RecordingPort, clock: Clock, n: int, costs: dic
     return fires
 
 
-# Migration 0008's triggers: the counters of /metrics.
+# Migrations 0008's and 0009's triggers: the counters of /metrics.
 COUNTER_TRIGGERS = (
-    "invocations_count_ended_new",
+    "invocations_count_inserted",
     "invocations_count_ended",
     "invocations_count_lag",
 )

@@ -301,3 +301,38 @@ def test_0008_counts_the_runs_that_end_from_the_upgrade_on(db: sqlalchemy.Engine
         end(conn, "down", "ABORTED")
     upgrade(db)
     assert counted() == {}
+
+
+def test_0009_counts_a_bulk_insert_once_per_statement(db: sqlalchemy.Engine):
+    """Runs inserted ended by one statement (a tick batch's skips, a bulk load) are
+    counted right, those the insert skips (ON CONFLICT) not at all; on PostgreSQL by a
+    statement trigger: a row trigger made a statement of N such runs cost N²/2 steps
+    (400,000 rows: about 19 minutes)."""
+    with db.begin() as conn:
+        job = _insert_job(conn, "bulk")
+        conn.execute(
+            sqlalchemy.text(
+                "INSERT INTO invocations (job_id, trigger_id, revision, status, reason, attempt,"
+                " created_at, finished_at, backfill, filed_at)"
+                " VALUES (:job, 'a', 'r', 'SKIPPED', 'overlap', 0, :at, :at, false, :at),"
+                " (:job, 'b', 'r', 'SKIPPED', 'overlap', 0, :at, :at, false, :at),"
+                " (:job, 'c', 'r', 'SKIPPED', 'misfire', 0, :at, :at, false, :at),"
+                " (:job, 'd', 'r', 'STARTING', NULL, 0, :at, NULL, false, :at)"
+            ),
+            {"job": job, "at": "2026-01-01 00:00:00+00"},
+        )
+        conn.execute(
+            sqlalchemy.text(
+                "INSERT INTO invocations (job_id, trigger_id, revision, status, reason, attempt,"
+                " created_at, finished_at, backfill, filed_at)"
+                " VALUES (:job, 'a', 'r', 'SKIPPED', 'overlap', 0, :at, :at, false, :at)"
+                " ON CONFLICT DO NOTHING"
+            ),
+            {"job": job, "at": "2026-01-01 00:00:00+00"},
+        )
+    with db.connect() as conn:
+        query = "SELECT reason, sum(count) FROM slot_outcomes GROUP BY reason"
+        assert dict(conn.exec_driver_sql(query).all()) == {"overlap": 2, "misfire": 1}
+        if db.dialect.name == "postgresql":
+            query = "SELECT tgtype & 1 FROM pg_trigger WHERE tgname = 'invocations_count_inserted'"
+            assert conn.exec_driver_sql(query).scalar_one() == 0  # FOR EACH STATEMENT
