@@ -229,11 +229,16 @@ class _Composer:
     def _scalar(self, event: ScalarEvent) -> None:
         self.written += 1
         value, is_merge = self._scalar_value(event)
+        if isinstance(value, bool) and event.value.lower() in _YAML11_WORDS and self._at_key():
+            value = event.value  # ``on:`` (alerts' key) is a word, as YAML 1.2 reads it
         if event.anchor is not None:
             self._open_anchor(event.anchor, event.start_mark)
             self.open_anchors.discard(event.anchor)
             self.anchors[event.anchor] = (value, 1, 0)
         self._place(value, 1, 0, event.start_mark, is_merge)
+
+    def _at_key(self) -> bool:
+        return bool(self.stack) and self.stack[-1].is_map and self.stack[-1].key is _NO_KEY
 
     def _mapping_start(self, event: MappingStartEvent) -> None:
         if event.tag not in _MAP_TAGS:
@@ -357,6 +362,10 @@ class _Composer:
         except (ValueError, KeyError, IndexError, yaml.YAMLError):
             reason = f"{value!r} is not a valid !!{tag.removeprefix(_TAG)}"
             raise self.refuse(event.start_mark, reason) from None
+
+
+# YAML 1.1's booleans that YAML 1.2 reads as words: as a key, a job file means the word.
+_YAML11_WORDS = ("on", "off", "yes", "no", "y", "n")
 
 
 def _ignore(event: Any) -> None:
