@@ -21,7 +21,7 @@ from scheduler.engine import Engine
 from scheduler.errors import NotFound, SpecError
 from scheduler.explain import explain, iso
 from scheduler.spec import JobSpec, load_job_file
-from scheduler.storage import job_store, run_store
+from scheduler.storage import alert_store, job_store, run_store
 from scheduler.storage.db import explained_failures
 from statemachine import Pause, Resume
 
@@ -108,12 +108,13 @@ class Scheduler:
     ) -> ApplyReport:
         """Make ``project``'s jobs match ``jobs`` (a list of specs or a job file); jobs
         of the project not in it are disabled, or deleted with ``prune``."""
+        channels = None
         if isinstance(jobs, str | Path):
             job_file = load_job_file(jobs)
-            project, jobs = job_file.project, job_file.jobs
+            project, jobs, channels = job_file.project, job_file.jobs, job_file.channels
         if project is None:
             raise ValueError("apply needs the project the jobs belong to")
-        return apply(self.engine, project, jobs, dry_run=dry_run, prune=prune)
+        return apply(self.engine, project, jobs, dry_run=dry_run, prune=prune, channels=channels)
 
     @_explained
     def apply_app(
@@ -173,6 +174,15 @@ class Scheduler:
             job_id = None if job is None else job_store.resolve_job(conn, job)
             rows = run_store.history(conn, job_id=job_id, since=since, limit=limit)
         return [_summary(r) for r in rows]
+
+    @_explained
+    def alerts(self, job: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
+        """Alerts, newest first, with where each was delivered and its last errors."""
+        check_count("limit", limit, MAX_HISTORY)
+        with self.engine.db.connect() as conn:
+            job_id = None if job is None else job_store.resolve_job(conn, job)
+            rows = alert_store.listing(conn, job_id, limit)
+        return [row.as_json() for row in rows]
 
     @_explained
     def invocation(self, invocation_id: int) -> dict[str, Any]:

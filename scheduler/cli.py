@@ -185,6 +185,23 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_alerts(args: argparse.Namespace) -> int:
+    rows = _scheduler(args).alerts(args.job, limit=args.limit)
+    columns = ["id", "job", "slot", "event", "state", "attempts", "to", "raised_at"]
+
+    def text(rows: list[dict[str, Any]]) -> str:
+        return table([row | {"to": _deliveries(row)} for row in rows], columns)
+
+    show(rows, args.json, text)
+    return 0
+
+
+def _deliveries(alert: dict[str, Any]) -> str:
+    """``ops-slack sent, oncall-mail not yet``."""
+    done = alert["delivered"]
+    return ", ".join(f"{c} {'sent' if c in done else 'not yet'}" for c in alert["channels"])
+
+
 def cmd_abort(args: argparse.Namespace) -> int:
     if (args.job is None) == (args.invocation is None):
         raise SpecError("abort", "name a JOB or give --invocation ID (one of them)")
@@ -379,6 +396,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--invocation", type=_invocation_id, metavar="ID", help="one invocation, with its log"
     )
+    c.add_argument("--json", action="store_true")
+
+    c = command("alerts", cmd_alerts, "list alerts, newest first, with their delivery")
+    c.add_argument("job", nargs="?", help="project/name (all jobs if left out)")
+    c.add_argument("--limit", type=_count(MAX_HISTORY), default=50, metavar="N")
     c.add_argument("--json", action="store_true")
 
     c = command(

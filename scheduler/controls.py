@@ -118,4 +118,6 @@ def normalized(job: JobModel) -> dict[str, Any]:
         out["triggers"] = sorted(set(job.triggers))
     if job.paused:
         out["paused"] = job.paused
+    if job.alerts is not None:
+        out["alerts"] = job.alerts.normalized()
     return out

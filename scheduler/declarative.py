@@ -27,7 +27,7 @@ from scheduler.effects import Fed, Message, SendTick
 from scheduler.engine import Engine
 from scheduler.errors import CronchainError, SpecError, TransientError
 from scheduler.spec import JobFile, JobSpec, load_job_file
-from scheduler.storage import job_store
+from scheduler.storage import alert_store, job_store
 from scheduler.storage.job_batch import CHUNK, JobBatch
 from scheduler.storage.job_store import JobHead
 from scheduler.storage.rows import JobRow
@@ -67,8 +67,11 @@ def apply(
     *,
     dry_run: bool = False,
     prune: bool = False,
+    channels: dict[str, dict[str, Any]] | None = None,
 ) -> ApplyReport:
     """Make ``project``'s jobs match ``specs``, in one transaction; then send the ticks.
+    With ``channels`` (a job file's ``channels:``), they become the project's alert
+    channels in the same transaction.
 
     Applies of one project wait for each other (``lock_project``), so that two at the
     same time (two operators, a deploy beside beat's folder reconcile) both succeed: the
@@ -91,6 +94,8 @@ def apply(
                 _declare_all(steps, project, changes, locked)
                 _retire_all(steps, changes, locked, prune=prune)
                 messages = steps.write(f"apply {project}: writing")
+                if channels is not None:
+                    alert_store.replace_channels(conn, project, channels, now)
         _send(engine, messages, f"apply {project}: sending")
     return changes.report
 
@@ -359,7 +364,9 @@ def reconcile_folder(engine: Engine, folder: Path) -> FolderReport:
             if owner != path.name:
                 why = f"is declared by {owner} already; a project belongs to one file"
                 raise SpecError("project", f"{job_file.project!r} {why}", where=str(path))
-            report.applied[path.name] = apply(engine, job_file.project, job_file.jobs)
+            report.applied[path.name] = apply(
+                engine, job_file.project, job_file.jobs, channels=job_file.channels
+            )
         except TransientError:
             raise
         except (CronchainError, OSError) as err:

@@ -38,6 +38,9 @@ class Port(Protocol):
 
     def revoke(self, task_id: str) -> None: ...
 
+    def alert(self, alert_id: int, eta: datetime | None = None) -> None:
+        """Send an alert's delivery to the work path."""
+
 
 @dataclass(frozen=True)
 class SendTick:
@@ -67,7 +70,15 @@ class SendRun:
     call: Call
 
 
-Message = SendTick | SendStart | SendRevoke | SendRun
+@dataclass(frozen=True)
+class SendAlert:
+    """An alert raised (or due again): for the work path to deliver."""
+
+    alert_id: int
+    eta: datetime | None = None
+
+
+Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert
 
 
 @dataclass
@@ -95,7 +106,7 @@ def send(port: Port, messages: list[Message], batch: int) -> list[str]:
                 ticks.setdefault(eta, []).append((job_id, nonce))
             case SendRun(call=call) if call.kind != "celery":
                 work.append(call)
-            case SendStart() | SendRun() | SendRevoke():
+            case SendStart() | SendRun() | SendRevoke() | SendAlert():
                 if _send_one(port, message) and isinstance(message, SendRevoke):
                     revoked.append(message.task_id)
             case _:
@@ -108,7 +119,7 @@ def send(port: Port, messages: list[Message], batch: int) -> list[str]:
     return revoked
 
 
-def _send_one(port: Port, message: SendStart | SendRun | SendRevoke) -> bool:
+def _send_one(port: Port, message: SendStart | SendRun | SendRevoke | SendAlert) -> bool:
     try:
         match message:
             case SendStart(invocation_id=invocation_id, attempt=attempt, eta=eta):
@@ -117,6 +128,8 @@ def _send_one(port: Port, message: SendStart | SendRun | SendRevoke) -> bool:
                 port.run(call)
             case SendRevoke(task_id=task_id):
                 port.revoke(task_id)
+            case SendAlert(alert_id=alert_id, eta=eta):
+                port.alert(alert_id, eta)
     except Exception:
         log.exception("could not send %s; the watchdog will repeat it", message)
         return False

@@ -28,6 +28,7 @@ from sqlalchemy import Engine as Database
 
 from scheduler import backfill as backfills
 from scheduler import debuglog, tick_batch
+from scheduler.alerts import raising
 from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, Port, SendRun, SendStart, SendTick, send
 from scheduler.errors import TransientError
@@ -354,7 +355,11 @@ class Engine:
             case AbortActive(reason=reason):
                 fed.messages += self._abort_active(conn, job, reason, now)
             case RecordSkipped(slot=slot, reason=reason, trigger_id=trigger_id):
-                insert(slot=slot, trigger_id=trigger_id, status=S.SKIPPED.value, reason=reason)
+                inv_id = insert(
+                    slot=slot, trigger_id=trigger_id, status=S.SKIPPED.value, reason=reason
+                )
+                if inv_id is not None:
+                    fed.messages += raising.on_skipped(conn, job, inv_id, slot, reason, now)
             case _:
                 raise AssertionError(f"unknown action {action!r}")
         return []

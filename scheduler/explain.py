@@ -13,7 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler.storage import history_days, job_store, run_store
+from scheduler.storage import alert_store, history_days, job_store, run_store
+from scheduler.storage.alert_store import AlertRow
 from scheduler.timing.schedules import Schedule, stored_schedule
 
 
@@ -29,7 +30,7 @@ def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str
     base = {"job": job.ref, "at": iso(at)}
     inv = run_store.invocation_at(conn, job_id, at)
     if inv is not None:  # also a backfill's, from before the job existed
-        return base | _ran(inv)
+        return base | _with_alerts(_ran(inv), alert_store.of_invocation(conn, job_id, inv["id"]))
     if not changes or at < changes[0]["at"]:
         created = changes[0]["at"] if changes else None
         return base | _answer("not_created", f"the job did not exist yet (created {iso(created)})")
@@ -87,6 +88,18 @@ def _pruned(conn: Connection, job_id: int, at: datetime) -> dict[str, Any] | Non
         lag_p95=rolled.get("lag_p95"),
         lag_p99=rolled.get("lag_p99"),
     )
+
+
+def _with_alerts(answer: dict[str, Any], raised: list[AlertRow]) -> dict[str, Any]:
+    """The alerts the slot raised, in the answer's text and as ``alerts``."""
+    if not raised:
+        return answer | {"alerts": []}
+    said = "; ".join(
+        f"{a.event} ({a.state}{': ' + ', '.join(a.delivered) if a.delivered else ''})"
+        for a in raised
+    )
+    text = f"{answer['text']}; it raised the alert(s) {said}"
+    return answer | {"text": text, "alerts": [a.as_json() for a in raised]}
 
 
 def _answer(code: str, text: str, **more: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from scheduler import backfill, debuglog
+from scheduler.alerts import raising
 from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
 from scheduler.errors import NotFound, TransientError
@@ -145,7 +146,7 @@ class Runs:
         that could be claimed. Each is ``(invocation, attempt)`` or ``(invocation,
         attempt, job)``."""
         wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
-        calls, claims = [], []
+        calls, claims, alerts = [], [], []
         with self.engine.transaction() as conn:
             now = self.engine.clock()
             for inv, job in run_store.lock_attempts(conn, list(wanted)):
@@ -158,7 +159,9 @@ class Runs:
                 call = self.call_of(job, inv.id, inv.attempt, inv.slot)
                 claims.append(_claim_columns(inv, call, worker, now) | {"b_id": inv.id})
                 calls.append(call)
+                alerts += raising.on_claim(conn, job, inv, now)
             run_store.update_invocations(conn, claims)
+        self.engine.send(alerts)
         return calls
 
     def record_patiently(
@@ -279,7 +282,8 @@ class Runs:
                 delay.total_seconds(),
             )
             eta = min(start_at, now + self.engine.horizon)
-            return Fed(job.snapshot, [*revoke, SendStart(inv.id, inv.attempt + 1, eta)])
+            alerts = raising.on_end(conn, job, inv, outcome, False, now)
+            return Fed(job.snapshot, [*revoke, *alerts, SendStart(inv.id, inv.attempt + 1, eta)])
         update(
             inv.id,
             status=status,
@@ -292,16 +296,15 @@ class Runs:
         slot = inv.slot.isoformat() if inv.slot else f"trigger {inv.trigger_id}"
         error = f" ({outcome.error})" if outcome.error else ""
         log.info("%s %s: %s%s", job.ref, slot, status, error)
+        first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
         if inv.backfill:  # the next waiting slot of the backfill takes its place
-            return Fed(
-                job.snapshot, [*revoke, *backfill.promote(conn, job, now, self.engine.grace)]
-            )
+            return Fed(job.snapshot, [*first, *backfill.promote(conn, job, now, self.engine.grace)])
         finished = InvocationFinished(inv.id, now)
         if held is None:
             fed = self.engine.feed(conn, job, finished, now)
         else:
             fed = held.feed(self.engine, conn, job, finished, now)
-        fed.messages[:0] = revoke
+        fed.messages[:0] = first
         if status == S.SUCCEEDED:
             for target in controls.triggers:
                 fed.messages += self._trigger_other(conn, job, target, inv.id, now)

@@ -142,6 +142,24 @@ def history_retention(env: Mapping[str, str] | None = None) -> timedelta:
     return timedelta(days=days)
 
 
+@dataclass(frozen=True)
+class AlertDelivery:
+    """``CRONCHAIN_ALERT_TIMEOUT`` (seconds one channel may take, default 10) and
+    ``CRONCHAIN_ALERT_ATTEMPTS`` (deliveries before an alert is given up, default 8:
+    about 20 minutes of backoff). Read on their own by the work path's alert task."""
+
+    timeout: float = 10.0
+    attempts: int = 8
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AlertDelivery:
+        env = os.environ if env is None else env
+        return cls(
+            _seconds(env, "CRONCHAIN_ALERT_TIMEOUT", cls.timeout),
+            _whole(env, "CRONCHAIN_ALERT_ATTEMPTS", cls.attempts, 1, 100, "deliveries"),
+        )
+
+
 # Intervals from a second to a day: a shorter one would keep a worker busy with the
 # watchdog alone, a longer one leave a lost chain unrepaired for days.
 _SECONDS = (1.0, 86_400.0)

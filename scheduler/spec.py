@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from scheduler import controls as job_controls
+from scheduler.alerts.channels import from_env as channels_from_env
+from scheduler.alerts.channels import validate_channels
 from scheduler.errors import SpecError
 from scheduler.specmodel import KINDS, NAME, kind_of, validate_entry
 from scheduler.timing.schedules import Schedule, parse_schedule
@@ -128,8 +130,12 @@ def _revision(canonical_json: str) -> str:
 
 @dataclass(frozen=True)
 class JobFile:
+    """A job file: its project, its jobs, and the alert channels it declares (None:
+    the file has no ``channels:``, and apply leaves the project's as they are)."""
+
     project: str
     jobs: list[JobSpec]
+    channels: dict[str, dict[str, Any]] | None = None
 
 
 def load_job_file(path: str | Path) -> JobFile:
@@ -146,7 +152,7 @@ def load_job_file(path: str | Path) -> JobFile:
 def parse_job_file(data: Any) -> JobFile:
     if not isinstance(data, Mapping):
         raise SpecError("project", "a job file is a mapping with 'project' and 'jobs'")
-    unknown = set(data) - {"project", "jobs"}
+    unknown = set(data) - {"project", "jobs", "channels", "alerts"}
     if unknown:
         raise SpecError(sorted(map(str, unknown))[0], "unknown field")
     project = data.get("project")
@@ -155,7 +161,17 @@ def parse_job_file(data: Any) -> JobFile:
     entries = data.get("jobs") or []
     if not isinstance(entries, list):
         raise SpecError("jobs", "must be a list")
+    channels = None if data.get("channels") is None else validate_channels(data["channels"])
+    if "alerts" in data:  # the project's default: a job's own alerts (even null) win
+        entries = [_with_default(entry, data["alerts"]) for entry in entries]
     jobs = [JobSpec.from_dict(project, entry) for entry in entries]
+    _refuse_unknown_channels(jobs, channels)
+    _refuse_unknown_names(jobs)
+    return JobFile(project, jobs, channels)
+
+
+def _refuse_unknown_names(jobs: list[JobSpec]) -> None:
+    """Names are unique, and a job that triggers another of the file names one there."""
     seen: set[str] = set()
     for job in jobs:
         if job.name in seen:
@@ -166,4 +182,19 @@ def parse_job_file(data: Any) -> JobFile:
             if "/" not in target and target not in seen:
                 why = f"no job named {target!r} in this file (use project/name for another)"
                 raise SpecError("triggers", why, where=f"job {job.name!r}")
-    return JobFile(project, jobs)
+
+
+def _with_default(entry: Any, alerts: Any) -> Any:
+    if isinstance(entry, Mapping) and "alerts" not in entry:
+        return {**entry, "alerts": alerts}
+    return entry
+
+
+def _refuse_unknown_channels(jobs: list[JobSpec], declared: dict[str, Any] | None) -> None:
+    """Every channel a job sends to is declared: in the file or ``CRONCHAIN_CHANNELS``."""
+    known = set(declared or ()) | set(channels_from_env())
+    for job in jobs:
+        for name in job.controls.get("alerts", {}).get("to", ()):
+            if name not in known:
+                why = f"no channel named {name!r} (under channels:, or in CRONCHAIN_CHANNELS)"
+                raise SpecError("alerts.to", why, where=f"job {job.name!r}")

@@ -285,6 +285,51 @@ class Retries(_Strict):
         return {k: v for k, v in values.items() if v != RETRY_DEFAULTS[k]}
 
 
+# What raises an alert (``scheduler.alerts.rules`` says when each is raised); the two
+# with a threshold are written ``late_start>2m``.
+ALERT_EVENTS = ("failed", "retries_exhausted", "skipped", "recovered")
+ALERT_THRESHOLDS = ("late_start", "running_longer")
+MAX_CHANNELS = 20
+
+
+def _alert_event(value: str) -> str:
+    """An event in its stored form: thresholds in seconds (``late_start>120s``)."""
+    name, gt, threshold = value.partition(">")
+    name = name.strip()
+    if name == "upstream_stale":
+        raise ValueError("upstream_stale comes with requires (workflows), not built yet")
+    if name in ALERT_THRESHOLDS:
+        if not gt:
+            raise ValueError(f"{name} needs a threshold, like {name}>5m")
+        seconds = _seconds(threshold.strip())
+        if not 0 < seconds <= MAX_DURATION.total_seconds():
+            raise ValueError(f"{value!r}: the threshold must be more than 0s and at most 366d")
+        return f"{name}>{seconds:g}s"
+    if name in ALERT_EVENTS and not gt:
+        return name
+    known = ", ".join([*ALERT_EVENTS, *(f"{t}>DURATION" for t in ALERT_THRESHOLDS)])
+    raise ValueError(f"{value!r} is not one of {known}")
+
+
+class Alerts(_Strict):
+    """``alerts: {on: [...], to: [...]}``: the events of a job's slots that are sent,
+    and the channels (declared under ``channels:``) that they are sent to."""
+
+    on: Annotated[
+        list[Annotated[str, AfterValidator(_alert_event)]], Field(min_length=1, max_length=10)
+    ]
+    to: Annotated[list[Name], Field(min_length=1, max_length=MAX_CHANNELS)]
+
+    @model_validator(mode="after")
+    def _paired(self) -> Alerts:
+        if "recovered" in self.on and not {"failed", "retries_exhausted"} & set(self.on):
+            raise SpecError("alerts.on", "recovered follows failed or retries_exhausted: add one")
+        return self
+
+    def normalized(self) -> dict[str, Any]:
+        return {"on": sorted(set(self.on)), "to": sorted(set(self.to))}
+
+
 Overlap = Literal["skip", "buffer_one", "buffer_all", "allow", "cancel_other"]
 Misfire = Literal["skip", "latest", "all"]
 
@@ -312,6 +357,7 @@ class JobFields(_Strict):
     catchup_limit: _count(1, 10_000) | None = None  # type: ignore[valid-type]
     # Declared paused: true, or the reason (an import keeps a task disabled in its source).
     paused: Annotated[str, Field(min_length=1, max_length=500)] | bool | None = None
+    alerts: Alerts | None = None
 
     @field_validator("timezone")
     @classmethod

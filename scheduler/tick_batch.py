@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
+from scheduler.alerts.rules import rules_of
 from scheduler.effects import Fed, Message, SendRun, SendStart
 from scheduler.runs import STARTING
 from scheduler.storage import job_store, run_store
@@ -124,11 +125,12 @@ def _hold(engine: Engine, job: JobRow, nonce: int, now: datetime, start_here: bo
     more than a run to start, slots to skip and the next tick."""
     result = engine.step_of(job, job.snapshot, Tick(nonce), now)
     step = _Held(job, nonce, Fed(result.snapshot), result.changed)
+    alerted = rules_of(job.spec) is not None  # a skip may raise an alert: ``feed`` does it
     for action in result.actions:
         match action:
             case TickLater(when=when, nonce=next_nonce):
                 step.fed.messages.append(engine.tick_message(job, when, next_nonce, now))
-            case RecordSkipped(slot=slot, reason=reason, trigger_id=None):
+            case RecordSkipped(slot=slot, reason=reason, trigger_id=None) if not alerted:
                 step.rows.append(_row(job, slot, now, status=SKIPPED, reason=reason))
             case StartInvocation(slot=slot, trigger_id=None) if step.slot is None:
                 columns = (

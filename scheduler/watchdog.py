@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
+from scheduler.alerts import raising
+from scheduler.alerts.delivery import resend_due
 from scheduler.controls import controls_of
 from scheduler.effects import Message, SendRevoke, SendRun, SendStart
 from scheduler.engine import Engine
@@ -134,6 +136,9 @@ def run_once(
         # Revokes not sent yet: the send forgets each that goes out.
         due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
         messages += [SendRevoke(task_id) for task_id in due]
+        # Runs of alerted jobs that are late to start or run too long.
+        messages += raising.overdue(conn, now, limit)
+    messages += resend_due(engine, now, limit)
     engine.send(messages)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.

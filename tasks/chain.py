@@ -15,6 +15,7 @@ from typing import Any
 from celery import Task
 from celery.signals import beat_init, worker_ready
 
+from scheduler.alerts.delivery import deliver as deliver_alert
 from scheduler.declarative import ApplyReport, reconcile_folder
 from scheduler.declared import reconcile_apps
 from scheduler.errors import TransientError
@@ -95,6 +96,15 @@ def run_batch(self: Task, attempts: Any) -> None:
     rt = runtime()
     refs: list[AttemptRef] = [(a[0], a[1], a[2] if len(a) == 3 else None) for a in attempts]
     execute_batch(rt.engine, refs, worker, rt.settings.work_concurrency)
+
+
+@app.task(name="cronchain.alert", **RETRY)
+def alert(alert_id: int) -> None:
+    """The work path: deliver an alert to its channels (``scheduler.alerts.delivery``)."""
+    if not _ints(alert_id):
+        log.error("malformed alert message dropped: %.200r", alert_id)
+        return
+    deliver_alert(runtime().engine, alert_id)
 
 
 def _attempt_ref(value: Any) -> bool:

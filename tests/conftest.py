@@ -73,6 +73,7 @@ class RecordingPort:
     runs: list[Call] = field(default_factory=list)
     run_batches: list[list[Call]] = field(default_factory=list)
     revoked: list[str] = field(default_factory=list)
+    alerts: list[tuple[int, datetime | None]] = field(default_factory=list)
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self.ticks.append((job_id, nonce, eta))
@@ -102,6 +103,9 @@ class RecordingPort:
     def revoke(self, task_id: str) -> None:
         self.revoked.append(task_id)
 
+    def alert(self, alert_id: int, eta: datetime | None = None) -> None:
+        self.alerts.append((alert_id, eta))
+
     def clear(self) -> None:
         self.ticks.clear()
         self.batches.clear()
@@ -111,6 +115,7 @@ class RecordingPort:
         self.runs.clear()
         self.run_batches.clear()
         self.revoked.clear()
+        self.alerts.clear()
 
 
 @pytest.fixture(scope="session")

@@ -281,3 +281,52 @@ fire_lags = Table(
     Column("count", BigInteger, nullable=False),
     Column("seconds", Float, nullable=False),
 )
+
+ALERT_STATES = ("pending", "sent", "failed")
+
+# An alert: one row per (job, slot, event), the slot named by its run (one per job and
+# slot), written in the transaction of the state change that raised it; the work path
+# delivers it to each of ``channels`` and records each delivery in ``delivered``. While
+# it is ``pending``, ``due_at`` is when a delivery is due: the next try's, or while one
+# runs, the end of its lease. The watchdog sends again what is due and not under way,
+# at ``resend_at`` at the earliest: each time after as long again as it has waited.
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("invocation_id", BigInteger, nullable=False),
+    Column("slot", UTCDateTime),
+    Column("event", String(40), nullable=False),
+    Column("detail", Text),
+    Column("channels", JSON, nullable=False),
+    Column("delivered", JSON, nullable=False),  # {channel: when it was delivered}
+    Column("errors", JSON, nullable=False),  # {channel: its last delivery's error}
+    Column("state", String(8), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("due_at", UTCDateTime),
+    Column("resend_at", UTCDateTime),
+    Column("sent_at", UTCDateTime),
+    UniqueConstraint("job_id", "invocation_id", "event"),
+    CheckConstraint(_one_of("state", ALERT_STATES), name="state"),
+    sqlite_autoincrement=True,
+)
+Index("ix_alerts_job_id_id", alerts.c.job_id, alerts.c.id)
+Index(
+    "ix_alerts_due_at",
+    alerts.c.due_at,
+    postgresql_where=alerts.c.state == "pending",
+    sqlite_where=alerts.c.state == "pending",
+)
+
+# The channels alerts are sent to, as a project's job file declares them (apply writes
+# them). A secret is never here: a channel names the environment variable that holds it.
+channels = Table(
+    "channels",
+    metadata,
+    Column("project", String(100), primary_key=True),
+    Column("name", String(100), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)

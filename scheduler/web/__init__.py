@@ -5,4 +5,4 @@ it shares with ``cronchain health``, ``serve`` the two commands' bodies."""
 
 # The health checks by name, in the order they are shown (scheduler.web.health says what
 # each one checks); here so that the command line names them without importing Celery.
-CHECKS = ("database", "broker", "watchdog", "ticks", "control_path", "work_path")
+CHECKS = ("database", "broker", "watchdog", "ticks", "alerts", "control_path", "work_path")

@@ -29,7 +29,7 @@ from kombu.utils.url import maybe_sanitize_url
 from sqlalchemy import Engine, text
 
 from scheduler.settings import Settings
-from scheduler.storage import observed
+from scheduler.storage import alert_store, observed
 from scheduler.web import CHECKS
 
 # Each probe's own patience: the broker's connection, and how long inspect collects replies.
@@ -94,7 +94,7 @@ def check_health(
 
 
 _NAMES = {
-    "database": ("database", "watchdog", "ticks"),
+    "database": ("database", "watchdog", "ticks", "alerts"),
     "broker": ("broker",),
     "workers": ("control_path", "work_path"),
 }
@@ -110,13 +110,32 @@ def _database_checks(db: Engine, settings: Settings, clock: Callable[[], datetim
             now = clock()
             passes = observed.watchdog_passes(conn)
             overdue = observed.overdue_ticks(conn, now - settings.watchdog_grace)
+            failing = alert_store.failing_channels(conn, now - ALERTS_SINCE, ALERT_TRIES)
     except Exception as err:
         return [
             Check("database", False, _first_line(err)),
-            Check("watchdog", False, "unknown: the database did not answer"),
-            Check("ticks", False, "unknown: the database did not answer"),
+            *(Check(name, False, "unknown: the database did not answer") for name in _AFTER),
         ]
-    return [answered, _watchdog_check(passes, settings, now), _ticks_check(overdue, settings, now)]
+    return [
+        answered,
+        _watchdog_check(passes, settings, now),
+        _ticks_check(overdue, settings, now),
+        _alerts_check(failing),
+    ]
+
+
+_AFTER = ("watchdog", "ticks", "alerts")
+# A channel is failing when an alert to it was given up within a day, or has failed
+# this many deliveries and is still being retried.
+ALERTS_SINCE = timedelta(days=1)
+ALERT_TRIES = 3
+
+
+def _alerts_check(failing: dict[str, str]) -> Check:
+    if not failing:
+        return Check("alerts", True, "every channel takes its alerts")
+    named = "; ".join(f"{name}: {error}" for name, error in sorted(failing.items()))
+    return Check("alerts", False, f"channel(s) failing: {named}")
 
 
 def _watchdog_check(passes: observed.WatchdogPasses, settings: Settings, now: datetime) -> Check:

@@ -116,6 +116,11 @@ class CeleryPort:
     def revoke(self, task_id: str) -> None:
         self.app.control.revoke(task_id, terminate=True)
 
+    def alert(self, alert_id: int, eta: datetime | None = None) -> None:
+        """An alert's delivery, on the work path: it waits for a webhook or a mail
+        server, which the control path never does."""
+        self.app.send_task("cronchain.alert", args=(alert_id,), eta=eta, queue=self.work_queue)
+
 
 def _pipelined(producer: Any) -> contextlib.AbstractContextManager[Any]:
     """kombu's ``Producer.batch`` (kombu 5.7 on): sends into a pipeline, flushed each

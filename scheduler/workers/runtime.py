@@ -150,6 +150,9 @@ class CommandPort:
     def revoke(self, task_id: str) -> None:
         self._send(self.port.revoke, task_id)
 
+    def alert(self, alert_id: int, eta: datetime | None = None) -> None:
+        self._send(self.port.alert, alert_id, eta)
+
     def _send(self, send: Callable[..., None], *args: Any) -> None:
         if self.unsent is not None:
             raise TransientError(str(self.unsent))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -90,10 +91,12 @@ def test_a_file_that_fails_while_applied_does_not_stop_the_files_after_it(
 ):
     real_apply = declarative.apply
 
-    def apply(engine: Engine, project: str, specs: list[JobSpec]) -> declarative.ApplyReport:
+    def apply(
+        engine: Engine, project: str, specs: list[JobSpec], **options: Any
+    ) -> declarative.ApplyReport:
         if project == "b":  # a failure no validation caught, in the middle of the pass
             raise OverflowError("a bug in one file's apply")
-        return real_apply(engine, project, specs)
+        return real_apply(engine, project, specs, **options)
 
     monkeypatch.setattr(declarative, "apply", apply)
     for name in "abc":

@@ -1,0 +1,281 @@
+"""Where alerts go: a webhook (JSON, Slack-compatible or PagerDuty Events v2) or email
+over SMTP, declared once under ``channels:`` in a job file, or in the environment as
+``CRONCHAIN_CHANNELS`` (a JSON object of the same form).
+
+A secret is never written down: a webhook's URL (Slack's holds its token), a PagerDuty
+routing key and the SMTP server's password are named by the environment variable that
+holds them (``{env: NAME}``) and read by the worker that delivers. Errors recorded for
+a delivery never quote them.
+
+Every delivery carries the alert's idempotency key (the ``Idempotency-Key`` header of a
+webhook, the ``Message-ID`` of a mail, PagerDuty's ``dedup_key``), so that a receiver
+can tell a delivery that was repeated (a worker killed after the receiver had it, before
+cronchain recorded it) from a new alert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import smtplib
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from email.message import EmailMessage
+from email.utils import format_datetime
+from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from scheduler.errors import SpecError
+from scheduler.specmodel import MAX_URL, _spec_error, _Strict
+
+ENV = "CRONCHAIN_CHANNELS"
+SMTP_ENV = "CRONCHAIN_SMTP_URL"
+_ADDRESS = re.compile(r"[^@\s<>,;]+@[^@\s<>,;]+")
+EnvRef = Annotated[
+    dict[Literal["env"], Annotated[str, Field(min_length=1, max_length=200)]],
+    Field(min_length=1, max_length=1),
+]
+
+
+class Channel(_Strict):
+    """One channel: ``webhook`` (a URL or ``{env: NAME}``, with a ``format``) or
+    ``email`` (recipients, sent through ``smtp``, ``{env: NAME}`` of an
+    ``smtp://user:password@host:port`` URL, ``CRONCHAIN_SMTP_URL`` by default)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    webhook: Annotated[str, Field(max_length=MAX_URL)] | EnvRef | None = None
+    format: Literal["json", "slack", "pagerduty"] | None = None
+    routing_key: Annotated[str, Field(min_length=1, max_length=200)] | EnvRef | None = None
+    email: Annotated[list[str], Field(min_length=1, max_length=50)] | None = None
+    sender: str | None = Field(None, alias="from")
+    smtp: EnvRef | None = None
+
+    @field_validator("webhook")
+    @classmethod
+    def _url(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("must be an http(s) URL, or {env: NAME} for a secret one")
+        return value
+
+    @field_validator("email")
+    @classmethod
+    def _addresses(cls, value: list[str] | None) -> list[str] | None:
+        for address in value or ():
+            if not _ADDRESS.fullmatch(address):
+                raise ValueError(f"{address!r} is not an email address")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Channel:
+        if (self.webhook is None) == (self.email is None):
+            raise SpecError("channel", "needs exactly one of webhook and email")
+        if self.webhook is None:
+            for key in ("format", "routing_key"):
+                if getattr(self, key) is not None:
+                    raise SpecError(key, "only applies to a webhook")
+        elif self.sender is not None or self.smtp is not None:
+            raise SpecError("from" if self.sender else "smtp", "only applies to email")
+        if (self.format == "pagerduty") != (self.routing_key is not None):
+            raise SpecError("routing_key", "is what a pagerduty webhook needs, and it alone")
+        if self.sender is not None and not _ADDRESS.fullmatch(self.sender):
+            raise SpecError("from", f"{self.sender!r} is not an email address")
+        return self
+
+    def stored(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class _One(_Strict):
+    """One channel, as the first part of an error's path, which ``_spec_error`` drops
+    (there it is a job's kind)."""
+
+    channel: Channel
+
+
+def validate_channels(data: Any, where: str = "channels") -> dict[str, dict[str, Any]]:
+    """A ``channels:`` mapping, validated: name -> the stored form."""
+    if not isinstance(data, Mapping):
+        raise SpecError(where, "must be a mapping of channel names")
+    out = {}
+    for name, spec in data.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
+            raise SpecError(where, f"{name!r} is not a channel name")
+        try:
+            out[name] = _One.model_validate({"channel": spec}).channel.stored()
+        except ValidationError as err:
+            raise _spec_error(err).located(f"{where}.{name}") from None
+        except SpecError as err:
+            raise err.located(f"{where}.{name}") from None
+    return out
+
+
+def from_env(env: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """``CRONCHAIN_CHANNELS``, validated; {} when unset."""
+    text = (os.environ if env is None else env).get(ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise SpecError(ENV, f"is not JSON ({err})") from None
+    return validate_channels(data, ENV)
+
+
+@dataclass(frozen=True)
+class Alert:
+    """What a channel says: the alert as its row holds it, and its job."""
+
+    id: int
+    job: str
+    event: str
+    slot: datetime | None
+    invocation_id: int
+    detail: str | None
+    raised_at: datetime
+
+    @property
+    def key(self) -> str:
+        """The idempotency key: (job, slot, event), as the alert's row is keyed."""
+        slot = f"run-{self.invocation_id}"
+        if self.slot is not None:
+            slot = self.slot.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"cronchain/{self.job}/{slot}/{self.event}"
+
+    @property
+    def text(self) -> str:
+        slot = self.slot.isoformat() if self.slot else f"run {self.invocation_id}"
+        detail = f": {self.detail}" if self.detail else ""
+        return f"cronchain: {self.job} {slot} {self.event}{detail}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "idempotency_key": self.key,
+            "alert": self.id,
+            "job": self.job,
+            "event": self.event,
+            "slot": self.slot.isoformat() if self.slot else None,
+            "invocation": self.invocation_id,
+            "detail": self.detail,
+            "raised_at": self.raised_at.isoformat(),
+            "text": self.text,
+        }
+
+
+class DeliveryError(Exception):
+    """A delivery that did not go through; its text never holds a secret."""
+
+
+def deliver(
+    channel: Mapping[str, Any], alert: Alert, timeout: float, env: Mapping[str, str] | None = None
+) -> None:
+    """Send ``alert`` to one channel (its stored form); raises ``DeliveryError``."""
+    env = os.environ if env is None else env
+    if "webhook" in channel:
+        _post(channel, alert, timeout, env)
+    else:
+        _mail(channel, alert, timeout, env)
+
+
+def _secret(value: str | Mapping[str, str], env: Mapping[str, str], what: str) -> str:
+    if isinstance(value, str):
+        return value
+    found = env.get(value["env"], "").strip()
+    if not found:
+        raise DeliveryError(f"{what}: the environment variable {value['env']} is not set")
+    return found
+
+
+def body_of(channel: Mapping[str, Any], alert: Alert, env: Mapping[str, str]) -> dict[str, Any]:
+    """The JSON a webhook of ``channel``'s format is sent."""
+    match channel.get("format") or "json":
+        case "slack":
+            return {"text": alert.text}
+        case "pagerduty":
+            return {
+                "routing_key": _secret(channel["routing_key"], env, "routing_key"),
+                # One incident per job: ``recovered`` resolves what its failures opened.
+                "event_action": "resolve" if alert.event == "recovered" else "trigger",
+                "dedup_key": f"cronchain/{alert.job}",
+                "payload": {
+                    "summary": alert.text[:1024],
+                    "source": "cronchain",
+                    "severity": "warning" if ">" in alert.event else "error",
+                    "timestamp": alert.raised_at.isoformat(),
+                    "custom_details": alert.as_json(),
+                },
+            }
+        case _:
+            return alert.as_json()
+
+
+def _post(channel: Mapping[str, Any], alert: Alert, timeout: float, env: Mapping[str, str]) -> None:
+    url = _secret(channel["webhook"], env, "webhook")
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body_of(channel, alert, env)).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Idempotency-Key": alert.key,
+            "User-Agent": "cronchain",
+        },
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            answer.read(65536)
+    except urllib.error.HTTPError as err:
+        raise DeliveryError(f"the webhook answered HTTP {err.code}") from None
+    except (OSError, ValueError) as err:  # URLError, timeouts, refused, a bad URL
+        reason = getattr(err, "reason", err)
+        raise DeliveryError(f"the webhook did not answer: {_quiet(reason, url)}") from None
+
+
+def _mail(channel: Mapping[str, Any], alert: Alert, timeout: float, env: Mapping[str, str]) -> None:
+    server = _secret(channel.get("smtp") or {"env": SMTP_ENV}, env, "smtp")
+    parts = urlsplit(server)
+    if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+        raise DeliveryError("smtp: the server must be an smtp:// or smtps:// URL")
+    message = EmailMessage()
+    message["From"] = channel.get("from") or "cronchain@localhost"
+    message["To"] = ", ".join(channel["email"])
+    message["Subject"] = alert.text[:200]
+    message["Date"] = format_datetime(alert.raised_at)
+    digest = hashlib.sha256(alert.key.encode()).hexdigest()[:32]
+    message["Message-ID"] = f"<{digest}@cronchain>"
+    message["Idempotency-Key"] = alert.key
+    message.set_content(json.dumps(alert.as_json(), indent=2))
+    port = parts.port or (465 if parts.scheme == "smtps" else 25)
+    try:
+        if parts.scheme == "smtps":
+            client: smtplib.SMTP = smtplib.SMTP_SSL(
+                parts.hostname, port, timeout=timeout, context=ssl.create_default_context()
+            )
+        else:
+            client = smtplib.SMTP(parts.hostname, port, timeout=timeout)
+        with client:
+            client.ehlo()
+            if parts.scheme == "smtp" and client.has_extn("starttls"):
+                client.starttls(context=ssl.create_default_context())
+                client.ehlo()
+            if parts.username:
+                client.login(unquote(parts.username), unquote(parts.password or ""))
+            client.send_message(message)
+    except (OSError, smtplib.SMTPException) as err:
+        raise DeliveryError(f"the mail server did not take it: {_quiet(err, server)}") from None
+
+
+def _quiet(err: object, secret: str) -> str:
+    """An error's first line, without the URL it was about (it may hold a token)."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return text.replace(secret, "(url)")[:300] or type(err).__name__

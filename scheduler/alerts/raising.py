@@ -1,0 +1,108 @@
+"""Alerts raised in the transaction of the state change that raises them.
+
+Each is a row keyed by (job, slot, event): a repeated step, a second watchdog, a retry
+of the same message all find the row and raise nothing. What a raise returns is a
+message for the work path, sent once the transaction has committed; the watchdog sends
+any pending alert whose message was lost.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from scheduler.alerts.rules import RECOVERED, AlertRules, rules_of
+from scheduler.effects import SendAlert
+from scheduler.invokers import Outcome
+from scheduler.storage import alert_store
+from scheduler.storage.rows import InvocationRow, JobRow
+
+
+def raise_one(
+    conn: Connection,
+    job_id: int,
+    rules: AlertRules,
+    invocation_id: int,
+    slot: datetime | None,
+    event: str,
+    detail: str | None,
+    now: datetime,
+) -> list[SendAlert]:
+    alert_id = alert_store.insert(
+        conn,
+        job_id=job_id,
+        invocation_id=invocation_id,
+        slot=slot,
+        event=event,
+        detail=detail,
+        to=list(rules.to),
+        now=now,
+    )
+    return [] if alert_id is None else [SendAlert(alert_id)]
+
+
+def on_end(
+    conn: Connection, job: JobRow, inv: InvocationRow, outcome: Outcome, final: bool, now: datetime
+) -> list[SendAlert]:
+    """An attempt of ``inv`` ended with ``outcome``; ``final``: the slot ended with it."""
+    rules = rules_of(job.spec)
+    if rules is None:
+        return []
+    sent: list[SendAlert] = []
+    status = outcome.status.value
+    for event in rules.ended(status, final=final, reason=outcome.reason):
+        if event == RECOVERED and not alert_store.failure_open(conn, job.id):
+            continue
+        detail = outcome.error if event != RECOVERED else f"attempt {inv.attempt} succeeded"
+        sent += raise_one(conn, job.id, rules, inv.id, inv.slot, event, detail, now)
+    return sent
+
+
+def on_skipped(
+    conn: Connection,
+    job: JobRow,
+    invocation_id: int,
+    slot: datetime | None,
+    reason: str,
+    now: datetime,
+) -> list[SendAlert]:
+    rules = rules_of(job.spec)
+    if rules is None or not rules.ended("SKIPPED", final=True, reason=reason):
+        return []
+    detail = f"skipped ({reason})"
+    return raise_one(conn, job.id, rules, invocation_id, slot, "skipped", detail, now)
+
+
+def on_claim(conn: Connection, job: JobRow, inv: InvocationRow, now: datetime) -> list[SendAlert]:
+    """A worker claims ``inv``'s attempt: its slot's first attempt may be late."""
+    rules = rules_of(job.spec)
+    if rules is None or inv.attempt != 1 or inv.backfill:
+        return []
+    event = rules.late(inv.slot, now)
+    if event is None:
+        return []
+    assert inv.slot is not None
+    detail = f"claimed {(now - inv.slot).total_seconds():.0f} s after its slot"
+    return raise_one(conn, job.id, rules, inv.id, inv.slot, event, detail, now)
+
+
+def overdue(conn: Connection, now: datetime, limit: int) -> list[SendAlert]:
+    """The watchdog's: runs of alerted jobs still unclaimed past ``late_start``, or
+    running past ``running_longer``."""
+    sent: list[SendAlert] = []
+    for run in alert_store.active_runs(conn, limit):
+        rules = rules_of(run["spec"])
+        if rules is None:
+            continue
+        if run["worker"] is None:
+            late = run["attempt"] <= 1 and not run["backfill"]
+            event = rules.late(run["slot"], now) if late else None
+            detail = "no worker has claimed it yet"
+        else:
+            event = rules.long(run["started_at"], now)
+            detail = f"attempt {run['attempt']} claimed at {run['started_at'].isoformat()}"
+        if event is None:
+            continue
+        sent += raise_one(conn, run["job_id"], rules, run["id"], run["slot"], event, detail, now)
+    return sent

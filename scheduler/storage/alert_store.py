@@ -1,0 +1,281 @@
+"""The rows of alerts and channels (``scheduler.alerts`` says what they mean)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from scheduler.storage.models import alerts, channels, invocations, jobs
+
+PENDING, SENT, FAILED = "pending", "sent", "failed"
+FAILURES = ("failed", "retries_exhausted", "recovered")
+_INSERT = {
+    name: dialect.insert(alerts).on_conflict_do_nothing().returning(alerts.c.id)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    id: int
+    job_id: int
+    project: str
+    job: str
+    invocation_id: int
+    slot: datetime | None
+    event: str
+    detail: str | None
+    channels: list[str]
+    delivered: dict[str, str]
+    errors: dict[str, str]
+    state: str
+    attempts: int
+    created_at: datetime
+    due_at: datetime | None
+    sent_at: datetime | None
+
+    def as_json(self) -> dict[str, Any]:
+        """What ``cronchain alerts --json`` prints of it."""
+        return {
+            "id": self.id,
+            "job": self.job,
+            "slot": _iso(self.slot),
+            "invocation": self.invocation_id,
+            "event": self.event,
+            "state": self.state,
+            "channels": list(self.channels),
+            "delivered": {name: at for name, at in self.delivered.items()},
+            "errors": dict(self.errors),
+            "attempts": self.attempts,
+            "raised_at": _iso(self.created_at),
+            "sent_at": _iso(self.sent_at),
+            "detail": self.detail,
+        }
+
+
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+def insert(
+    conn: Connection,
+    *,
+    job_id: int,
+    invocation_id: int,
+    slot: datetime | None,
+    event: str,
+    detail: str | None,
+    to: list[str],
+    now: datetime,
+) -> int | None:
+    """Raise an alert; None if (job, slot, event) has one already."""
+    statement = _INSERT[conn.dialect.name].values(
+        job_id=job_id,
+        invocation_id=invocation_id,
+        slot=slot,
+        event=event,
+        detail=detail,
+        channels=to,
+        delivered={},
+        errors={},
+        state=PENDING,
+        attempts=0,
+        created_at=now,
+        due_at=now,
+    )
+    return conn.execute(statement).scalar()
+
+
+def failure_open(conn: Connection, job_id: int) -> bool:
+    """Whether the job's last alert of failure or recovery is a failure."""
+    last = conn.execute(
+        select(alerts.c.event)
+        .where(alerts.c.job_id == job_id, alerts.c.event.in_(FAILURES))
+        .order_by(alerts.c.id.desc())
+        .limit(1)
+    ).scalar()
+    return last is not None and last != "recovered"
+
+
+_COLUMNS = (alerts, jobs.c.project, jobs.c.name.label("job_name"))
+
+
+def _row(m: Mapping[str, Any]) -> AlertRow:
+    fields = {k: m[k] for k in AlertRow.__dataclass_fields__ if k in m and k != "job"}
+    return AlertRow(**fields, job=f"{m['project']}/{m['job_name']}")
+
+
+def claim(
+    conn: Connection, alert_id: int, now: datetime, per_channel: timedelta
+) -> AlertRow | None:
+    """Take a pending alert that is due, for one delivery: for ``per_channel`` times its
+    channels (and one more) no other delivery of it starts. None if it is not pending,
+    not due, or under way elsewhere."""
+    row = (
+        conn.execute(
+            select(*_COLUMNS)
+            .select_from(alerts.join(jobs, jobs.c.id == alerts.c.job_id))
+            .where(alerts.c.id == alert_id)
+            .with_for_update(of=alerts)
+        )
+        .mappings()
+        .first()
+    )
+    if row is None or row["state"] != PENDING or (row["due_at"] and row["due_at"] > now):
+        return None
+    attempts = row["attempts"] + 1
+    lease = per_channel * (len(row["channels"]) + 1)
+    conn.execute(
+        update(alerts)
+        .where(alerts.c.id == alert_id)
+        .values(attempts=attempts, due_at=now + lease, resend_at=None)
+    )
+    return _row({**row, "attempts": attempts})
+
+
+def delivered(conn: Connection, alert_id: int, channel: str, at: datetime) -> None:
+    """One channel had it: never sent there again."""
+    done = conn.execute(
+        select(alerts.c.delivered).where(alerts.c.id == alert_id).with_for_update()
+    ).scalar_one()
+    conn.execute(
+        update(alerts)
+        .where(alerts.c.id == alert_id)
+        .values(delivered={**done, channel: at.isoformat()})
+    )
+
+
+def settle(
+    conn: Connection,
+    alert_id: int,
+    *,
+    state: str,
+    errors: dict[str, str],
+    due_at: datetime | None,
+    now: datetime,
+) -> None:
+    conn.execute(
+        update(alerts)
+        .where(alerts.c.id == alert_id)
+        .values(
+            state=state,
+            errors=errors,
+            due_at=due_at if state == PENDING else None,
+            sent_at=now if state == SENT else None,
+        )
+    )
+
+
+def resend_due(conn: Connection, now: datetime, late: timedelta, limit: int) -> list[int]:
+    """Pending alerts due for longer than ``late`` and not under way, whose message
+    was lost or waits in a queue: the watchdog sends them again, each time after as
+    long again as it has waited, so that a work path down for an hour is not sent a
+    copy per pass."""
+    rows = conn.execute(
+        select(alerts.c.id, alerts.c.due_at)
+        .where(
+            alerts.c.state == PENDING,
+            alerts.c.due_at <= now - late,
+            (alerts.c.resend_at.is_(None)) | (alerts.c.resend_at <= now),
+        )
+        .order_by(alerts.c.due_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+    for alert_id, due_at in rows:
+        again = now + max(late, now - due_at)
+        conn.execute(update(alerts).where(alerts.c.id == alert_id).values(resend_at=again))
+    return [alert_id for alert_id, _ in rows]
+
+
+def listing(conn: Connection, job_id: int | None = None, limit: int = 50) -> list[AlertRow]:
+    """The newest alerts, of one job or of all."""
+    query = select(*_COLUMNS).select_from(alerts.join(jobs, jobs.c.id == alerts.c.job_id))
+    if job_id is not None:
+        query = query.where(alerts.c.job_id == job_id)
+    query = query.order_by(alerts.c.id.desc()).limit(limit)
+    return [_row(m) for m in conn.execute(query).mappings()]
+
+
+def of_invocation(conn: Connection, job_id: int, invocation_id: int) -> list[AlertRow]:
+    query = (
+        select(*_COLUMNS)
+        .select_from(alerts.join(jobs, jobs.c.id == alerts.c.job_id))
+        .where(alerts.c.job_id == job_id, alerts.c.invocation_id == invocation_id)
+        .order_by(alerts.c.id)
+    )
+    return [_row(m) for m in conn.execute(query).mappings()]
+
+
+def failing_channels(conn: Connection, since: datetime, tries: int) -> dict[str, str]:
+    """Channels that keep failing: an alert given up since ``since``, or still pending
+    after ``tries`` deliveries, left each one's last error."""
+    rows = conn.execute(
+        select(alerts.c.errors, alerts.c.delivered).where(
+            (alerts.c.state == FAILED) & (alerts.c.created_at >= since)
+            | (alerts.c.state == PENDING) & (alerts.c.attempts >= tries)
+        )
+    )
+    failing: dict[str, str] = {}
+    for errors, done in rows:
+        for channel, error in (errors or {}).items():
+            if channel not in (done or {}):
+                failing[channel] = error
+    return failing
+
+
+def active_runs(conn: Connection, limit: int) -> list[Mapping[str, Any]]:
+    """The active runs (STARTING, RUNNING) of jobs that have alerts: the watchdog's
+    candidates for ``late_start`` and ``running_longer``."""
+    query = (
+        select(
+            invocations.c.id,
+            invocations.c.job_id,
+            invocations.c.slot,
+            invocations.c.attempt,
+            invocations.c.worker,
+            invocations.c.started_at,
+            invocations.c.backfill,
+            jobs.c.spec,
+        )
+        .select_from(invocations.join(jobs, jobs.c.id == invocations.c.job_id))
+        .where(
+            and_(
+                invocations.c.deadline.isnot(None),
+                jobs.c.spec["alerts"].as_string().isnot(None),
+            )
+        )
+        .limit(limit)
+    )
+    return list(conn.execute(query).mappings())
+
+
+def channels_of(conn: Connection, project: str) -> dict[str, dict[str, Any]]:
+    query = select(channels.c.name, channels.c.spec).where(channels.c.project == project)
+    return {name: spec for name, spec in conn.execute(query)}
+
+
+def replace_channels(
+    conn: Connection, project: str, declared: dict[str, dict[str, Any]], now: datetime
+) -> None:
+    """Make ``project``'s channels the ``declared`` ones."""
+    conn.execute(delete(channels).where(channels.c.project == project))
+    if declared:
+        conn.execute(
+            channels.insert(),
+            [
+                {"project": project, "name": name, "spec": spec, "updated_at": now}
+                for name, spec in sorted(declared.items())
+            ],
+        )
+
+
+def count_pending(conn: Connection) -> int:
+    return conn.execute(
+        select(func.count()).select_from(alerts).where(alerts.c.state == PENDING)
+    ).scalar_one()

@@ -1,0 +1,221 @@
+"""Alerts on real databases with a real webhook and a real SMTP server: one per
+(job, slot, event), delivered once, retried with backoff, given up and reported."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from scheduler import watchdog
+from scheduler.alerts import delivery
+from scheduler.api import Scheduler
+from scheduler.engine import Engine
+from scheduler.errors import SpecError
+from scheduler.settings import AlertDelivery
+from scheduler.spec import load_job_file
+from scheduler.storage import alert_store
+from scheduler.storage.models import alerts
+from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
+from tests.receivers import smtp_server, webhook
+
+pytestmark = pytest.mark.postgres
+QUICK = AlertDelivery(timeout=2.0, attempts=3)
+
+
+def job_file(
+    tmp_path: Path, *, fail: bool, on: str = "[failed, recovered]", extra: str = ""
+) -> Path:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        f"""
+project: p
+channels:
+  hook: {{webhook: {{env: TEST_HOOK_URL}}}}
+jobs:
+  - name: flaky
+    schedule: every 10s
+    noop: {{fail: {str(fail).lower()}}}
+    alerts: {{on: {on}, to: [hook]}}
+"""
+    )
+    return path
+
+
+def deliver_alerts(engine: Engine, port: RecordingPort) -> list[str | None]:
+    """What a work-path worker does with each ``cronchain.alert`` message sent so far."""
+    sent, port.alerts[:] = list(port.alerts), []
+    return [delivery.deliver(engine, alert_id, QUICK) for alert_id, _eta in sent]
+
+
+def fire(engine: Engine, port: RecordingPort, clock: Clock) -> None:
+    clock.advance(10)
+    deliver_ticks(engine, port)
+    deliver_runs(engine, port)
+
+
+def rows(engine: Engine) -> list[dict[str, Any]]:
+    with engine.db.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(select(alerts).order_by(alerts.c.id))]
+
+
+def test_one_alert_per_failed_slot_and_one_recovered(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    with webhook() as hook:
+        monkeypatch.setenv("TEST_HOOK_URL", hook.url)
+        Scheduler(engine).apply(job_file(tmp_path, fail=True))
+        fire(engine, port, clock)
+        fire(engine, port, clock)
+        assert deliver_alerts(engine, port) == ["sent", "sent"]
+        Scheduler(engine).apply(job_file(tmp_path, fail=False))
+        fire(engine, port, clock)
+        fire(engine, port, clock)  # a second success: nothing to recover from
+        assert deliver_alerts(engine, port) == ["sent"]
+        events = [body["event"] for _, body in hook.posts]
+        assert events == ["failed", "failed", "recovered"]
+        assert len(set(hook.keys())) == 3
+        assert hook.posts[0][1]["detail"] == "noop: fail is set"
+        # Each alert is delivered once: its message again, or the watchdog, sends nothing.
+        for row in rows(engine):
+            assert delivery.deliver(engine, row["id"], QUICK) is None
+            assert row["state"] == "sent" and list(row["delivered"]) == ["hook"]
+        clock.advance(3600)
+        watchdog.run_once(engine)
+        assert port.alerts == [] and len(hook.posts) == 3
+
+
+def test_a_failing_channel_is_retried_with_backoff_given_up_and_reported(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    with webhook() as hook:
+        monkeypatch.setenv("TEST_HOOK_URL", hook.url)
+        hook.answers = [500, 503, 500]
+        Scheduler(engine).apply(job_file(tmp_path, fail=True))
+        fire(engine, port, clock)
+        ((alert_id, _),) = port.alerts
+        assert deliver_alerts(engine, port) == ["pending"]
+        ((again, eta),) = port.alerts
+        assert again == alert_id and eta == clock.now + delivery.backoff(1)
+        assert deliver_alerts(engine, port) == [None]  # early: not due yet
+        port.alerts.append((alert_id, eta))
+        clock.advance(10)
+        assert deliver_alerts(engine, port) == ["pending"]
+        clock.advance(20)
+        assert deliver_alerts(engine, port) == ["failed"]
+        (row,) = rows(engine)
+        assert row["attempts"] == 3 and row["delivered"] == {}
+        assert row["errors"] == {"hook": "the webhook answered HTTP 500"}
+        with engine.db.connect() as conn:
+            failing = alert_store.failing_channels(conn, clock.now.replace(hour=0), 3)
+        assert failing == {"hook": "the webhook answered HTTP 500"}
+        assert len(hook.posts) == 3 and len(set(hook.keys())) == 1  # one key throughout
+
+
+def test_secrets_stay_out_of_errors(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/hook?token=SECRET-TOKEN")
+    Scheduler(engine).apply(job_file(tmp_path, fail=True))
+    fire(engine, port, clock)
+    assert deliver_alerts(engine, port) == ["pending"]
+    (row,) = rows(engine)
+    assert "SECRET" not in repr(row) and "the webhook did not answer" in row["errors"]["hook"]
+
+
+def test_mail_and_slack(engine: Engine, port: RecordingPort, clock: Clock, tmp_path, monkeypatch):
+    with webhook() as hook, smtp_server() as box:
+        monkeypatch.setenv("TEST_HOOK_URL", hook.url)
+        monkeypatch.setenv("TEST_SMTP_URL", box.url)
+        extra = """  slack: {webhook: {env: TEST_HOOK_URL}, format: slack}
+  mail: {email: [oncall@example.com], from: cronchain@example.com, smtp: {env: TEST_SMTP_URL}}"""
+        path = job_file(tmp_path, fail=True, on="[retries_exhausted]")
+        text = path.read_text().replace("to: [hook]", "to: [slack, mail]")
+        path.write_text(text.replace("channels:\n", "channels:\n" + extra + "\n"))
+        Scheduler(engine).apply(path)
+        fire(engine, port, clock)
+        assert deliver_alerts(engine, port) == ["sent"]
+        (mail,) = box.mails
+        assert mail["To"] == "oncall@example.com"
+        assert mail["Subject"].startswith("cronchain: p/flaky 2026-03-01T12:00:10+00:00")
+        assert mail["Idempotency-Key"].strip() == hook.posts[0][0]["Idempotency-Key"]
+        assert set(hook.posts[0][1]) == {"text"}
+
+
+def test_late_start_and_running_longer_by_the_watchdog(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
+    path = job_file(tmp_path, fail=False, on="[late_start>30s, running_longer>1m]")
+    Scheduler(engine).apply(path)
+    clock.advance(10)
+    deliver_ticks(engine, port)  # started, never claimed: no worker
+    clock.advance(31)
+    watchdog.run_once(engine)
+    watchdog.run_once(engine)  # a second watchdog: the same alert
+    assert [r["event"] for r in rows(engine)] == ["late_start>30s"]
+    call = port.runs[-1]  # sent again by the watchdog: either copy claims it
+    assert engine.runs.claim(call.invocation_id, call.attempt, "w") is not None
+    clock.advance(61)
+    watchdog.run_once(engine)
+    assert [r["event"] for r in rows(engine)] == ["late_start>30s", "running_longer>60s"]
+
+
+def test_the_spec_refuses_what_cannot_be_sent(tmp_path: Path):
+    cases = {
+        "[failed, boom]": "'boom' is not one of",
+        "[recovered]": "recovered follows failed or retries_exhausted",
+        "[upstream_stale]": "upstream_stale comes with requires",
+        "[late_start]": "late_start needs a threshold",
+    }
+    for on, message in cases.items():
+        with pytest.raises(SpecError, match="alerts.on") as err:
+            load_job_file(job_file(tmp_path, fail=False, on=on))
+        assert message in str(err.value) and "job 'flaky'" in str(err.value)
+    path = job_file(tmp_path, fail=False)
+    path.write_text(path.read_text().replace("to: [hook]", "to: [nowhere]"))
+    with pytest.raises(SpecError, match="no channel named 'nowhere'"):
+        load_job_file(path)
+
+
+def test_skips_alert_in_a_tick_batch_and_explain_and_health_say_so(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    """A herd's tick batch holds back a job whose skip raises an alert (``feed`` writes
+    it); a pause's skips raise none; explain names the alert; health names a channel
+    that gave up."""
+    monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
+    path = job_file(tmp_path, fail=False, on="[skipped]")
+    text = path.read_text()
+    path.write_text(text + text[text.index("  - name: flaky") :].replace("flaky", "quiet"))
+    Scheduler(engine).apply(path)
+    for _ in range(2):  # the first runs are never claimed: the next slots overlap them
+        clock.advance(10)
+        ticks, port.ticks[:] = [(j, n) for j, n, _ in port.ticks], []
+        engine.tick_many(ticks, start_here=True)
+    skipped = [r for r in rows(engine) if r["event"] == "skipped"]
+    assert len(skipped) == 2 and {r["detail"] for r in skipped} == {"skipped (overlap)"}
+    explained = Scheduler(engine).explain("p/flaky", clock.now)
+    assert (
+        explained["answer"] == "skipped"
+        and "raised the alert(s) skipped (pending)" in (explained["text"])
+    )
+    assert [a["event"] for a in explained["alerts"]] == ["skipped"]
+    Scheduler(engine).pause("p/flaky")
+    clock.advance(60)
+    Scheduler(engine).resume("p/flaky")  # five slots recorded SKIPPED (paused): no alert
+    assert len(rows(engine)) == 2
+    listed = Scheduler(engine).alerts("p/quiet")
+    assert [(a["job"], a["event"], a["state"]) for a in listed] == [
+        ("p/quiet", "skipped", "pending")
+    ]
+    for state in ("pending", "pending", "failed"):  # QUICK gives up after 3 deliveries
+        clock.advance(1000)
+        port.alerts[:] = [(alert["id"], None) for alert in rows(engine)]
+        assert deliver_alerts(engine, port) == [state, state]
+    with engine.db.connect() as conn:
+        failing = alert_store.failing_channels(conn, clock.now - timedelta(days=1), 3)
+    assert set(failing) == {"hook"} and "did not answer" in failing["hook"]

@@ -1,0 +1,88 @@
+"""Real local receivers for alerts: a webhook (an HTTP server) and an SMTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email import message_from_bytes, policy
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tests.services import free_port
+
+
+@dataclass
+class Webhook:
+    """Every POST it took (headers and JSON body). ``answers`` are the statuses of the
+    next requests (then 200); ``hold`` makes the next request wait until it is set."""
+
+    url: str = ""
+    posts: list[tuple[dict[str, str], Any]] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)
+    hold: threading.Event | None = None
+    held: threading.Event = field(default_factory=threading.Event)
+
+    def keys(self) -> list[str]:
+        return [headers["Idempotency-Key"] for headers, _ in self.posts]
+
+
+@contextmanager
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            hook.posts.append((dict(self.headers), body))
+            if hook.hold is not None:
+                hold, hook.hold = hook.hold, None
+                hook.held.set()
+                hold.wait(60)
+            status = hook.answers.pop(0) if hook.answers else 200
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    hook.url = f"http://127.0.0.1:{server.server_address[1]}/hook?token=SECRET-TOKEN"
+    try:
+        yield hook
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Mailbox:
+    url: str = ""
+    mails: list[Message] = field(default_factory=list)
+
+
+@contextmanager
+def smtp_server() -> Iterator[Mailbox]:
+    from aiosmtpd.controller import Controller
+
+    box = Mailbox()
+
+    class Handler:
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+            box.mails.append(message_from_bytes(envelope.content, policy=policy.default))
+            return "250 OK"
+
+    port = free_port()
+    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+    controller.start()
+    box.url = f"smtp://127.0.0.1:{port}"
+    try:
+        yield box
+    finally:
+        controller.stop()
