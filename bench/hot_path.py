@@ -17,6 +17,9 @@ transactions per fire (PostgreSQL's count: a new connection is one more), and co
 the engine's pool opened per fire. ``--profile`` prints pyinstrument's profile of each
 path's part of the rounds (``pip install -e .[bench]``).
 
+``--alerts`` gives every job alerts (none raised, as its runs succeed on time): run it
+beside the plain load for what a job's alerts cost each fire.
+
 ``--counters both`` measures the cost of /metrics' counters (migration 0008's triggers
 on ``invocations``): the rounds alternate between the triggers enabled and disabled on
 the same database, and each arm prints its figures (``counters=on``, ``counters=off``)
@@ -26,6 +29,7 @@ and ``counters_wall_ratio``, on over off, for both paths together.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -188,6 +192,12 @@ def main(argv: list[str] | None = None) -> None:
         help="both: alternate rounds with /metrics' counters (triggers) on and off",
     )
     parser.add_argument(
+        "--alerts",
+        action="store_true",
+        help="every job has alerts (failed, recovered, late_start>1h, running_longer>1h):"
+        " what raising costs a job whose runs succeed, on time",
+    )
+    parser.add_argument(
         "--history-months",
         type=int,
         default=7,
@@ -195,12 +205,17 @@ def main(argv: list[str] | None = None) -> None:
         " retention keep: an id lookup probes each",
     )
     args = parser.parse_args(argv)
-    name = f"hot_path[jobs={args.jobs}]"
+    name = f"hot_path[jobs={args.jobs}{',alerts' if args.alerts else ''}]"
+    alerts = {"on": ["failed", "recovered", "late_start>1h", "running_longer>1h"], "to": ["x"]}
+    os.environ["CRONCHAIN_CHANNELS"] = '{"x": {"webhook": "http://127.0.0.1:9/"}}'
+    extra = {"alerts": alerts} if args.alerts else {}
     with database() as (_, db):
         clock, port = Clock(), RecordingPort()
         engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
         specs = [
-            JobSpec.from_dict("bench", {"name": f"j{i}", "schedule": "every 10s", "noop": {}})
+            JobSpec.from_dict(
+                "bench", {"name": f"j{i}", "schedule": "every 10s", "noop": {}, **extra}
+            )
             for i in range(args.jobs)
         ]
         apply(engine, "bench", specs)

@@ -125,12 +125,14 @@ def _hold(engine: Engine, job: JobRow, nonce: int, now: datetime, start_here: bo
     more than a run to start, slots to skip and the next tick."""
     result = engine.step_of(job, job.snapshot, Tick(nonce), now)
     step = _Held(job, nonce, Fed(result.snapshot), result.changed)
-    alerted = rules_of(job.spec) is not None  # a skip may raise an alert: ``feed`` does it
+    rules = rules_of(job.spec)  # a skip that raises an alert is ``feed``'s to record
     for action in result.actions:
         match action:
             case TickLater(when=when, nonce=next_nonce):
                 step.fed.messages.append(engine.tick_message(job, when, next_nonce, now))
-            case RecordSkipped(slot=slot, reason=reason, trigger_id=None) if not alerted:
+            case RecordSkipped(slot=slot, reason=reason, trigger_id=None) if not (
+                rules and rules.ended(SKIPPED, final=True, reason=reason)
+            ):
                 step.rows.append(_row(job, slot, now, status=SKIPPED, reason=reason))
             case StartInvocation(slot=slot, trigger_id=None) if step.slot is None:
                 columns = (

@@ -136,6 +136,7 @@ def run_once(
         # Revokes not sent yet: the send forgets each that goes out.
         due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
         messages += [SendRevoke(task_id) for task_id in due]
+    with engine.transaction() as conn:  # its own: it locks no job nor run
         # Runs of alerted jobs that are late to start or run too long.
         messages += raising.overdue(conn, now, limit)
     messages += resend_due(engine, now, limit)

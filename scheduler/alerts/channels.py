@@ -16,6 +16,7 @@ cronchain recorded it) from a new alert.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -54,7 +55,7 @@ class Channel(_Strict):
 
     webhook: Annotated[str, Field(max_length=MAX_URL)] | EnvRef | None = None
     format: Literal["json", "slack", "pagerduty"] | None = None
-    routing_key: Annotated[str, Field(min_length=1, max_length=200)] | EnvRef | None = None
+    routing_key: EnvRef | None = None  # a secret: from the environment only
     email: Annotated[list[str], Field(min_length=1, max_length=50)] | None = None
     sender: str | None = Field(None, alias="from")
     smtp: EnvRef | None = None
@@ -202,11 +203,13 @@ def body_of(channel: Mapping[str, Any], alert: Alert, env: Mapping[str, str]) ->
         case "slack":
             return {"text": alert.text}
         case "pagerduty":
+            failing = alert.event in ("failed", "retries_exhausted", "recovered")
             return {
                 "routing_key": _secret(channel["routing_key"], env, "routing_key"),
-                # One incident per job: ``recovered`` resolves what its failures opened.
+                # A job's failures are one incident, which ``recovered`` resolves; any
+                # other event is an incident of its own, for a person to resolve.
                 "event_action": "resolve" if alert.event == "recovered" else "trigger",
-                "dedup_key": f"cronchain/{alert.job}",
+                "dedup_key": f"cronchain/{alert.job}/failing" if failing else alert.key,
                 "payload": {
                     "summary": alert.text[:1024],
                     "source": "cronchain",
@@ -221,22 +224,15 @@ def body_of(channel: Mapping[str, Any], alert: Alert, env: Mapping[str, str]) ->
 
 def _post(channel: Mapping[str, Any], alert: Alert, timeout: float, env: Mapping[str, str]) -> None:
     url = _secret(channel["webhook"], env, "webhook")
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body_of(channel, alert, env)).encode(),
-        headers={
-            "Content-Type": "application/json",
-            "Idempotency-Key": alert.key,
-            "User-Agent": "cronchain",
-        },
-        method="POST",
-    )
+    body = json.dumps(body_of(channel, alert, env)).encode()
+    headers = {"Content-Type": "application/json", "Idempotency-Key": alert.key}
     try:
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             answer.read(65536)
     except urllib.error.HTTPError as err:
         raise DeliveryError(f"the webhook answered HTTP {err.code}") from None
-    except (OSError, ValueError) as err:  # URLError, timeouts, refused, a bad URL
+    except (OSError, ValueError, http.client.HTTPException) as err:  # refused, timeouts, bad URLs
         reason = getattr(err, "reason", err)
         raise DeliveryError(f"the webhook did not answer: {_quiet(reason, url)}") from None
 
@@ -255,8 +251,8 @@ def _mail(channel: Mapping[str, Any], alert: Alert, timeout: float, env: Mapping
     message["Message-ID"] = f"<{digest}@cronchain>"
     message["Idempotency-Key"] = alert.key
     message.set_content(json.dumps(alert.as_json(), indent=2))
-    port = parts.port or (465 if parts.scheme == "smtps" else 25)
     try:
+        port = parts.port or (465 if parts.scheme == "smtps" else 25)
         if parts.scheme == "smtps":
             client: smtplib.SMTP = smtplib.SMTP_SSL(
                 parts.hostname, port, timeout=timeout, context=ssl.create_default_context()
@@ -271,11 +267,16 @@ def _mail(channel: Mapping[str, Any], alert: Alert, timeout: float, env: Mapping
             if parts.username:
                 client.login(unquote(parts.username), unquote(parts.password or ""))
             client.send_message(message)
-    except (OSError, smtplib.SMTPException) as err:
+    except (OSError, ValueError, smtplib.SMTPException) as err:  # UnicodeError is a ValueError
         raise DeliveryError(f"the mail server did not take it: {_quiet(err, server)}") from None
 
 
 def _quiet(err: object, secret: str) -> str:
-    """An error's first line, without the URL it was about (it may hold a token)."""
+    """An error's first line, without the URL it was about or any part of it that may
+    hold a token (its host and port, its path, its user, password and query)."""
     text = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    return text.replace(secret, "(url)")[:300] or type(err).__name__
+    parts = urlsplit(secret)
+    pieces = [secret, parts.netloc, parts.path, parts.query, parts.username, parts.password]
+    for piece in sorted((p for p in pieces if p and len(p) > 1), key=len, reverse=True):
+        text = text.replace(piece, "(hidden)")
+    return text[:300] or type(err).__name__

@@ -23,7 +23,7 @@ from scheduler.effects import SendAlert
 from scheduler.errors import SpecError
 from scheduler.settings import AlertDelivery
 from scheduler.storage import alert_store
-from scheduler.storage.alert_store import FAILED, PENDING, SENT, AlertRow
+from scheduler.storage.alert_store import FAILED, PENDING, AlertRow
 
 if TYPE_CHECKING:
     from scheduler.engine import Engine
@@ -40,51 +40,65 @@ def backoff(attempts: int) -> timedelta:
 
 def deliver(engine: Engine, alert_id: int, settings: AlertDelivery | None = None) -> str | None:
     """Deliver one alert; returns its state after, or None if it was not ours to
-    deliver (sent already, given up, not due, under way elsewhere)."""
+    deliver (sent already, given up, not due, under way elsewhere, or lost to another
+    delivery when this one outlived its lease)."""
     settings = settings or AlertDelivery.from_env()
+    # A mail takes a few exchanges, each bounded by the timeout (a name lookup is not).
+    lease = timedelta(seconds=3 * settings.timeout + 5)
     with engine.transaction() as conn:
-        now = engine.clock()
-        # A mail takes a few exchanges, each bounded by the timeout.
-        row = alert_store.claim(conn, alert_id, now, timedelta(seconds=2 * settings.timeout))
+        row = alert_store.claim(conn, alert_id, engine.clock(), lease)
         if row is None:
             return None
         declared = alert_store.channels_of(conn, row.project)
-    errors = dict(row.errors)
     for name in row.channels:
         if name in row.delivered:
             continue
-        try:
-            channel_kinds.deliver(_channel(name, declared), _alert(row), settings.timeout)
-        except (DeliveryError, SpecError) as err:
-            errors[name] = str(err)
-            log.warning("alert %s (%s %s) to %s: %s", row.id, row.job, row.event, name, err)
-            continue
-        errors.pop(name, None)
         with engine.transaction() as conn:
-            alert_store.delivered(conn, row.id, name, engine.clock())
-    return _settle(engine, row, errors, settings)
+            if not alert_store.renew(conn, row.id, row.attempts, engine.clock() + lease):
+                return None
+        error = _send(name, declared, row, settings)
+        with engine.transaction() as conn:
+            if error is None:
+                alert_store.delivered(conn, row.id, name, engine.clock())
+            else:
+                alert_store.failed_to(conn, row.id, row.attempts, name, error)
+    return _settle(engine, row, settings)
 
 
-def _settle(engine: Engine, row: AlertRow, errors: dict[str, str], settings: AlertDelivery) -> str:
-    now = engine.clock()
-    if not errors:
-        state, due_at = SENT, None
-    elif row.attempts >= settings.attempts:
-        state, due_at = FAILED, None
+def _send(
+    name: str, declared: Mapping[str, Any], row: AlertRow, settings: AlertDelivery
+) -> str | None:
+    """Send to one channel; None when it took the alert, else why not (never quoting a
+    secret: an error cronchain did not word is named by its type alone)."""
+    try:
+        channel_kinds.deliver(_channel(name, declared), _alert(row), settings.timeout)
+    except (DeliveryError, SpecError) as err:
+        error = str(err)
+    except Exception as err:  # a library's error may quote the URL it was given
+        error = f"{type(err).__name__} (its text is withheld: it may quote a secret)"
+    else:
+        return None
+    log.warning("alert %s (%s %s) to %s: %s", row.id, row.job, row.event, name, error)
+    return error
+
+
+def _settle(engine: Engine, row: AlertRow, settings: AlertDelivery) -> str | None:
+    give_up = row.attempts >= settings.attempts
+    retry_at = engine.clock() + backoff(row.attempts)
+    with engine.transaction() as conn:
+        state = alert_store.settle(
+            conn, row.id, row.attempts, give_up=give_up, retry_at=retry_at, now=engine.clock()
+        )
+    if state == FAILED:
         log.error(
-            "alert %s (%s %s) given up after %s deliveries: %s",
+            "alert %s (%s %s) given up after %s deliveries",
             row.id,
             row.job,
             row.event,
             row.attempts,
-            errors,
         )
-    else:
-        state, due_at = PENDING, now + backoff(row.attempts)
-    with engine.transaction() as conn:
-        alert_store.settle(conn, row.id, state=state, errors=errors, due_at=due_at, now=now)
-    if due_at is not None:
-        engine.send([SendAlert(row.id, due_at)])
+    elif state == PENDING:
+        engine.send([SendAlert(row.id, retry_at)])
     return state
 
 

@@ -96,8 +96,9 @@ def overdue(conn: Connection, now: datetime, limit: int) -> list[SendAlert]:
         if rules is None:
             continue
         if run["worker"] is None:
-            late = run["attempt"] <= 1 and not run["backfill"]
-            event = rules.late(run["slot"], now) if late else None
+            # Its first attempt, sent and not claimed, or not begun; not a retry's wait.
+            first = (run["status"], run["attempt"]) in (("RUNNING", 1), ("STARTING", 0))
+            event = rules.late(run["slot"], now) if first and not run["backfill"] else None
             detail = "no worker has claimed it yet"
         else:
             event = rules.long(run["started_at"], now)

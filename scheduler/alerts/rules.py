@@ -2,8 +2,8 @@
 
 - ``failed``: an attempt of the slot failed (retried or not); once per slot.
 - ``retries_exhausted``: the slot ended FAILED: its last attempt failed.
-- ``skipped``: the slot was recorded SKIPPED (overlap, misfire), unless a pause
-  skipped it: someone chose that.
+- ``skipped``: the slot was recorded SKIPPED (overlap, misfire), unless a pause or a
+  disabled job skipped it: someone chose that.
 - ``recovered``: the slot succeeded after an alert of ``failed`` or
   ``retries_exhausted`` that no ``recovered`` has followed yet.
 - ``late_start>D``: the slot's first attempt was not claimed by a worker within D of
@@ -22,7 +22,8 @@ from typing import Any
 # The events a slot's end raises, by how it ended.
 FAILED, EXHAUSTED, SKIPPED, RECOVERED = "failed", "retries_exhausted", "skipped", "recovered"
 LATE_START, RUNNING_LONGER = "late_start", "running_longer"
-NOT_ALERTED_SKIPS = ("paused",)
+# Skips someone chose: slots a pause passed over, triggers of a disabled job.
+NOT_ALERTED_SKIPS = ("paused", "disabled")
 
 
 @dataclass(frozen=True)

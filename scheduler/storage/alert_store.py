@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scheduler.storage.models import alerts, channels, invocations, jobs
@@ -110,12 +110,11 @@ def _row(m: Mapping[str, Any]) -> AlertRow:
     return AlertRow(**fields, job=f"{m['project']}/{m['job_name']}")
 
 
-def claim(
-    conn: Connection, alert_id: int, now: datetime, per_channel: timedelta
-) -> AlertRow | None:
-    """Take a pending alert that is due, for one delivery: for ``per_channel`` times its
-    channels (and one more) no other delivery of it starts. None if it is not pending,
-    not due, or under way elsewhere."""
+def claim(conn: Connection, alert_id: int, now: datetime, lease: timedelta) -> AlertRow | None:
+    """Take a pending alert that is due, for one delivery: until ``now + lease`` (which
+    the delivery renews before each channel) no other delivery of it starts. Its
+    ``attempts`` after the claim fences what this delivery writes. None if it is not
+    pending, not due, or under way elsewhere."""
     row = (
         conn.execute(
             select(*_COLUMNS)
@@ -129,7 +128,6 @@ def claim(
     if row is None or row["state"] != PENDING or (row["due_at"] and row["due_at"] > now):
         return None
     attempts = row["attempts"] + 1
-    lease = per_channel * (len(row["channels"]) + 1)
     conn.execute(
         update(alerts)
         .where(alerts.c.id == alert_id)
@@ -138,37 +136,84 @@ def claim(
     return _row({**row, "attempts": attempts})
 
 
-def delivered(conn: Connection, alert_id: int, channel: str, at: datetime) -> None:
-    """One channel had it: never sent there again."""
-    done = conn.execute(
-        select(alerts.c.delivered).where(alerts.c.id == alert_id).with_for_update()
-    ).scalar_one()
-    conn.execute(
-        update(alerts)
-        .where(alerts.c.id == alert_id)
-        .values(delivered={**done, channel: at.isoformat()})
+def _ours(conn: Connection, alert_id: int, attempt: int) -> Mapping[str, Any] | None:
+    """The alert, locked, if delivery ``attempt`` still holds it (pending, and no later
+    delivery has claimed it since its lease ended)."""
+    row = (
+        conn.execute(select(alerts).where(alerts.c.id == alert_id).with_for_update())
+        .mappings()
+        .first()
     )
+    if row is None or row["state"] != PENDING or row["attempts"] != attempt:
+        return None
+    return row
+
+
+def renew(conn: Connection, alert_id: int, attempt: int, until: datetime) -> bool:
+    """Extend delivery ``attempt``'s lease; False if it has lost the alert."""
+    if _ours(conn, alert_id, attempt) is None:
+        return False
+    conn.execute(update(alerts).where(alerts.c.id == alert_id).values(due_at=until))
+    return True
+
+
+def delivered(conn: Connection, alert_id: int, channel: str, at: datetime) -> None:
+    """One channel had it: never sent there again. Recorded whichever delivery sent
+    it, even one that lost its lease: a delivery that happened is a fact."""
+    row = (
+        conn.execute(
+            select(alerts.c.delivered, alerts.c.errors)
+            .where(alerts.c.id == alert_id)
+            .with_for_update()
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return
+    errors = {k: v for k, v in row["errors"].items() if k != channel}
+    done = {**row["delivered"], channel: at.isoformat()}
+    conn.execute(
+        update(alerts).where(alerts.c.id == alert_id).values(delivered=done, errors=errors)
+    )
+
+
+def failed_to(conn: Connection, alert_id: int, attempt: int, channel: str, error: str) -> None:
+    """Delivery ``attempt`` could not send to ``channel``: its last error, if it still
+    holds the alert."""
+    row = _ours(conn, alert_id, attempt)
+    if row is not None:
+        errors = {**row["errors"], channel: error}
+        conn.execute(update(alerts).where(alerts.c.id == alert_id).values(errors=errors))
 
 
 def settle(
     conn: Connection,
     alert_id: int,
+    attempt: int,
     *,
-    state: str,
-    errors: dict[str, str],
-    due_at: datetime | None,
+    give_up: bool,
+    retry_at: datetime,
     now: datetime,
-) -> None:
+) -> str | None:
+    """End delivery ``attempt``: ``sent`` when every channel has had the alert, else
+    ``failed`` (``give_up``) or ``pending`` until ``retry_at``. None if it no longer
+    holds the alert (a later delivery decides)."""
+    row = _ours(conn, alert_id, attempt)
+    if row is None:
+        return None
+    left = [c for c in row["channels"] if c not in row["delivered"]]
+    state = SENT if not left else FAILED if give_up else PENDING
     conn.execute(
         update(alerts)
         .where(alerts.c.id == alert_id)
         .values(
             state=state,
-            errors=errors,
-            due_at=due_at if state == PENDING else None,
+            due_at=retry_at if state == PENDING else None,
             sent_at=now if state == SENT else None,
         )
     )
+    return state
 
 
 def resend_due(conn: Connection, now: datetime, late: timedelta, limit: int) -> list[int]:
@@ -213,30 +258,52 @@ def of_invocation(conn: Connection, job_id: int, invocation_id: int) -> list[Ale
 
 
 def failing_channels(conn: Connection, since: datetime, tries: int) -> dict[str, str]:
-    """Channels that keep failing: an alert given up since ``since``, or still pending
-    after ``tries`` deliveries, left each one's last error."""
+    """Channels that keep failing: an alert to it given up since ``since``, or still
+    pending after ``tries`` deliveries, and none delivered to it since; with each one's
+    last error."""
     rows = conn.execute(
-        select(alerts.c.errors, alerts.c.delivered).where(
-            (alerts.c.state == FAILED) & (alerts.c.created_at >= since)
+        select(alerts.c.errors, alerts.c.delivered, alerts.c.created_at).where(
+            alerts.c.created_at >= since,
+            (alerts.c.state == FAILED)
             | (alerts.c.state == PENDING) & (alerts.c.attempts >= tries)
+            | (alerts.c.state == SENT),
         )
     )
-    failing: dict[str, str] = {}
-    for errors, done in rows:
+    failing: dict[str, tuple[datetime, str]] = {}
+    took: dict[str, datetime] = {}
+    for errors, done, created_at in rows:
+        for channel, at in (done or {}).items():
+            took[channel] = max(took.get(channel, created_at), datetime.fromisoformat(at))
         for channel, error in (errors or {}).items():
-            if channel not in (done or {}):
-                failing[channel] = error
-    return failing
+            if channel not in (done or {}) and created_at >= failing.get(channel, (since, ""))[0]:
+                failing[channel] = (created_at, error)
+    return {c: error for c, (at, error) in failing.items() if took.get(c, at) <= at}
 
 
 def active_runs(conn: Connection, limit: int) -> list[Mapping[str, Any]]:
-    """The active runs (STARTING, RUNNING) of jobs that have alerts: the watchdog's
-    candidates for ``late_start`` and ``running_longer``."""
+    """The active runs (STARTING, RUNNING) of jobs that have alerts, oldest first: the
+    watchdog's candidates for ``late_start`` and ``running_longer``. A run that has its
+    ``running_longer`` alert is done with, and so is an unclaimed one with its
+    ``late_start``, so that the ``limit`` moves on to the others."""
+    raised = alerts.alias("raised")
+
+    def has(event: str) -> Any:
+        return (
+            select(raised.c.id)
+            .where(
+                raised.c.job_id == invocations.c.job_id,
+                raised.c.invocation_id == invocations.c.id,
+                raised.c.event.like(f"{event}>%"),
+            )
+            .exists()
+        )
+
     query = (
         select(
             invocations.c.id,
             invocations.c.job_id,
             invocations.c.slot,
+            invocations.c.status,
             invocations.c.attempt,
             invocations.c.worker,
             invocations.c.started_at,
@@ -245,11 +312,12 @@ def active_runs(conn: Connection, limit: int) -> list[Mapping[str, Any]]:
         )
         .select_from(invocations.join(jobs, jobs.c.id == invocations.c.job_id))
         .where(
-            and_(
-                invocations.c.deadline.isnot(None),
-                jobs.c.spec["alerts"].as_string().isnot(None),
-            )
+            invocations.c.deadline.isnot(None),
+            jobs.c.spec["alerts"].as_string().isnot(None),
+            ~has("running_longer"),
+            invocations.c.worker.isnot(None) | ~has("late_start"),
         )
+        .order_by(invocations.c.id)
         .limit(limit)
     )
     return list(conn.execute(query).mappings())
@@ -273,9 +341,3 @@ def replace_channels(
                 for name, spec in sorted(declared.items())
             ],
         )
-
-
-def count_pending(conn: Connection) -> int:
-    return conn.execute(
-        select(func.count()).select_from(alerts).where(alerts.c.state == PENDING)
-    ).scalar_one()

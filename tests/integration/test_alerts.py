@@ -219,3 +219,85 @@ def test_skips_alert_in_a_tick_batch_and_explain_and_health_say_so(
     with engine.db.connect() as conn:
         failing = alert_store.failing_channels(conn, clock.now - timedelta(days=1), 3)
     assert set(failing) == {"hook"} and "did not answer" in failing["hook"]
+
+
+def test_a_retry_waiting_is_not_a_late_start(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    """Attempt 1 was claimed on time and failed; its retry waits out a backoff longer
+    than ``late_start``: the watchdog raises nothing."""
+    monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
+    path = job_file(tmp_path, fail=True, on="[late_start>30s]")
+    path.write_text(
+        path.read_text().replace(
+            "    alerts:", "    retries: {max_attempts: 2, backoff: 5m}\n    alerts:"
+        )
+    )
+    Scheduler(engine).apply(path)
+    fire(engine, port, clock)
+    clock.advance(60)
+    watchdog.run_once(engine)
+    assert rows(engine) == []
+
+
+def test_a_delivery_that_lost_its_lease_changes_nothing(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    """A slow delivery (A) outlives its lease and a second one (B) takes the alert and
+    sends it: A's late results neither undo B's nor send again."""
+    with webhook() as hook:
+        monkeypatch.setenv("TEST_HOOK_URL", hook.url)
+        Scheduler(engine).apply(job_file(tmp_path, fail=True, on="[failed]"))
+        fire(engine, port, clock)
+        ((alert_id, _),) = port.alerts
+        lease = timedelta(seconds=10)
+        with engine.transaction() as conn:
+            a = alert_store.claim(conn, alert_id, clock.now, lease)
+        clock.advance(11)
+        assert deliver_alerts(engine, port) == ["sent"]  # B
+        with engine.transaction() as conn:
+            assert a is not None and not alert_store.renew(conn, alert_id, a.attempts, clock.now)
+            alert_store.failed_to(conn, alert_id, a.attempts, "hook", "A's late error")
+            assert (
+                alert_store.settle(
+                    conn, alert_id, a.attempts, give_up=True, retry_at=clock.now, now=clock.now
+                )
+                is None
+            )
+        (row,) = rows(engine)
+        assert row["state"] == "sent" and row["errors"] == {} and len(hook.posts) == 1
+
+
+def test_errors_a_library_words_never_quote_the_secret(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    for url in ("hooks.example.com/services/T0/SECRET", "http://127.0.0.1:99999/SECRET"):
+        monkeypatch.setenv("TEST_HOOK_URL", url)
+        Scheduler(engine).apply(job_file(tmp_path, fail=True, on="[failed]"))
+        fire(engine, port, clock)
+        assert deliver_alerts(engine, port)[-1] == "pending"
+        port.alerts.clear()  # the retry: not needed here
+    alerts_rows = rows(engine)
+    assert len(alerts_rows) == 2 and "SECRET" not in repr(alerts_rows)
+    assert all(r["errors"]["hook"].startswith("the webhook did not answer") for r in alerts_rows)
+
+
+def test_a_channel_that_took_an_alert_since_is_not_failing(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    with webhook() as hook:
+        monkeypatch.setenv("TEST_HOOK_URL", hook.url)
+        hook.answers = [500]
+        Scheduler(engine).apply(job_file(tmp_path, fail=True, on="[failed]"))
+        fire(engine, port, clock)
+        assert deliver_alerts(engine, port) == ["pending"]
+        port.alerts.clear()
+
+        def failing() -> dict[str, str]:
+            with engine.db.connect() as conn:
+                return alert_store.failing_channels(conn, clock.now - timedelta(days=1), 1)
+
+        assert set(failing()) == {"hook"}
+        fire(engine, port, clock)
+        assert deliver_alerts(engine, port) == ["sent"]  # the next slot's alert went out
+        assert failing() == {}
