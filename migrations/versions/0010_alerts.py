@@ -1,5 +1,8 @@
 """alerts, one row per (job, slot, event), and the channels they are sent to
 
+``jobs.alert_failing`` says that a failure alert awaits its ``recovered``, so that a
+success of a job with alerts reads its own row rather than the alerts.
+
 Revision ID: 0010
 Revises: 0009
 Create Date: 2026-11-25
@@ -17,6 +20,9 @@ depends_on = None
 
 
 def upgrade() -> None:
+    op.add_column(
+        "jobs", sa.Column("alert_failing", sa.Boolean(), nullable=False, server_default=sa.false())
+    )
     op.create_table(
         "alerts",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -67,3 +73,4 @@ def downgrade() -> None:
     op.drop_index("ix_alerts_due_at", table_name="alerts")
     op.drop_index("ix_alerts_job_id_id", table_name="alerts")
     op.drop_table("alerts")
+    op.drop_column("jobs", "alert_failing")

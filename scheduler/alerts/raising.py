@@ -52,10 +52,13 @@ def on_end(
     sent: list[SendAlert] = []
     status = outcome.status.value
     for event in rules.ended(status, final=final, reason=outcome.reason):
-        if event == RECOVERED and not alert_store.failure_open(conn, job.id):
+        if event == RECOVERED and not job.alert_failing:
             continue
         detail = outcome.error if event != RECOVERED else f"attempt {inv.attempt} succeeded"
         sent += raise_one(conn, job.id, rules, inv.id, inv.slot, event, detail, now)
+    opened = status != "SUCCEEDED"  # a failure alert, else its recovered
+    if sent and job.alert_failing != opened:
+        alert_store.mark_failing(conn, job.id, opened)
     return sent
 
 

@@ -13,7 +13,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from scheduler.storage.models import alerts, channels, invocations, jobs
 
 PENDING, SENT, FAILED = "pending", "sent", "failed"
-FAILURES = ("failed", "retries_exhausted", "recovered")
 _INSERT = {
     name: dialect.insert(alerts).on_conflict_do_nothing().returning(alerts.c.id)
     for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
@@ -91,15 +90,9 @@ def insert(
     return conn.execute(statement).scalar()
 
 
-def failure_open(conn: Connection, job_id: int) -> bool:
-    """Whether the job's last alert of failure or recovery is a failure."""
-    last = conn.execute(
-        select(alerts.c.event)
-        .where(alerts.c.job_id == job_id, alerts.c.event.in_(FAILURES))
-        .order_by(alerts.c.id.desc())
-        .limit(1)
-    ).scalar()
-    return last is not None and last != "recovered"
+def mark_failing(conn: Connection, job_id: int, failing: bool) -> None:
+    """A failure alert was raised (True) or its ``recovered`` (False)."""
+    conn.execute(update(jobs).where(jobs.c.id == job_id).values(alert_failing=failing))
 
 
 _COLUMNS = (alerts, jobs.c.project, jobs.c.name.label("job_name"))

@@ -139,6 +139,7 @@ def new_job_values(spec: JobSpec, now: datetime) -> dict[str, Any]:
         active=0,
         buffered=0,
         missed_from=None,
+        alert_failing=False,
         created_at=now,
         updated_at=now,
     )

@@ -26,6 +26,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.types import TypeDecorator
 
@@ -106,6 +107,9 @@ jobs = Table(
     # When the newest success finished: kept by a trigger on invocations (migration 0007)
     # for /metrics, which must not read the history to find it.
     Column("last_success_at", UTCDateTime),
+    # A failure alert awaits its ``recovered`` (scheduler.alerts.raising): a success
+    # reads it from the row it locked, not from the alerts.
+    Column("alert_failing", Boolean, nullable=False, server_default=false()),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     UniqueConstraint("project", "name"),

@@ -32,6 +32,8 @@ class JobRow:
     generation: int
     watchdog_at: datetime | None
     snapshot: JobSnapshot
+    # A ``failed`` or ``retries_exhausted`` alert of the job awaits its ``recovered``.
+    alert_failing: bool = False
 
     @property
     def ref(self) -> str:
