@@ -23,6 +23,13 @@ def upgrade() -> None:
     op.add_column(
         "jobs", sa.Column("alert_failing", sa.Boolean(), nullable=False, server_default=sa.false())
     )
+    op.create_index(
+        "ix_jobs_alerted",
+        "jobs",
+        ["id"],
+        postgresql_where=sa.text("(spec ->> 'alerts') IS NOT NULL"),
+        sqlite_where=sa.text("json_extract(spec, '$.alerts') IS NOT NULL"),
+    )
     op.create_table(
         "alerts",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -73,4 +80,5 @@ def downgrade() -> None:
     op.drop_index("ix_alerts_due_at", table_name="alerts")
     op.drop_index("ix_alerts_job_id_id", table_name="alerts")
     op.drop_table("alerts")
+    op.drop_index("ix_jobs_alerted", table_name="jobs")
     op.drop_column("jobs", "alert_failing")

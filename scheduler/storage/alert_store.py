@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from scheduler.storage.models import alerts, channels, invocations, jobs
+from scheduler.storage.models import ALERTED, alerts, channels, invocations, jobs
 
 PENDING, SENT, FAILED = "pending", "sent", "failed"
 _INSERT = {
@@ -278,6 +278,9 @@ def active_runs(conn: Connection, limit: int) -> list[Mapping[str, Any]]:
     watchdog's candidates for ``late_start`` and ``running_longer``. A run that has its
     ``running_longer`` alert is done with, and so is an unclaimed one with its
     ``late_start``, so that the ``limit`` moves on to the others."""
+    alerted = text(ALERTED[conn.dialect.name])
+    if conn.execute(select(jobs.c.id).where(alerted).limit(1)).first() is None:
+        return []  # no job has alerts (ix_jobs_alerted): not a run to read
     raised = alerts.alias("raised")
 
     def has(event: str) -> Any:
@@ -306,7 +309,7 @@ def active_runs(conn: Connection, limit: int) -> list[Mapping[str, Any]]:
         .select_from(invocations.join(jobs, jobs.c.id == invocations.c.job_id))
         .where(
             invocations.c.deadline.isnot(None),
-            jobs.c.spec["alerts"].as_string().isnot(None),
+            alerted,
             ~has("running_longer"),
             invocations.c.worker.isnot(None) | ~has("late_start"),
         )

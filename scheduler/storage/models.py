@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.types import TypeDecorator
 
@@ -126,6 +127,20 @@ jobs = Table(
 )
 Index("ix_jobs_watchdog_at", jobs.c.watchdog_at)
 Index("ix_jobs_tick_at", jobs.c.tick_at)  # overdue ticks (scheduler.storage.observed)
+# The jobs with alerts, whose runs the watchdog checks for late starts and long runs:
+# without it, each pass read every active run (22 ms at 10,000) to find none.
+# The queries say it as the index does (``spec`` is only ever ``jobs.spec``), so that
+# each database sees the index answers them.
+ALERTED = {
+    "postgresql": "(spec ->> 'alerts') IS NOT NULL",
+    "sqlite": "json_extract(spec, '$.alerts') IS NOT NULL",
+}
+Index(
+    "ix_jobs_alerted",
+    jobs.c.id,
+    postgresql_where=text(ALERTED["postgresql"]),
+    sqlite_where=text(ALERTED["sqlite"]),
+)
 
 
 def _filed_at(context: Any) -> datetime:
