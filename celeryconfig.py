@@ -30,8 +30,13 @@ else:
     guard_redis_channel()
     reuse_redis_clients()
     # ETAs are capped by scheduler.settings.ETA_HORIZON, far below this timeout, so a
-    # waiting ETA message is never redelivered as if its worker had died.
-    broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT.total_seconds()}
+    # waiting ETA message is never redelivered as if its worker had died. A list per
+    # message priority (0 first), so that each of a job's ten priorities (9 first: its
+    # runs are sent at 9 - priority) has its own place in a queue that backs up.
+    broker_transport_options = {
+        "visibility_timeout": VISIBILITY_TIMEOUT.total_seconds(),
+        "priority_steps": list(range(10)),
+    }
 
 task_serializer = "json"
 result_serializer = "json"

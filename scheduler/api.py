@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from scheduler.controls import controls_of
 from scheduler.declarative import ApplyReport, apply
 from scheduler.engine import Engine
 from scheduler.errors import NotFound, SpecError
@@ -157,6 +158,7 @@ class Scheduler:
                 "kind": job.kind,
                 "enabled": job.enabled,
                 "overruns": job.snapshot.overruns,
+                "priority": controls_of(job).priority,
             }
             for job in rows
         ]

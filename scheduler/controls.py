@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from scheduler.invokers.call import DEFAULT_PRIORITY
 from scheduler.specmodel import RETRY_DEFAULTS, JobFields
 from statemachine import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
 
@@ -41,6 +42,7 @@ class Controls:
     overlap: OverlapPolicy = OverlapPolicy()
     triggers: tuple[str, ...] = ()
     misfire: MisfirePolicy = MisfirePolicy()
+    priority: int = DEFAULT_PRIORITY
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Controls:
@@ -66,6 +68,7 @@ class Controls:
                 max_concurrent=spec.get("max_concurrent", OverlapPolicy.max_concurrent),
             ),
             triggers=tuple(spec.get("triggers", ())),
+            priority=spec.get("priority", DEFAULT_PRIORITY),
             misfire=MisfirePolicy(
                 Misfire(spec.get("misfire", Misfire.LATEST.value)),
                 grace=None if grace is None else timedelta(seconds=grace),
@@ -99,6 +102,7 @@ _DEFAULTS: dict[str, Any] = {
     "max_concurrent": OverlapPolicy.max_concurrent,
     "misfire": Misfire.LATEST.value,
     "catchup_limit": MisfirePolicy.catchup_limit,
+    "priority": DEFAULT_PRIORITY,
 }
 
 

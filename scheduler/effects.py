@@ -114,8 +114,11 @@ def send(port: Port, messages: list[Message], batch: int) -> list[str]:
     for eta, pairs in ticks.items():
         for i in range(0, len(pairs), batch):
             _send_ticks(port, pairs[i : i + batch], eta)
+    work.sort(key=lambda call: -call.priority)  # stable: a batch is of one priority
     for i in range(0, len(work), batch):
-        _send_runs(port, work[i : i + batch])
+        chunk = work[i : i + batch]
+        for priority in sorted({call.priority for call in chunk}, reverse=True):
+            _send_runs(port, [call for call in chunk if call.priority == priority])
     return revoked
 
 

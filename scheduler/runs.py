@@ -130,6 +130,7 @@ class Runs:
             controls.timeout,
             kind=job.kind,
             job_id=job.id,
+            priority=controls.priority,
         )
 
     def claim(

@@ -358,6 +358,7 @@ class JobFields(_Strict):
     # Declared paused: true, or the reason (an import keeps a task disabled in its source).
     paused: Annotated[str, Field(min_length=1, max_length=500)] | bool | None = None
     alerts: Alerts | None = None
+    priority: _count(0, 9) | None = None  # type: ignore[valid-type]
 
     @field_validator("timezone")
     @classmethod

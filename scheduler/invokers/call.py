@@ -9,6 +9,9 @@ from typing import Any, Protocol
 
 from statemachine import InvocationStatus
 
+# A job's priority is 0-9, 9 first.
+DEFAULT_PRIORITY = 5
+
 
 @dataclass(frozen=True)
 class Call:
@@ -24,11 +27,17 @@ class Call:
     # The run's job: it travels with the attempt, and a claim, heartbeat or outcome is
     # recorded only on a run of that job (the engine's calls always name it).
     job_id: int | None = None
+    priority: int = DEFAULT_PRIORITY  # the job's: that of the attempt's Celery messages
 
     @property
     def task_id(self) -> str:
         """The Celery task id of this attempt, known before it is sent (to revoke it)."""
         return celery_task_id(self.invocation_id, self.attempt)
+
+
+def redis_priority(priority: int) -> int:
+    """A job's priority (9 first) as Redis's transport reads a message's (0 first)."""
+    return 9 - priority
 
 
 def celery_task_id(invocation_id: int, attempt: int) -> str:

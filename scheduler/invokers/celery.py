@@ -8,9 +8,11 @@ outcome is recorded only on a run of that job.
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
 
-from scheduler.invokers.call import Call
+from scheduler.invokers.call import DEFAULT_PRIORITY, Call, redis_priority
 
 HEADER = "cronchain"
 
@@ -32,6 +34,16 @@ def send_task(app: Celery, call: Call) -> None:
         queue=o["queue"],
         task_id=call.task_id,
         headers={HEADER: header},
-        # Only when the job sets them: a task's own defaults and routes apply otherwise.
+        # Only when the job sets them: a task's own defaults and routes apply otherwise;
+        # ``celery: {priority}`` is the broker's own number, the job's is cronchain's.
         **{key: o[key] for key in ("priority", "expires") if key in o},
+        **_priority(o, call),
     )
+
+
+def _priority(options: dict[str, Any], call: Call) -> dict[str, int]:
+    """The job's priority, unless its ``celery:`` sets the broker's own number or the
+    job keeps the default (the task's own default or route applies then)."""
+    if "priority" in options or call.priority == DEFAULT_PRIORITY:
+        return {}
+    return {"priority": redis_priority(call.priority)}

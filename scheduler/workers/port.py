@@ -18,6 +18,7 @@ import kombu.exceptions
 from celery import Celery
 
 from scheduler.invokers import Call
+from scheduler.invokers.call import redis_priority
 from scheduler.invokers.celery import send_task
 
 log = logging.getLogger(__name__)
@@ -102,15 +103,18 @@ class CeleryPort:
                 args=(call.invocation_id, call.attempt, call.job_id),
                 queue=self.work_queue,
                 task_id=call.task_id,
+                priority=redis_priority(call.priority),
             )
             return
         send_task(self.app, call)
 
     def run_batch(self, calls: list[Call]) -> None:
+        """Calls of one priority (``scheduler.effects.send`` groups them so)."""
         self.app.send_task(
             "cronchain.run_batch",
             args=([[call.invocation_id, call.attempt, call.job_id] for call in calls],),
             queue=self.work_queue,
+            priority=redis_priority(calls[0].priority),
         )
 
     def revoke(self, task_id: str) -> None:
