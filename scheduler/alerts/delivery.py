@@ -3,16 +3,20 @@
 A delivery first takes the alert for a lease (committed before any channel is called),
 so that a second message for it (the watchdog's, a retry) finds it under way and does
 nothing. Each channel that takes the alert is recorded at once and never sent it again;
-the others are tried again after a backoff, until ``CRONCHAIN_ALERT_ATTEMPTS`` deliveries
-have failed: the alert is then ``failed`` and ``cronchain health`` names the channel. A
-worker killed in the middle leaves the alert pending; when its lease ends, the watchdog
-sends it again, and only the channels not recorded are called (with the same
-idempotency key, so a receiver that had it can tell).
+the others are tried again after a backoff (a channel that just failed is not called
+again by the same process for ``COOL_DOWN``: its alerts wait as if it had failed again),
+until ``CRONCHAIN_ALERT_ATTEMPTS`` deliveries have failed: the alert is then ``failed``
+and ``cronchain health`` names the channel. A worker killed in the middle leaves the
+alert pending; when its lease ends, the watchdog sends it again, and only the channels
+not recorded are called (with the same idempotency key, so a receiver that had it can
+tell).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("cronchain.alerts")
 FIRST_BACKOFF = timedelta(seconds=10)
 MAX_BACKOFF = timedelta(minutes=15)
+# A channel that failed is not called again by this process for this long: a dead
+# webhook that times out would otherwise hold a work-path thread per alert for its
+# timeout (10,000 failing jobs, 100 threads, 10 s: the work path stalled 17 minutes).
+COOL_DOWN = 30.0  # seconds
+# channel -> when this process calls it again (monotonic), and why it does not now
+_cooling: dict[str, tuple[float, str]] = {}
+_cooling_lock = threading.Lock()
 
 
 def backoff(attempts: int) -> timedelta:
@@ -70,6 +81,10 @@ def _send(
 ) -> str | None:
     """Send to one channel; None when it took the alert, else why not (never quoting a
     secret: an error cronchain did not word is named by its type alone)."""
+    with _cooling_lock:
+        until, why = _cooling.get(name, (0.0, ""))
+    if until > time.monotonic():  # not logged: the failure that started it was
+        return f"not called: it failed less than {COOL_DOWN:g} s ago ({why})"
     try:
         channel_kinds.deliver(_channel(name, declared), _alert(row), settings.timeout)
     except (DeliveryError, SpecError) as err:
@@ -77,7 +92,11 @@ def _send(
     except Exception as err:  # a library's error may quote the URL it was given
         error = f"{type(err).__name__} (its text is withheld: it may quote a secret)"
     else:
+        with _cooling_lock:
+            _cooling.pop(name, None)
         return None
+    with _cooling_lock:
+        _cooling[name] = (time.monotonic() + COOL_DOWN, error)
     log.warning("alert %s (%s %s) to %s: %s", row.id, row.job, row.event, name, error)
     return error
 

@@ -45,6 +45,13 @@ jobs:
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_cool_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test calls its channels every time, unless it says otherwise."""
+    monkeypatch.setattr(delivery, "COOL_DOWN", 0.0)
+    monkeypatch.setattr(delivery, "_cooling", {})
+
+
 def deliver_alerts(engine: Engine, port: RecordingPort) -> list[str | None]:
     """What a work-path worker does with each ``cronchain.alert`` message sent so far."""
     sent, port.alerts[:] = list(port.alerts), []
@@ -301,3 +308,28 @@ def test_a_channel_that_took_an_alert_since_is_not_failing(
         fire(engine, port, clock)
         assert deliver_alerts(engine, port) == ["sent"]  # the next slot's alert went out
         assert failing() == {}
+
+
+def test_a_channel_that_just_failed_is_not_called_again_for_a_while(
+    engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
+):
+    """A dead webhook holds a work-path thread for its timeout: after one failure, this
+    process leaves the channel alone for ``COOL_DOWN``; the alerts wait for their retry."""
+    monkeypatch.setattr(delivery, "COOL_DOWN", 30.0)
+    with webhook() as hook:
+        monkeypatch.setenv("TEST_HOOK_URL", hook.url)
+        hook.answers = [500]
+        Scheduler(engine).apply(job_file(tmp_path, fail=True, on="[failed]"))
+        fire(engine, port, clock)
+        fire(engine, port, clock)
+        assert deliver_alerts(engine, port) == ["pending", "pending"]
+        assert len(hook.posts) == 1  # the second alert did not call it
+        second = rows(engine)[1]
+        assert second["errors"]["hook"] == (
+            "not called: it failed less than 30 s ago (the webhook answered HTTP 500)"
+        )
+        monkeypatch.setattr(delivery, "_cooling", {})  # the cool-down is over
+        clock.advance(3600)
+        port.alerts[:] = [(r["id"], None) for r in rows(engine)]
+        assert deliver_alerts(engine, port) == ["sent", "sent"]
+        assert len(hook.posts) == 3
