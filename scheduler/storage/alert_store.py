@@ -279,8 +279,8 @@ def active_runs(conn: Connection, limit: int) -> list[Mapping[str, Any]]:
     ``running_longer`` alert is done with, and so is an unclaimed one with its
     ``late_start``, so that the ``limit`` moves on to the others."""
     alerted = text(ALERTED[conn.dialect.name])
-    if conn.execute(select(jobs.c.id).where(alerted).limit(1)).first() is None:
-        return []  # no job has alerts (ix_jobs_alerted): not a run to read
+    if not _any_alerted(conn, alerted):
+        return []  # no job has alerts: not a run to read
     raised = alerts.alias("raised")
 
     def has(event: str) -> Any:
@@ -317,6 +317,21 @@ def active_runs(conn: Connection, limit: int) -> list[Mapping[str, Any]]:
         .limit(limit)
     )
     return list(conn.execute(query).mappings())
+
+
+def _any_alerted(conn: Connection, alerted: Any) -> bool:
+    """Whether a job has alerts, from ``ix_jobs_alerted`` alone. PostgreSQL has no
+    statistics of the expression, guesses that nearly every job matches, and would read
+    the whole table for the first (57 ms at 100,000 jobs, none with alerts): it is told
+    not to, for this statement."""
+    postgresql = conn.dialect.name == "postgresql"
+    if postgresql:
+        conn.exec_driver_sql("SET enable_seqscan = off")
+    try:
+        return conn.execute(select(jobs.c.id).where(alerted).limit(1)).first() is not None
+    finally:
+        if postgresql:
+            conn.exec_driver_sql("RESET enable_seqscan")
 
 
 def channels_of(conn: Connection, project: str) -> dict[str, dict[str, Any]]:

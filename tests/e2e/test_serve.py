@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.harness import ROOT, Cluster, wait_until
+from tests.e2e.harness import ROOT, WATCHDOG_INTERVAL, Cluster, wait_until
 from tests.services import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
@@ -106,6 +106,17 @@ def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Clust
         v for (name, _), v in found.items() if name.startswith("cronchain_job_last_success")
     ]
     assert len(succeeded) == 3 and all(v > 0 for v in succeeded)
+
+    # Beat stopped for two watchdog intervals: health fails and names the watchdog;
+    # back, it passes again.
+    cluster.kill("beat")
+    code, report = wait_until(
+        lambda: (r := health(cluster))[0] == 1 and r, 4 * WATCHDOG_INTERVAL, "health to fail"
+    )
+    assert report["failed"] == ["watchdog"], report
+    assert "is beat running" in report["checks"]["watchdog"]["detail"], report
+    cluster.start_beat()
+    wait_until(lambda: health(cluster)[0] == 0, 60, "health to pass again")
 
 
 def test_serve_refuses_other_addresses_without_credentials(tmp_path: Path):
