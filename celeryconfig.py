@@ -30,13 +30,10 @@ else:
     guard_redis_channel()
     reuse_redis_clients()
     # ETAs are capped by scheduler.settings.ETA_HORIZON, far below this timeout, so a
-    # waiting ETA message is never redelivered as if its worker had died. A list per
-    # message priority (0 first), so that each of a job's ten priorities (9 first: its
-    # runs are sent at 9 - priority) has its own place in a queue that backs up.
-    broker_transport_options = {
-        "visibility_timeout": VISIBILITY_TIMEOUT.total_seconds(),
-        "priority_steps": list(range(10)),
-    }
+    # waiting ETA message is never redelivered as if its worker had died. Priorities keep
+    # kombu's default steps (0, 3, 6, 9): users' own workers, which take celery jobs'
+    # tasks, read those lists and no others.
+    broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT.total_seconds()}
 
 task_serializer = "json"
 result_serializer = "json"

@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> None:
         figure(name, "worker_peak_rss_per_process", rss.peak / 2**20, "MiB")
         figure(name, "work_worker_peak_rss", work_rss.peak / 2**20, "MiB")
         figure(name, "tick_messages_left_in_queue", redis.client().llen("cronchain"))
-        figure(name, "runs_left_in_work_queue", redis.client().llen("cronchain.work"))
+        client = redis.client()  # runs wait in the work queue's list of their priority
+        lists = ["cronchain.work", *(f"cronchain.work\x06\x16{step}" for step in (3, 6, 9))]
+        figure(name, "runs_left_in_work_queue", sum(client.llen(key) for key in lists))
         c.stop_all()
 
         # Last, as it sends every job a new tick: each job's zone changed, each one updated.

@@ -4,7 +4,7 @@ A delivery first takes the alert for a lease (committed before any channel is ca
 so that a second message for it (the watchdog's, a retry) finds it under way and does
 nothing. Each channel that takes the alert is recorded at once and never sent it again;
 the others are tried again after a backoff (a channel that just failed is not called
-again by the same process for ``COOL_DOWN``: its alerts wait as if it had failed again),
+again by the same process for ``COOL_DOWN``: its alerts wait, uncounted, until then),
 until ``CRONCHAIN_ALERT_ATTEMPTS`` deliveries have failed: the alert is then ``failed``
 and ``cronchain health`` names the channel. A worker killed in the middle leaves the
 alert pending; when its lease ends, the watchdog sends it again, and only the channels
@@ -39,14 +39,17 @@ MAX_BACKOFF = timedelta(minutes=15)
 # webhook that times out would otherwise hold a work-path thread per alert for its
 # timeout (10,000 failing jobs, 100 threads, 10 s: the work path stalled 17 minutes).
 COOL_DOWN = 30.0  # seconds
-# channel -> when this process calls it again (monotonic), and why it does not now
-_cooling: dict[str, tuple[float, str]] = {}
+# (project, channel) -> when this process calls it again (monotonic), and why not now
+_cooling: dict[tuple[str, str], tuple[float, str]] = {}
 _cooling_lock = threading.Lock()
 
 
-def backoff(attempts: int) -> timedelta:
-    """The wait after ``attempts`` failed deliveries: 10 s, doubling, at most 15 min."""
-    return min(FIRST_BACKOFF * 2 ** (attempts - 1), MAX_BACKOFF)
+def backoff(attempts: int, jitter: float = 0.5) -> timedelta:
+    """The wait after ``attempts`` failed deliveries: 10 s, doubling, at most 15 min,
+    give or take 10% (``jitter`` 0-1: 0.5 is none), so that alerts that failed together
+    (a burst a channel refused) do not come back together."""
+    wait = min(FIRST_BACKOFF * 2 ** (attempts - 1), MAX_BACKOFF)
+    return wait * (0.9 + 0.2 * jitter)
 
 
 def deliver(engine: Engine, alert_id: int, settings: AlertDelivery | None = None) -> str | None:
@@ -61,18 +64,28 @@ def deliver(engine: Engine, alert_id: int, settings: AlertDelivery | None = None
         if row is None:
             return None
         declared = alert_store.channels_of(conn, row.project)
+    cooling: list[float] = []  # when the channels this delivery left alone are called again
     for name in row.channels:
         if name in row.delivered:
             continue
-        with engine.transaction() as conn:
-            if not alert_store.renew(conn, row.id, row.attempts, engine.clock() + lease):
-                return None
-        error = _send(name, declared, row, settings)
+        with _cooling_lock:
+            until, why = _cooling.get((row.project, name), (0.0, ""))
+        if until > time.monotonic():  # not logged: the failure that started it was
+            cooling.append(until)
+            error = f"not called: it failed less than {COOL_DOWN:g} s ago ({why})"
+        else:
+            with engine.transaction() as conn:
+                if not alert_store.renew(conn, row.id, row.attempts, engine.clock() + lease):
+                    return None
+            error = _send(name, declared, row, settings)
         with engine.transaction() as conn:
             if error is None:
                 alert_store.delivered(conn, row.id, name, engine.clock())
             else:
                 alert_store.failed_to(conn, row.id, row.attempts, name, error)
+    left = [c for c in row.channels if c not in row.delivered]
+    if cooling and len(cooling) == len(left):  # none called: not a try
+        return _later(engine, row, max(cooling) - time.monotonic())
     return _settle(engine, row, settings)
 
 
@@ -81,10 +94,7 @@ def _send(
 ) -> str | None:
     """Send to one channel; None when it took the alert, else why not (never quoting a
     secret: an error cronchain did not word is named by its type alone)."""
-    with _cooling_lock:
-        until, why = _cooling.get(name, (0.0, ""))
-    if until > time.monotonic():  # not logged: the failure that started it was
-        return f"not called: it failed less than {COOL_DOWN:g} s ago ({why})"
+    key = (row.project, name)
     try:
         channel_kinds.deliver(_channel(name, declared), _alert(row), settings.timeout)
     except (DeliveryError, SpecError) as err:
@@ -93,17 +103,28 @@ def _send(
         error = f"{type(err).__name__} (its text is withheld: it may quote a secret)"
     else:
         with _cooling_lock:
-            _cooling.pop(name, None)
+            _cooling.pop(key, None)
         return None
     with _cooling_lock:
-        _cooling[name] = (time.monotonic() + COOL_DOWN, error)
+        _cooling[key] = (time.monotonic() + COOL_DOWN, error)
     log.warning("alert %s (%s %s) to %s: %s", row.id, row.job, row.event, name, error)
     return error
 
 
+def _later(engine: Engine, row: AlertRow, seconds: float) -> str | None:
+    """Every channel left is cooling down: the claim is given back, its attempt not
+    counted, and the alert is due when they are called again."""
+    due_at = engine.clock() + timedelta(seconds=max(seconds, 1.0))
+    with engine.transaction() as conn:
+        released = alert_store.release(conn, row.id, row.attempts, due_at)
+    if released:
+        engine.send([SendAlert(row.id, due_at)])
+    return PENDING if released else None
+
+
 def _settle(engine: Engine, row: AlertRow, settings: AlertDelivery) -> str | None:
     give_up = row.attempts >= settings.attempts
-    retry_at = engine.clock() + backoff(row.attempts)
+    retry_at = engine.clock() + backoff(row.attempts, engine.rand())
     with engine.transaction() as conn:
         state = alert_store.settle(
             conn, row.id, row.attempts, give_up=give_up, retry_at=retry_at, now=engine.clock()

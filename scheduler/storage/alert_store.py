@@ -150,6 +150,17 @@ def renew(conn: Connection, alert_id: int, attempt: int, until: datetime) -> boo
     return True
 
 
+def release(conn: Connection, alert_id: int, attempt: int, due_at: datetime) -> bool:
+    """Give back delivery ``attempt``'s claim uncounted (it called no channel): the
+    alert is due again at ``due_at``. False if the delivery no longer holds it."""
+    if _ours(conn, alert_id, attempt) is None:
+        return False
+    conn.execute(
+        update(alerts).where(alerts.c.id == alert_id).values(attempts=attempt - 1, due_at=due_at)
+    )
+    return True
+
+
 def delivered(conn: Connection, alert_id: int, channel: str, at: datetime) -> None:
     """One channel had it: never sent there again. Recorded whichever delivery sent
     it, even one that lost its lease: a delivery that happened is a fact."""
@@ -325,13 +336,12 @@ def _any_alerted(conn: Connection, alerted: Any) -> bool:
     the whole table for the first (57 ms at 100,000 jobs, none with alerts): it is told
     not to, for this statement."""
     postgresql = conn.dialect.name == "postgresql"
+    if postgresql:  # for this transaction; a failure rolls it back with the rest
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+    found = conn.execute(select(jobs.c.id).where(alerted).limit(1)).first() is not None
     if postgresql:
-        conn.exec_driver_sql("SET enable_seqscan = off")
-    try:
-        return conn.execute(select(jobs.c.id).where(alerted).limit(1)).first() is not None
-    finally:
-        if postgresql:
-            conn.exec_driver_sql("RESET enable_seqscan")
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = on")
+    return found
 
 
 def channels_of(conn: Connection, project: str) -> dict[str, dict[str, Any]]:

@@ -259,15 +259,28 @@ def replay_messages(rig: Rig, rng: random.Random) -> datetime:
     return now()
 
 
+# kombu's Redis lists of a queue: one per priority step (0, 3, 6, 9), the first bare.
+PRIORITY_STEPS = (0, 3, 6, 9)
+
+
+def _list_of(queue: str, priority: int) -> str:
+    step = max(s for s in PRIORITY_STEPS if s <= priority)
+    return f"{queue}\x06\x16{step}" if step else queue
+
+
 def _replay(r: redis.Redis) -> int:
+    """Every message again: those waiting in each of a queue's lists, and those taken
+    and not acknowledged, each to the list of its priority."""
     replayed = 0
     for queue in WORKERS.values():
-        for body in r.lrange(queue, 0, -1):
-            r.lpush(queue, body)
-            replayed += 1
+        for key in (_list_of(queue, step) for step in PRIORITY_STEPS):
+            for body in r.lrange(key, 0, -1):
+                r.lpush(key, body)
+                replayed += 1
     for value in r.hvals("unacked"):
         message, _exchange, routing_key = json.loads(value)
-        r.lpush(routing_key or "cronchain", json.dumps(message))
+        priority = message.get("properties", {}).get("priority") or 0
+        r.lpush(_list_of(routing_key or "cronchain", priority), json.dumps(message))
         replayed += 1
     return replayed
 
