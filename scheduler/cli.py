@@ -180,7 +180,10 @@ def cmd_history(args: argparse.Namespace) -> int:
         show(detail, args.json, invocation_text)
         return 0
     rows = _scheduler(args).history(args.job, since=args.since, limit=args.limit)
-    columns = ["id", "job", "slot", "status", "attempt", "started_at", "finished_at", "error"]
+    columns = [
+        *("id", "job", "slot", "status", "reason", "attempt", "started_at", "finished_at"),
+        "error",
+    ]
     show(rows, args.json, lambda rows: table(rows, columns))
     return 0
 

@@ -62,7 +62,11 @@ def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[n
     assert nightly["next_tick"].endswith(("T01:00:00Z", "T00:00:00Z"))  # 02:00 in Berlin
 
     assert "invocation" in cli("trigger", "demo/nightly").stdout
-    history = json.loads(cli("history", "demo/nightly", "--json").stdout)
+    assert "skipped (overlap)" in cli("trigger", "demo/nightly").stdout  # one is active
+    header, *lines = cli("history", "demo/nightly").stdout.splitlines()
+    assert header.split()[3:5] == ["status", "reason"], header
+    assert lines[0].split()[2:4] == ["SKIPPED", "overlap"], lines  # a manual run: no slot
+    history = json.loads(cli("history", "demo/nightly", "--json").stdout)[1:]
     assert [(h["job"], h["slot"], h["status"]) for h in history] == [
         ("demo/nightly", None, "STARTING")
     ]
