@@ -26,6 +26,7 @@ from scheduler.beatimport.command import add_arguments as import_beat_arguments
 from scheduler.clitext import invocation_text, show, table
 from scheduler.declarative import collector_paused
 from scheduler.errors import NotFound, SpecError, TransientError
+from scheduler.storage.alert_store import delivery_text
 from scheduler.timing.localtime import transitions
 from scheduler.timing.schedules import parse_schedule, parse_zone
 from scheduler.web import CHECKS
@@ -193,16 +194,11 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     columns = ["id", "job", "slot", "event", "state", "attempts", "to", "raised_at"]
 
     def text(rows: list[dict[str, Any]]) -> str:
-        return table([row | {"to": _deliveries(row)} for row in rows], columns)
+        went = [row | {"to": delivery_text(row["channels"], row["delivered"])} for row in rows]
+        return table(went, columns)
 
     show(rows, args.json, text)
     return 0
-
-
-def _deliveries(alert: dict[str, Any]) -> str:
-    """``ops-slack sent, oncall-mail not yet``."""
-    done = alert["delivered"]
-    return ", ".join(f"{c} {'sent' if c in done else 'not yet'}" for c in alert["channels"])
 
 
 def cmd_abort(args: argparse.Namespace) -> int:

@@ -57,6 +57,11 @@ class AlertRow:
         }
 
 
+def delivery_text(channels: list[str], delivered: Mapping[str, str]) -> str:
+    """``ops-slack sent, oncall-mail not yet``: where an alert went, for people."""
+    return ", ".join(f"{c} {'sent' if c in delivered else 'not yet'}" for c in channels)
+
+
 def _iso(t: datetime | None) -> str | None:
     return None if t is None else t.isoformat()
 

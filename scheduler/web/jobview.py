@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scheduler import controls
+from scheduler.storage.alert_store import AlertRow, delivery_text
 from scheduler.storage.pages import Run
 from scheduler.timing.schedules import stored_schedule
 from scheduler.web.zones import Shown, dst_notes, shown
@@ -69,6 +70,21 @@ def run_row(run: Run, zone: str) -> Row:
     elif run.backfill:
         note = "backfill" + (f": {note}" if note else "")
     return Row("run", when, run.status, run.reason, note, run.id)
+
+
+@dataclass(frozen=True)
+class AlertLine:
+    """An alert as the job's page lists it: its slot, event, state and where it went."""
+
+    when: Shown
+    event: str
+    state: str
+    channels: str
+
+
+def alert_row(alert: AlertRow, zone: str) -> AlertLine:
+    went = delivery_text(alert.channels, alert.delivered)
+    return AlertLine(shown(alert.slot or alert.created_at, zone), alert.event, alert.state, went)
 
 
 def timeline(

@@ -18,7 +18,7 @@ from markupsafe import Markup, escape
 from scheduler.api import EARLIEST, LATEST
 from scheduler.errors import CronchainError
 from scheduler.specmodel import NAME
-from scheduler.storage import job_store, pages
+from scheduler.storage import alert_store, job_store, pages
 from scheduler.web import csrf, jobview, links
 from scheduler.web.context import context
 from scheduler.web.zones import local_text, next_tick, shown, zone_of
@@ -26,6 +26,7 @@ from scheduler.web.zones import local_text, next_tick, shown, zone_of
 PAGE = 200  # jobs a page of / lists
 HISTORY = 50  # runs a page of a job's history lists
 RECENT = 20  # past runs the timeline shows
+ALERTS = 20  # the newest alerts a job's page lists
 
 
 def register(app: Flask) -> None:
@@ -79,6 +80,7 @@ def job_page(project: str, name: str) -> str:
         recent = pages.runs_of(conn, job.id, limit=RECENT)
         history = pages.runs_of(conn, job.id, before=before, limit=HISTORY + 1)
         linked = links.links(conn, job.ref, job.spec)
+        raised = alert_store.listing(conn, job.id, limit=ALERTS)
     older = history[HISTORY - 1].id if len(history) > HISTORY else None
     return render_template(
         "job.html",
@@ -97,6 +99,7 @@ def job_page(project: str, name: str) -> str:
         history=[jobview.run_row(run, job.timezone) for run in history[:HISTORY]],
         older=older,
         links=linked,
+        alerts=[jobview.alert_row(alert, job.timezone) for alert in raised],
         explained=_explained(job.ref),
         at=request.args.get("at", ""),
         operator=ctx.operator,

@@ -326,3 +326,22 @@ def test_strips_on_sqlite_read_the_newest_runs(tmp_path: Path):
     assert [len(found[j]) for j in (1, 2, 3, 4)] == [30, 30, 30, 0]
     assert [r.trigger_id for r in found[1]][-1] == "t117"  # the newest, last
     db.dispose()
+
+
+def test_job_page_lists_its_alerts(
+    engine: Engine, port: RecordingPort, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("CRONCHAIN_CHANNELS", '{"hook": {"webhook": {"env": "NO_SUCH_URL"}}}')
+    alerts = {"on": ["failed"], "to": ["hook"]}
+    spec = JobSpec(
+        "p", "bad", "every 10s", kind="noop", options={"fail": True}, controls={"alerts": alerts}
+    )
+    Scheduler(engine).apply([spec], project="p")
+    c = client(engine, clock)
+    assert "<h2>Alerts</h2>" not in page(c, "/jobs/p/bad")  # none yet: no section
+    clock.advance(10)
+    deliver_ticks(engine, port)
+    deliver_runs(engine, port)
+    text = page(c, "/jobs/p/bad")
+    assert "<h2>Alerts</h2>" in text
+    assert re.search(r"<td>failed</td><td>pending</td><td>hook not yet</td>", text), text
