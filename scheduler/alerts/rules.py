@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-# The events a slot's end raises, by how it ended.
-FAILED, EXHAUSTED, SKIPPED, RECOVERED = "failed", "retries_exhausted", "skipped", "recovered"
-LATE_START, RUNNING_LONGER = "late_start", "running_longer"
+from scheduler.specmodel import ALERT_EVENTS, ALERT_THRESHOLDS
+
+# The events, named as the spec's grammar accepts them.
+FAILED, EXHAUSTED, SKIPPED, RECOVERED = ALERT_EVENTS
+LATE_START, RUNNING_LONGER = ALERT_THRESHOLDS
 # Skips someone chose: slots a pause passed over, triggers of a disabled job.
 NOT_ALERTED_SKIPS = ("paused", "disabled")
 
