@@ -159,6 +159,8 @@ class Scheduler:
                 "enabled": job.enabled,
                 "overruns": job.snapshot.overruns,
                 "priority": controls_of(job).priority,
+                "requires": job.spec.get("requires", []),
+                "pool": None,  # pools come with a later step of workflows (issue 16)
             }
             for job in rows
         ]
@@ -221,12 +223,15 @@ class Scheduler:
     @_explained
     def trigger(self, job: str) -> dict[str, Any]:
         """Run the job now, under its overlap policy, and say what happened: ``result``
-        is ``started``, ``buffered`` (the run is WAITING for the active one) or
-        ``skipped`` (recorded SKIPPED, ``skipped`` giving the reason); ``invocation`` and
-        ``status`` are the run the trigger made, whichever it was."""
+        is ``started``, ``buffered`` (the run is WAITING for the active one), ``waiting``
+        (WAITING for its upstreams: ``requires``) or ``skipped`` (recorded SKIPPED,
+        ``skipped`` giving the reason); ``invocation`` and ``status`` are the run the
+        trigger made, whichever it was."""
         trigger_id = uuid.uuid4().hex
         made = self.engine.trigger(job, trigger_id)
         result = _TRIGGER_RESULTS.get(made["status"], "skipped")
+        if made["status"] == "WAITING" and made["reason"] == "upstream":
+            result = "waiting"
         return {
             "trigger_id": trigger_id,
             "result": result,
@@ -308,4 +313,7 @@ def _summary(r: Any) -> dict[str, Any]:
         "reason": r["reason"],
         "trigger_id": r["trigger_id"],
         "revision": r["revision"],
+        # What was checked before it could start, and how long it waited for that
+        # (``requires``: scheduler.upstream); None for a job that requires nothing.
+        "checks": r["checks"],
     }

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from scheduler import debuglog, progress
+from scheduler import debuglog, progress, upstream
 from scheduler.effects import Message, SendStart
 from scheduler.errors import SpecError
 from scheduler.explain import iso
@@ -124,17 +124,27 @@ def create(
 def promote(
     conn: Connection, job: JobRow, now: datetime, grace: timedelta, count: int = 1
 ) -> list[Message]:
-    """Start the ``count`` earliest waiting backfill runs of ``job``."""
-    if count < 1:
-        return []
+    """Start the ``count`` earliest waiting backfill runs of ``job``. A job with
+    ``requires`` checks each slot's upstreams as it comes to start, and a slot they do
+    not allow is settled there and then by ``on_unmet`` (the next one takes its place):
+    a backfill is of the past, whose upstream runs are there or not."""
     messages: list[Message] = []
-    for inv in run_store.oldest_waiting(conn, job.id, backfill=True, limit=count):
-        run_store.update_invocation(
-            conn,
-            inv.id,
-            status="STARTING",
-            deadline=now + grace,
-            log=debuglog.append(inv.log, now, "backfill: starting"),
-        )
-        messages.append(SendStart(inv.id))
+    while count > 0:
+        waiting = run_store.oldest_waiting(conn, job.id, backfill=True, limit=count)
+        if not waiting:
+            break
+        for inv in waiting:
+            starts, columns, alerts = (
+                upstream.settle(conn, job, inv, now, waited=False)
+                if "requires" in job.spec
+                else (True, {"status": "STARTING"}, [])
+            )
+            messages += alerts
+            if not starts:
+                run_store.update_invocation(conn, inv.id, **columns)
+                continue
+            text = debuglog.append(columns.pop("log", inv.log), now, "backfill: starting")
+            run_store.update_invocation(conn, inv.id, **columns, deadline=now + grace, log=text)
+            messages.append(SendStart(inv.id))
+            count -= 1
     return messages

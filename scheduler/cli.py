@@ -185,8 +185,16 @@ def cmd_history(args: argparse.Namespace) -> int:
         *("id", "job", "slot", "status", "reason", "attempt", "started_at", "finished_at"),
         "error",
     ]
-    show(rows, args.json, lambda rows: table(rows, columns))
+    show(rows, args.json, lambda rows: table([_with_wait(r) for r in rows], columns))
     return 0
+
+
+def _with_wait(row: dict[str, Any]) -> dict[str, Any]:
+    """A run that waited for its upstreams and then started says so in ``reason``."""
+    released = (row["checks"] or {}).get("released_at")
+    if row["reason"] or not released:
+        return row
+    return row | {"reason": f"upstream (waited until {released})"}
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
@@ -232,6 +240,11 @@ def cmd_trigger(args: argparse.Namespace) -> int:
             print(
                 f"{args.job}: invocation {r['invocation']} is WAITING: another run is active;"
                 " it starts in its turn"
+            )
+        case "waiting":
+            print(
+                f"{args.job}: invocation {r['invocation']} is WAITING for its upstreams;"
+                f" cronchain history --invocation {r['invocation']} says which"
             )
         case _:
             why = ": another run is active" if r["skipped"] == "overlap" else ""

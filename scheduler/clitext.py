@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from scheduler.upstream import said
+
 
 def show(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
     if as_json:
@@ -44,6 +46,11 @@ def invocation_text(d: dict[str, Any]) -> str:
         "revision",
     ]
     lines = [f"{k}: {d[k]}" for k in keys if d[k] is not None]
+    checks = d.get("checks") or {}
+    if checks.get("held_at"):
+        until = checks.get("released_at") or "still waiting"
+        lines.append(f"waited for upstreams: {checks['held_at']} -> {until}")
+    lines += [f"upstream {said(c)}" for c in checks.get("upstream", ())]
     for a in d["attempts"]:
         reason = f" ({a['reason']})" if a.get("reason") else ""
         lines.append(

@@ -1,5 +1,5 @@
 """How cronchain runs a job's invocations, whatever their kind: lease, timeout, retries,
-overlap and misfire policies, and the jobs triggered on success.
+overlap and misfire policies, the jobs triggered on success and the upstreams required.
 
 In a job file these are top-level keys of a job. Only values that differ from the
 defaults are kept in the normalized spec, so that adding a control to cronchain does
@@ -27,6 +27,17 @@ KEYS = tuple(k for k in JobFields.model_fields if k not in ("name", "schedule", 
 DEFAULT_LEASE = 60.0
 # Long enough that a worker outage of minutes, or a deep queue, never fails a run.
 DEFAULT_SCHEDULE_TO_START = 3600.0
+# How long a slot waits for its upstreams (``requires``) before ``on_unmet``.
+DEFAULT_MAX_WAIT = 3600.0
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A job a slot requires, as written (``name`` or ``project/name``), and how fresh
+    its success must be."""
+
+    job: str
+    within: timedelta
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,9 @@ class Controls:
     triggers: tuple[str, ...] = ()
     misfire: MisfirePolicy = MisfirePolicy()
     priority: int = DEFAULT_PRIORITY
+    requires: tuple[Upstream, ...] = ()
+    max_wait: timedelta = timedelta(seconds=DEFAULT_MAX_WAIT)
+    on_unmet: str = "skip"
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Controls:
@@ -69,6 +83,12 @@ class Controls:
             ),
             triggers=tuple(spec.get("triggers", ())),
             priority=spec.get("priority", DEFAULT_PRIORITY),
+            requires=tuple(
+                Upstream(r["job"], timedelta(seconds=r["succeeded_within"]))
+                for r in spec.get("requires", ())
+            ),
+            max_wait=timedelta(seconds=spec.get("max_wait", DEFAULT_MAX_WAIT)),
+            on_unmet=spec.get("on_unmet", "skip"),
             misfire=MisfirePolicy(
                 Misfire(spec.get("misfire", Misfire.LATEST.value)),
                 grace=None if grace is None else timedelta(seconds=grace),
@@ -103,6 +123,8 @@ _DEFAULTS: dict[str, Any] = {
     "misfire": Misfire.LATEST.value,
     "catchup_limit": MisfirePolicy.catchup_limit,
     "priority": DEFAULT_PRIORITY,
+    "max_wait": DEFAULT_MAX_WAIT,
+    "on_unmet": "skip",
 }
 
 
@@ -120,6 +142,8 @@ def normalized(job: JobModel) -> dict[str, Any]:
         out["retries"] = retries
     if job.triggers:
         out["triggers"] = sorted(set(job.triggers))
+    if job.requires:
+        out["requires"] = sorted((r.normalized() for r in job.requires), key=lambda r: r["job"])
     if job.paused:
         out["paused"] = job.paused
     if job.alerts is not None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler import progress
+from scheduler import progress, upstream
 from scheduler.effects import Fed, Message, SendTick
 from scheduler.engine import Engine
 from scheduler.errors import CronchainError, SpecError, TransientError
@@ -32,7 +32,7 @@ from scheduler.storage.job_batch import CHUNK, JobBatch
 from scheduler.storage.job_store import JobHead
 from scheduler.storage.rows import JobRow
 from scheduler.timing.schedules import Schedule
-from scheduler.triggergraph import trigger_cycle
+from scheduler.triggergraph import reachable_cycle
 from statemachine import (
     Disable,
     Enable,
@@ -87,6 +87,7 @@ def apply(
             job_store.lock_project(conn, project)
             heads = job_store.heads_of_project(conn, project)
             _refuse_trigger_cycles(conn, project, specs)
+            _refuse_bad_requirements(conn, project, specs)
             changes = _Changes.of(project, specs, heads, prune=prune)
             if not dry_run:
                 steps = _Steps(engine, conn, now, changes.new)
@@ -94,6 +95,7 @@ def apply(
                 _declare_all(steps, project, changes, locked)
                 _retire_all(steps, changes, locked, prune=prune)
                 messages = steps.write(f"apply {project}: writing")
+                upstream.write_requirements(conn, project, specs)
                 if channels is not None:
                     alert_store.replace_channels(conn, project, channels, now)
         _send(engine, messages, f"apply {project}: sending")
@@ -291,15 +293,55 @@ def _refuse_trigger_cycles(conn: Connection, project: str, specs: list[JobSpec])
     declared = {s.id: s.controls["triggers"] for s in specs if "triggers" in s.controls}
     if declared:
         job_store.lock_trigger_graph(conn)
-    cycle = trigger_cycle(declared, lambda refs: job_store.triggers_of(conn, refs, besides=project))
+    cycle = reachable_cycle(
+        declared,
+        lambda refs: {
+            ref: spec.get("triggers", [])
+            for ref, spec in job_store.specs_of(conn, refs, besides=project).items()
+        },
+    )
     if cycle:
-        first = next((ref for ref in cycle if ref in declared), cycle[0])
-        path = " -> ".join(cycle)
-        raise SpecError(
-            "triggers",
-            f"the jobs trigger each other in a cycle: {path}",
-            where=f"job {first.rpartition('/')[2]!r}",
-        )
+        _refuse_cycle("triggers", "trigger", cycle, declared)
+
+
+def _refuse_bad_requirements(conn: Connection, project: str, specs: list[JobSpec]) -> None:
+    """Every upstream a job requires exists (in this file, if it is of this project),
+    and no jobs require each other in a cycle: each would wait for the other forever."""
+    declared = {
+        s.id: upstream.declared_upstreams(s.id, s.controls)
+        for s in specs
+        if "requires" in s.controls
+    }
+    if not declared:
+        return
+    job_store.lock_trigger_graph(conn)  # the graph of requirements too
+    ids = {s.id for s in specs}
+    elsewhere = {ref for refs in declared.values() for ref in refs if ref not in ids}
+    missing = {ref for ref in elsewhere if ref.rpartition("/")[0] == project}
+    missing |= elsewhere - missing - job_store.existing(conn, elsewhere)
+    for ref, refs in declared.items():
+        for name in sorted(set(refs) & missing):
+            where = "in this file" if name.rpartition("/")[0] == project else "in the database"
+            job = f"job {ref.rpartition('/')[2]!r}"
+            raise SpecError("requires", f"no job named {name!r} {where}", where=job)
+    cycle = reachable_cycle(
+        declared,
+        lambda refs: {
+            ref: upstream.declared_upstreams(ref, spec)
+            for ref, spec in job_store.specs_of(conn, refs, besides=project).items()
+        },
+    )
+    if cycle:
+        _refuse_cycle("requires", "require", cycle, declared)
+
+
+def _refuse_cycle(key: str, verb: str, cycle: list[str], declared: dict[str, Any]) -> None:
+    first = next((ref for ref in cycle if ref in declared), cycle[0])
+    raise SpecError(
+        key,
+        f"the jobs {verb} each other in a cycle: {' -> '.join(cycle)}",
+        where=f"job {first.rpartition('/')[2]!r}",
+    )
 
 
 def _declare_pause(

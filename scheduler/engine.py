@@ -27,14 +27,14 @@ from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
 from scheduler import backfill as backfills
-from scheduler import debuglog, tick_batch
+from scheduler import debuglog, tick_batch, upstream
 from scheduler.alerts import raising
 from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, Port, SendRun, SendStart, SendTick, send
 from scheduler.errors import TransientError
 from scheduler.invokers import Invoker
 from scheduler.leases import Leases
-from scheduler.runs import ACTIVE, RUNNING, STARTING, WAITING, Runs
+from scheduler.runs import RUNNING, STARTING, WAITING, Runs
 from scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
 from scheduler.spec import JobSpec
 from scheduler.storage import job_store, revokes, run_store
@@ -337,21 +337,13 @@ class Engine:
             case TickLater(when=when, nonce=nonce):
                 fed.messages.append(self.tick_message(job, when, nonce, now))
             case StartInvocation(slot=slot, trigger_id=trigger_id):
-                return self._start_new(job, slot, trigger_id, fed, now, insert, start_here)
+                return self._start_new(conn, job, slot, trigger_id, fed, now, insert, start_here)
             case BufferInvocation(slot=slot, trigger_id=trigger_id):
                 inv_id = insert(slot=slot, trigger_id=trigger_id, status=WAITING)
                 if inv_id is None:
                     return self._follow_up(job, fed, Unbuffer(), now)
             case StartBuffered():
-                waiting = next(iter(run_store.oldest_waiting(conn, job.id)), None)
-                if waiting is None:
-                    log.error("job %s counted a waiting run it does not have", job.ref)
-                    return self._follow_up(job, fed, Abandon(), now)
-                run_store.update_invocation(
-                    conn, waiting.id, status=STARTING, deadline=now + self.grace
-                )
-                fed.snapshot.invocation_id = fed.started = waiting.id
-                fed.messages.append(SendStart(waiting.id))
+                return self._start_buffered(conn, job, fed, now)
             case AbortActive(reason=reason):
                 fed.messages += self._abort_active(conn, job, reason, now)
             case RecordSkipped(slot=slot, reason=reason, trigger_id=trigger_id):
@@ -364,8 +356,50 @@ class Engine:
                 raise AssertionError(f"unknown action {action!r}")
         return []
 
+    def _start_buffered(
+        self, conn: Connection, job: JobRow, fed: Fed, now: datetime
+    ) -> list[Action]:
+        """The run that waited longest for its turn has it: it starts, or if its
+        upstreams are not met, it waits for them now."""
+        waiting = next(iter(run_store.oldest_waiting(conn, job.id)), None)
+        if waiting is None:
+            log.error("job %s counted a waiting run it does not have", job.ref)
+            return self._follow_up(job, fed, Abandon(), now)
+        fed.snapshot.invocation_id = waiting.id
+        may, checked = self._checked(conn, job, waiting.filed_at, waiting.log, now)
+        if not may:
+            run_store.update_invocation(conn, waiting.id, **checked)
+            return []
+        run_store.update_invocation(
+            conn, waiting.id, status=STARTING, deadline=now + self.grace, **checked
+        )
+        fed.started = waiting.id
+        fed.messages.append(SendStart(waiting.id))
+        return []
+
+    def _checked(
+        self,
+        conn: Connection,
+        job: JobRow,
+        reference: datetime | None,
+        log_text: str | None,
+        now: datetime,
+    ) -> tuple[bool, dict[str, Any]]:
+        """Whether a run about to start may start, and what to write of that: a job's
+        upstreams (``scheduler.upstream``) are checked, and a run they do not allow
+        waits for them instead, with the columns returned."""
+        controls = controls_of(job)
+        if not controls.requires:
+            return True, {}
+        assert reference is not None
+        checks = upstream.check(conn, job, reference)
+        if all(c.met for c in checks):
+            return True, {"checks": upstream.record(checks, now)}
+        return False, upstream.hold_columns(controls, checks, log_text, now)
+
     def _start_new(
         self,
+        conn: Connection,
         job: JobRow,
         slot: datetime | None,
         trigger_id: str | None,
@@ -376,17 +410,23 @@ class Engine:
     ) -> list[Action]:
         """Create the run a step started. Started here, it is written once, RUNNING and
         not yet claimed, and sent to its worker; else STARTING, for a start message to
-        begin it."""
-        values = (
-            self.runs.attempt_columns(job, 1, None, now)
-            if start_here
-            else dict(status=STARTING, deadline=now + self.grace)
-        )
+        begin it. A run whose upstreams are not met is written WAITING for them
+        (``scheduler.upstream``): the machine counts it as started all the same."""
+        may, checked = self._checked(conn, job, slot or now, None, now)
+        if not may:
+            values = checked
+        elif start_here:
+            values = self.runs.attempt_columns(job, 1, None, now) | checked
+        else:
+            values = dict(status=STARTING, deadline=now + self.grace, **checked)
         inv_id = insert(slot=slot, trigger_id=trigger_id, **values)
         if inv_id is None:  # that slot has its invocation already
             log.warning("job %s: slot %s already fired", job.ref, slot or trigger_id)
             return self._follow_up(job, fed, Abandon(), now)
-        fed.snapshot.invocation_id = fed.started = inv_id
+        fed.snapshot.invocation_id = inv_id
+        if not may:
+            return []
+        fed.started = inv_id
         if not start_here:
             fed.messages.append(SendStart(inv_id))
             return []
@@ -428,7 +468,7 @@ class Engine:
         """``cancel_other``: end the job's active invocations; the machine has already
         counted them out, so no event is fed for them."""
         messages: list[Message] = []
-        for inv in run_store.lock_invocations_of(conn, job.id, ACTIVE):
+        for inv in run_store.lock_started(conn, job.id):
             error = f"aborted: a newer run replaced it (overlap: {reason})"
             run_store.update_invocation(
                 conn,

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 from scheduler.storage import alert_store, history_days, job_store, run_store
 from scheduler.storage.alert_store import AlertRow
 from scheduler.timing.schedules import Schedule, stored_schedule
+from scheduler.upstream import said
 
 
 def iso(t: datetime | None) -> str | None:
@@ -115,21 +116,38 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
         "revision": inv["revision"],
         "backfill": inv["backfill"],
     }
+    checks = inv.get("checks") or {}
+    if "upstream" in checks:
+        fields["upstreams"] = checks["upstream"]
     if inv["status"] == "SKIPPED":
         why = {
             "misfire": "it was missed by more than the misfire grace and the misfire policy "
             "did not run it",
             "overlap": "another run was active and the overlap policy skipped it",
             "paused": "the job was paused and resumed without catch-up",
+            "upstream": inv["error"],
         }.get(inv["reason"], inv["reason"])
         return _answer("skipped", f"the slot was SKIPPED ({inv['reason']}): {why}", **fields)
     how = " by a backfill" if inv["backfill"] else ""
+    if inv["status"] == "WAITING" and inv["reason"] == "upstream":
+        waiting = [c for c in checks.get("upstream", ()) if not c["met"]]
+        text = (
+            f"the slot's invocation {inv['id']} waits for its upstreams until"
+            f" {iso(inv['deadline'])}: " + "; ".join(said(c) for c in waiting)
+        )
+        return _answer("waiting", text, deadline=iso(inv["deadline"]), **fields)
     if inv["status"] in _UNDER_WAY:
         code, what = _UNDER_WAY[inv["status"]]
         whose = " (a backfill's)" if inv["backfill"] else ""
         return _answer(code, f"the slot's invocation {inv['id']}{whose} {what}", **fields)
     tail = f": {inv['error']}" if inv["error"] else ""
     text = f"the slot ran{how} as invocation {inv['id']}, {inv['status']}{tail}"
+    if checks.get("released_at"):
+        met = ", ".join(said(c) for c in checks["upstream"])
+        text += (
+            f"; it waited for its upstreams from {checks['held_at']} until"
+            f" {checks['released_at']}: {met}"
+        )
     return _answer("ran", text, **fields)
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from scheduler import backfill, debuglog
+from scheduler import backfill, debuglog, upstream
 from scheduler.alerts import raising
 from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
@@ -248,7 +248,7 @@ class Runs:
             if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE
             else []
         )
-        if held is not None and (revoke or inv.backfill or controls.triggers):
+        if held is not None and (revoke or inv.backfill or controls.triggers or job.downstream):
             held.write(conn)  # what follows reads the rows as they now are
             held = None
         update = partial(run_store.update_invocation, conn) if held is None else held.update_run
@@ -298,6 +298,8 @@ class Runs:
         error = f" ({outcome.error})" if outcome.error else ""
         log.info("%s %s: %s%s", job.ref, slot, status, error)
         first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
+        if status == S.SUCCEEDED and job.downstream:  # runs that waited for this one
+            first += upstream.release_after(self.engine, conn, job, now)
         if inv.backfill:  # the next waiting slot of the backfill takes its place
             return Fed(job.snapshot, [*first, *backfill.promote(conn, job, now, self.engine.grace)])
         finished = InvocationFinished(inv.id, now)
@@ -338,7 +340,7 @@ class Runs:
         self, *, job: str | None = None, invocation_id: int | None = None
     ) -> dict[str, list[int]]:
         """Abort every active (STARTING, RUNNING) and waiting (WAITING: buffered,
-        catch-up, backfill) invocation of a job, or one invocation; returns the ids
+        catch-up, backfill, upstream) invocation of a job, or one invocation; returns the ids
         aborted by the status each had. A ``celery`` attempt's task is revoked."""
         messages: list[Message] = []
         aborted: dict[str, list[int]] = {STARTING: [], RUNNING: [], WAITING: []}
@@ -352,10 +354,12 @@ class Runs:
                 job_id = locked[1].id
             else:
                 job_id = job_store.lock_job_named(conn, job or "").id
-                # Every waiting run first (each one the machine counted is counted out),
-                # so that ending the active ones frees a place for none of them: in
-                # this transaction, nothing of the job starts.
-                targets = run_store.lock_invocations_of(conn, job_id, (WAITING,), backfill=None)
+                # Every run waiting for its turn first (each one the machine counted is
+                # counted out), so that ending the started ones (active, or waiting for
+                # their upstreams) frees a place for none of them: in this transaction,
+                # nothing of the job starts.
+                waiting = run_store.lock_invocations_of(conn, job_id, (WAITING,), backfill=None)
+                targets = sorted(waiting, key=lambda inv: inv.held)
                 targets += run_store.lock_invocations_of(conn, job_id, ACTIVE, backfill=None)
             for inv in targets:
                 row = job_store.lock_job(conn, job_id)
@@ -386,7 +390,8 @@ class Runs:
             if inv.status == WAITING:
                 return Fed(job.snapshot)
             return Fed(job.snapshot, backfill.promote(conn, job, now, self.engine.grace))
-        event: Event = Unbuffer() if inv.status == WAITING else InvocationFinished(inv.id, now)
+        turn = inv.status == WAITING and not inv.held  # the machine counted it buffered
+        event: Event = Unbuffer() if turn else InvocationFinished(inv.id, now)
         return self.engine.feed(conn, job, event, now)
 
 

@@ -41,8 +41,9 @@ class JobSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
     controls: Mapping[str, Any] = field(default_factory=dict)
     """``lease``, ``timeout``, ``retries``, ``overlap``, ``max_buffered``,
-    ``max_concurrent``, ``triggers``, ``misfire``, ``misfire_grace``, ``catchup_limit``:
-    see :mod:`scheduler.controls`."""
+    ``max_concurrent``, ``triggers``, ``misfire``, ``misfire_grace``, ``catchup_limit``,
+    ``alerts``, ``priority``, ``requires``, ``max_wait``, ``on_unmet``: see
+    :mod:`scheduler.controls`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.project, str) or not NAME.fullmatch(self.project):
@@ -69,6 +70,8 @@ class JobSpec:
         object.__setattr__(self, "controls", job_controls.normalized(model))
         if {self.name, self.id} & set(self.controls.get("triggers", ())):
             raise SpecError("triggers", "a job cannot trigger itself")
+        if {self.name, self.id} & {r["job"] for r in self.controls.get("requires", ())}:
+            raise SpecError("requires", "a job cannot require itself")
         canonical = self.canonical_json()
         if len(canonical) > MAX_SPEC_BYTES:
             size = len(canonical)
@@ -171,17 +174,21 @@ def parse_job_file(data: Any) -> JobFile:
 
 
 def _refuse_unknown_names(jobs: list[JobSpec]) -> None:
-    """Names are unique, and a job that triggers another of the file names one there."""
+    """Names are unique, and a job that triggers or requires another of the file names
+    one there."""
     seen: set[str] = set()
     for job in jobs:
         if job.name in seen:
             raise SpecError("name", "duplicate name", where=f"job {job.name!r}")
         seen.add(job.name)
     for job in jobs:
-        for target in job.controls.get("triggers", ()):
-            if "/" not in target and target not in seen:
-                why = f"no job named {target!r} in this file (use project/name for another)"
-                raise SpecError("triggers", why, where=f"job {job.name!r}")
+        upstreams = [r["job"] for r in job.controls.get("requires", ())]
+        triggers = job.controls.get("triggers", ())
+        for key, targets in (("triggers", triggers), ("requires", upstreams)):
+            for target in targets:
+                if "/" not in target and target not in seen:
+                    why = f"no job named {target!r} in this file (use project/name for another)"
+                    raise SpecError(key, why, where=f"job {job.name!r}")
 
 
 def _with_default(entry: Any, alerts: Any) -> Any:

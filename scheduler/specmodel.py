@@ -45,6 +45,7 @@ KINDS = ("noop", "http", "celery")
 MAX_DURATION = timedelta(days=366)
 MIN_LEASE = 1.0
 MAX_TRIGGERS = 100
+MAX_REQUIRES = 20
 MAX_URL = 8192  # signed webhook URLs run long; the whole job is at most 64 KiB
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -100,7 +101,7 @@ def _name(value: str) -> str:
     return value
 
 
-def _trigger(value: str) -> str:
+def _job_ref(value: str) -> str:
     project, slash, name = value.rpartition("/")
     if not NAME.fullmatch(name) or (slash and not NAME.fullmatch(project)):
         raise ValueError(f"{value!r} is not a job name (name or project/name)")
@@ -287,7 +288,7 @@ class Retries(_Strict):
 
 # What raises an alert (``scheduler.alerts.rules`` says when each is raised); the two
 # with a threshold are written ``late_start>2m``.
-ALERT_EVENTS = ("failed", "retries_exhausted", "skipped", "recovered")
+ALERT_EVENTS = ("failed", "retries_exhausted", "skipped", "recovered", "upstream_stale")
 ALERT_THRESHOLDS = ("late_start", "running_longer")
 MAX_CHANNELS = 20
 
@@ -296,8 +297,6 @@ def _alert_event(value: str) -> str:
     """An event in its stored form: thresholds in seconds (``late_start>120s``)."""
     name, gt, threshold = value.partition(">")
     name = name.strip()
-    if name == "upstream_stale":
-        raise ValueError("upstream_stale comes with requires (workflows), not built yet")
     if name in ALERT_THRESHOLDS:
         if not gt:
             raise ValueError(f"{name} needs a threshold, like {name}>5m")
@@ -330,8 +329,20 @@ class Alerts(_Strict):
         return {"on": sorted(set(self.on)), "to": sorted(set(self.to))}
 
 
+class Requirement(_Strict):
+    """One upstream of ``requires``: a job (``name``, or ``project/name``) that must have
+    succeeded within ``succeeded_within`` before the slot (``scheduler.upstream``)."""
+
+    job: Annotated[str, AfterValidator(_job_ref)]
+    succeeded_within: _duration(0.0, above=True)  # type: ignore[valid-type]
+
+    def normalized(self) -> dict[str, Any]:
+        return {"job": self.job, "succeeded_within": self.succeeded_within}
+
+
 Overlap = Literal["skip", "buffer_one", "buffer_all", "allow", "cancel_other"]
 Misfire = Literal["skip", "latest", "all"]
+OnUnmet = Literal["skip", "fail", "run"]
 
 
 class JobFields(_Strict):
@@ -348,7 +359,7 @@ class JobFields(_Strict):
     max_buffered: _count(1, 10_000) | None = None  # type: ignore[valid-type]
     max_concurrent: _count(1, 1_000) | None = None  # type: ignore[valid-type]
     triggers: Annotated[
-        Annotated[list[Annotated[str, AfterValidator(_trigger)]], Field(max_length=MAX_TRIGGERS)]
+        Annotated[list[Annotated[str, AfterValidator(_job_ref)]], Field(max_length=MAX_TRIGGERS)]
         | None,
         BeforeValidator(_empty_as_none),
     ] = None
@@ -359,6 +370,12 @@ class JobFields(_Strict):
     paused: Annotated[str, Field(min_length=1, max_length=500)] | bool | None = None
     alerts: Alerts | None = None
     priority: _count(0, 9) | None = None  # type: ignore[valid-type]
+    requires: Annotated[
+        Annotated[list[Requirement], Field(max_length=MAX_REQUIRES)] | None,
+        BeforeValidator(_empty_as_none),
+    ] = None
+    max_wait: _duration() | None = None  # type: ignore[valid-type]
+    on_unmet: OnUnmet | None = None
 
     @field_validator("timezone")
     @classmethod
@@ -375,6 +392,13 @@ class JobFields(_Strict):
         for key, mode in needs.items():
             if getattr(self, key) is not None and (self.overlap or "skip") != mode:
                 raise SpecError(key, f"only applies with overlap: {mode}")
+        for key in ("max_wait", "on_unmet"):
+            if getattr(self, key) is not None and not self.requires:
+                raise SpecError(key, "only applies with requires")
+        upstreams = [r.job for r in self.requires or ()]
+        twice = sorted({ref for ref in upstreams if upstreams.count(ref) > 1})
+        if twice:
+            raise SpecError("requires", f"{twice[0]!r} is listed twice")
         if self.catchup_limit is not None and self.misfire != "all":
             raise SpecError("catchup_limit", "only applies with misfire: all")
         if self.misfire == "skip" and self.misfire_grace is not None and self.misfire_grace < 1:

@@ -1,7 +1,8 @@
-"""Jobs that trigger each other on success: the graph, and the cycles ``apply`` refuses.
+"""Jobs that trigger or require each other: the graphs, and the cycles ``apply`` refuses.
 
-A cycle (``a`` triggers ``b``, ``b`` triggers ``a``) turns one ``trigger`` into runs that
-never end, so ``apply`` refuses the edge that would close one. The graph spans
+A cycle of triggers (``a`` triggers ``b``, ``b`` triggers ``a``) turns one ``trigger``
+into runs that never end; a cycle of requirements makes each job wait for the other
+forever. ``apply`` refuses the edge that would close either. The graph spans
 projects: an edge names ``project/name``, or a bare name in the source's own project,
 as the engine resolves it when a run succeeds.
 """
@@ -14,11 +15,11 @@ Edges = Mapping[str, Iterable[str]]
 
 
 def target_ref(source: str, target: str) -> str:
-    """The job ``source`` (``project/name``) triggers when it names ``target``."""
+    """The job ``source`` (``project/name``) means when it names ``target``."""
     return target if "/" in target else f"{source.rpartition('/')[0]}/{target}"
 
 
-def trigger_cycle(declared: Edges, known: Callable[[set[str]], Edges]) -> list[str] | None:
+def reachable_cycle(declared: Edges, known: Callable[[set[str]], Edges]) -> list[str] | None:
     """A cycle reachable from the jobs ``declared`` (their edges by ref), as a path that
     ends where it begins, or None. ``known(refs)`` gives the edges of other jobs, asked
     only for the refs the walk reaches, so that jobs without triggers cost no query."""

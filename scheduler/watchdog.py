@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
+from scheduler import upstream
 from scheduler.alerts import raising
 from scheduler.alerts.delivery import resend_due
 from scheduler.controls import controls_of
@@ -47,6 +49,8 @@ class WatchdogReport:
     expired: int = 0
     resent: int = 0
     revokes: int = 0
+    # Runs that waited ``max_wait`` for their upstreams, settled: not a repair.
+    settled: int = 0
 
     @property
     def repairs(self) -> int:
@@ -59,6 +63,7 @@ class WatchdogReport:
             self.expired + other.expired,
             self.resent + other.resent,
             self.revokes + other.revokes,
+            self.settled + other.settled,
         )
 
 
@@ -79,7 +84,13 @@ def sweep(
     while True:
         report = run_once(engine, limit, backlog)
         total += report
-        most = max(report.ticks, report.starts, report.expired + report.resent, report.revokes)
+        most = max(
+            report.ticks,
+            report.starts,
+            report.expired + report.resent,
+            report.revokes,
+            report.settled,
+        )
         full = most >= limit
         if not full or time.monotonic() >= deadline:
             break
@@ -133,6 +144,7 @@ def run_once(
         run_store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.repair_grace)
         messages += [SendStart(inv.id, inv.attempt + 1) for inv in starts]
         lapsed = run_store.lapsed_runs(conn, now, limit)
+        holds = run_store.lapsed_holds(conn, now, limit)
         # Revokes not sent yet: the send forgets each that goes out.
         due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
         messages += [SendRevoke(task_id) for task_id in due]
@@ -144,20 +156,24 @@ def run_once(
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.
     repaired = Counter(_repair_one(engine, inv_id) for inv_id in lapsed)
+    repaired.update(_repair_one(engine, inv_id, settle_hold) for inv_id in holds)
     return WatchdogReport(
         ticks=len(jobs),
         starts=len(starts),
         expired=repaired["expired"],
         resent=repaired["resent"],
         revokes=len(due),
+        settled=repaired["settled"],
     )
 
 
-def _repair_one(engine: Engine, invocation_id: int) -> str | None:
+def _repair_one(
+    engine: Engine, invocation_id: int, repair: Callable[[Engine, int], str | None] | None = None
+) -> str | None:
     """One run that cannot be repaired must not stop the pass: it would come first in
     every pass (lapsed runs are taken oldest deadline first) and hold back all others."""
     try:
-        return repair_run(engine, invocation_id)
+        return (repair or repair_run)(engine, invocation_id)
     except Exception:
         log.exception(
             "invocation %s could not be repaired; the next pass tries again", invocation_id
@@ -185,6 +201,22 @@ def repair_run(engine: Engine, invocation_id: int) -> str | None:
             messages = engine.runs.record_outcome(conn, inv, job, outcome, now).messages
     engine.send(messages)
     return "expired" if outcome else "resent"
+
+
+def settle_hold(engine: Engine, invocation_id: int) -> str | None:
+    """A run that waited ``max_wait`` for its upstreams starts, or ends by ``on_unmet``
+    (``scheduler.upstream.lapse``). None: released or aborted meanwhile."""
+    with engine.transaction() as conn:
+        now = engine.clock()
+        locked = engine.lock(conn, invocation_id)
+        if locked is None:
+            return None
+        inv, job = locked
+        if not inv.held or inv.deadline is None or inv.deadline >= now:
+            return None
+        messages = upstream.lapse(engine, conn, inv, job, now).messages
+    engine.send(messages)
+    return "settled"
 
 
 def _resend(

@@ -16,11 +16,18 @@ class InvocationStatus(StrEnum):
     FAILED = "FAILED"
     ABORTED = "ABORTED"
     SKIPPED = "SKIPPED"
-    WAITING = "WAITING"  # buffered by the overlap policy until the job has room
+    WAITING = "WAITING"  # for room (overlap policy, backfill) or its upstreams
 
 
 _MOVES: dict[InvocationStatus, frozenset[InvocationStatus]] = {
-    InvocationStatus.WAITING: frozenset({InvocationStatus.STARTING, InvocationStatus.ABORTED}),
+    InvocationStatus.WAITING: frozenset(
+        {
+            InvocationStatus.STARTING,
+            InvocationStatus.ABORTED,
+            InvocationStatus.SKIPPED,  # its upstreams were not met in time
+            InvocationStatus.FAILED,  # the same, with ``on_unmet: fail``
+        }
+    ),
     InvocationStatus.STARTING: frozenset(
         {InvocationStatus.RUNNING, InvocationStatus.FAILED, InvocationStatus.ABORTED}
     ),

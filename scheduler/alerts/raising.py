@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from scheduler.alerts.rules import RECOVERED, AlertRules, rules_of
+from scheduler.alerts.rules import RECOVERED, UPSTREAM_STALE, AlertRules, rules_of
 from scheduler.effects import SendAlert
 from scheduler.invokers import Outcome
 from scheduler.storage import alert_store
@@ -75,6 +75,16 @@ def on_skipped(
         return []
     detail = f"skipped ({reason})"
     return raise_one(conn, job.id, rules, invocation_id, slot, "skipped", detail, now)
+
+
+def on_upstream_stale(
+    conn: Connection, job: JobRow, inv: InvocationRow, unmet: str, now: datetime
+) -> list[SendAlert]:
+    """``inv`` waited ``max_wait`` for its upstreams, still not met (``unmet`` says how)."""
+    rules = rules_of(job.spec)
+    if rules is None or UPSTREAM_STALE not in rules.events:
+        return []
+    return raise_one(conn, job.id, rules, inv.id, inv.slot, UPSTREAM_STALE, unmet, now)
 
 
 def on_claim(conn: Connection, job: JobRow, inv: InvocationRow, now: datetime) -> list[SendAlert]:

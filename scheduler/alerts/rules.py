@@ -6,6 +6,8 @@
   disabled job skipped it: someone chose that.
 - ``recovered``: the slot succeeded after an alert of ``failed`` or
   ``retries_exhausted`` that no ``recovered`` has followed yet.
+- ``upstream_stale``: the slot waited ``max_wait`` for its upstreams (``requires``) and
+  they were still not met; raised whatever ``on_unmet`` then does.
 - ``late_start>D``: the slot's first attempt was not claimed by a worker within D of
   the slot (raised at the claim, or by the watchdog while it still waits).
 - ``running_longer>D``: an attempt has run for longer than D since its claim
@@ -22,7 +24,7 @@ from typing import Any
 from scheduler.specmodel import ALERT_EVENTS, ALERT_THRESHOLDS
 
 # The events, named as the spec's grammar accepts them.
-FAILED, EXHAUSTED, SKIPPED, RECOVERED = ALERT_EVENTS
+FAILED, EXHAUSTED, SKIPPED, RECOVERED, UPSTREAM_STALE = ALERT_EVENTS
 LATE_START, RUNNING_LONGER = ALERT_THRESHOLDS
 # Skips someone chose: slots a pause passed over, triggers of a disabled job.
 NOT_ALERTED_SKIPS = ("paused", "disabled")

@@ -140,6 +140,7 @@ def new_job_values(spec: JobSpec, now: datetime) -> dict[str, Any]:
         buffered=0,
         missed_from=None,
         alert_failing=False,
+        downstream=False,
         created_at=now,
         updated_at=now,
     )
@@ -374,9 +375,10 @@ def lock_project(conn: Connection, project: str) -> None:
         )
 
 
-def triggers_of(conn: Connection, refs: set[str], *, besides: str) -> dict[str, list[str]]:
-    """What each of the enabled jobs ``refs`` (``project/name``) triggers on success,
-    leaving out project ``besides`` (the one being applied, whose edges are declared)."""
+def specs_of(conn: Connection, refs: set[str], *, besides: str) -> dict[str, dict[str, Any]]:
+    """The specs of the enabled jobs ``refs`` (``project/name``), leaving out project
+    ``besides`` (the one being applied, whose jobs are declared): the edges of the graphs
+    of triggers and requirements that an apply walks for cycles."""
     wanted: dict[str, list[str]] = {}
     for ref in refs:
         project, _, name = ref.rpartition("/")
@@ -384,9 +386,24 @@ def triggers_of(conn: Connection, refs: set[str], *, besides: str) -> dict[str, 
             wanted.setdefault(project, []).append(name)
     if not wanted:
         return {}
-    match = or_(*(and_(jobs.c.project == p, jobs.c.name.in_(n)) for p, n in wanted.items()))
-    query = select(jobs.c.project, jobs.c.name, jobs.c.spec).where(jobs.c.enabled, match)
-    return {f"{r.project}/{r.name}": r.spec.get("triggers", []) for r in conn.execute(query)}
+    query = select(jobs.c.project, jobs.c.name, jobs.c.spec).where(jobs.c.enabled, _named(wanted))
+    return {f"{r.project}/{r.name}": r.spec for r in conn.execute(query)}
+
+
+def existing(conn: Connection, refs: set[str]) -> set[str]:
+    """Which of ``refs`` (``project/name``) are jobs, enabled or not."""
+    wanted: dict[str, list[str]] = {}
+    for ref in refs:
+        project, _, name = ref.rpartition("/")
+        wanted.setdefault(project, []).append(name)
+    if not wanted:
+        return set()
+    query = select(jobs.c.project, jobs.c.name).where(_named(wanted))
+    return {f"{r.project}/{r.name}" for r in conn.execute(query)}
+
+
+def _named(wanted: dict[str, list[str]]) -> ColumnElement[bool]:
+    return or_(*(and_(jobs.c.project == p, jobs.c.name.in_(n)) for p, n in wanted.items()))
 
 
 def list_jobs(conn: Connection) -> list[JobRow]:

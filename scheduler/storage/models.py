@@ -111,6 +111,9 @@ jobs = Table(
     # A failure alert awaits its ``recovered`` (scheduler.alerts.raising): a success
     # reads it from the row it locked, not from the alerts.
     Column("alert_failing", Boolean, nullable=False, server_default=false()),
+    # Some job ``requires`` this one: its successes may release their waiting runs
+    # (``scheduler.upstream``). Never false while a row of ``requirements`` names it.
+    Column("downstream", Boolean, nullable=False, server_default=false()),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     UniqueConstraint("project", "name"),
@@ -172,6 +175,9 @@ invocations = Table(
     Column("attempts", JSON),  # the earlier attempts of a retried invocation
     Column("log", Text),  # the debug log, bounded
     Column("backfill", Boolean, nullable=False),  # run by `backfill`, outside the machine
+    # What was checked before the run could start: ``{"upstream": [...]}``, the last
+    # check of each upstream (``scheduler.upstream``).
+    Column("checks", JSON),
     # Where the run is filed in history: its slot, or a triggered run's creation time.
     # PostgreSQL partitions the table by its month (see scheduler/storage/partitions.py).
     Column("filed_at", UTCDateTime, nullable=False, default=lambda ctx: _filed_at(ctx)),
@@ -338,6 +344,18 @@ Index(
     postgresql_where=alerts.c.state == "pending",
     sqlite_where=alerts.c.state == "pending",
 )
+
+# What each job ``requires`` (``scheduler.upstream``): the upstream's project and name
+# (a job of that name may not exist, or be made again with a new id). An upstream's
+# success finds here the jobs whose waiting runs it may release. Written by apply.
+requirements = Table(
+    "requirements",
+    metadata,
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("project", String(100), primary_key=True),
+    Column("name", String(100), primary_key=True),
+)
+Index("ix_requirements_upstream", requirements.c.project, requirements.c.name)
 
 # The channels alerts are sent to, as a project's job file declares them (apply writes
 # them). A secret is never here: a channel names the environment variable that holds it.

@@ -11,6 +11,9 @@ from sqlalchemy import Row
 from scheduler.errors import TransientError
 from statemachine import JobSnapshot, JobState
 
+# Why a run the machine started may still wait before its first attempt.
+HOLDS = ("upstream",)
+
 
 class ConcurrentUpdate(TransientError):
     """The job row changed under us (only possible without row locks): retry the step."""
@@ -34,6 +37,8 @@ class JobRow:
     snapshot: JobSnapshot
     # A ``failed`` or ``retries_exhausted`` alert of the job awaits its ``recovered``.
     alert_failing: bool = False
+    # Some job requires this one (``scheduler.upstream``).
+    downstream: bool = False
 
     @property
     def ref(self) -> str:
@@ -75,6 +80,15 @@ class InvocationRow:
     attempts: list[dict[str, Any]] | None
     log: str | None
     backfill: bool
+    reason: str | None = None
+    filed_at: datetime | None = None  # its slot, or when it was triggered
+    checks: dict[str, Any] | None = None  # what was checked before it could start
+
+    @property
+    def held(self) -> bool:
+        """WAITING for its upstreams (``scheduler.upstream``): the job's machine counts it
+        as the run it started, unlike a run that waits for its turn (buffered, backfill)."""
+        return self.status == "WAITING" and self.reason in HOLDS
 
     @classmethod
     def from_row(cls, row: Row[Any], prefix: str = "") -> InvocationRow:

@@ -13,9 +13,11 @@ from typing import Any
 from sqlalchemy import (
     LABEL_STYLE_TABLENAME_PLUS_COL,
     Connection,
+    and_,
     bindparam,
     case,
     func,
+    or_,
     select,
     update,
 )
@@ -24,7 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from scheduler import debuglog
 from scheduler.storage import bulk
 from scheduler.storage.models import UTCDateTime, invocations, jobs
-from scheduler.storage.rows import InvocationRow, JobRow
+from scheduler.storage.rows import HOLDS, InvocationRow, JobRow
 
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.
@@ -238,10 +240,27 @@ def lock_invocations_of(
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
 
 
+def lock_started(conn: Connection, job_id: int) -> list[InvocationRow]:
+    """The runs the job's machine counts as started: STARTING, RUNNING, and WAITING for
+    their upstreams; oldest first, locked."""
+    started = or_(
+        invocations.c.status.in_(("STARTING", "RUNNING")),
+        and_(invocations.c.status == "WAITING", invocations.c.reason.in_(HOLDS)),
+    )
+    query = (
+        select(invocations)
+        .where(invocations.c.job_id == job_id, invocations.c.backfill.is_(False), started)
+        .order_by(invocations.c.id)
+        .with_for_update()
+    )
+    return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
 def oldest_waiting(
     conn: Connection, job_id: int, *, backfill: bool = False, limit: int = 1
 ) -> list[InvocationRow]:
-    """The runs that wait longest (a backfill's: the earliest slots), locked."""
+    """The runs that wait for their turn longest (a backfill's: the earliest slots),
+    locked; not those that wait for their upstreams."""
     order = invocations.c.slot if backfill else invocations.c.id
     query = (
         select(invocations)
@@ -249,12 +268,41 @@ def oldest_waiting(
             invocations.c.job_id == job_id,
             invocations.c.status == "WAITING",
             invocations.c.backfill == backfill,
+            invocations.c.reason.is_(None),
         )
         .order_by(order)
         .limit(limit)
         .with_for_update()
     )
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
+def held_runs(conn: Connection, job_id: int) -> list[InvocationRow]:
+    """A job's runs that wait for their upstreams (``scheduler.upstream``), oldest
+    first, locked."""
+    query = (
+        select(invocations)
+        .where(
+            invocations.c.job_id == job_id,
+            invocations.c.status == "WAITING",
+            invocations.c.reason.in_(HOLDS),
+        )
+        .order_by(invocations.c.id)
+        .with_for_update()
+    )
+    return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
+def lapsed_holds(conn: Connection, now: datetime, limit: int) -> list[int]:
+    """Runs that waited for their upstreams past ``max_wait`` (read only: each is then
+    settled in a transaction that locks its job first)."""
+    query = (
+        select(invocations.c.id)
+        .where(invocations.c.deadline < now, invocations.c.status == "WAITING")
+        .order_by(invocations.c.deadline)
+        .limit(limit)
+    )
+    return list(conn.execute(query).scalars())
 
 
 def invocation_of_trigger(conn: Connection, job_id: int, trigger_id: str) -> dict[str, Any] | None:

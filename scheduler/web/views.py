@@ -156,6 +156,7 @@ DONE = {
     "aborted": "aborted {n} run(s)",
     "started": "triggered: invocation {n} started",
     "buffered": "triggered: invocation {n} is WAITING for the active run",
+    "waiting": "triggered: invocation {n} is WAITING for its upstreams",
     "skipped": "triggered: recorded SKIPPED as invocation {n}",
 }
 

@@ -176,7 +176,6 @@ def test_the_spec_refuses_what_cannot_be_sent(tmp_path: Path):
     cases = {
         "[failed, boom]": "'boom' is not one of",
         "[recovered]": "recovered follows failed or retries_exhausted",
-        "[upstream_stale]": "upstream_stale comes with requires",
         "[late_start]": "late_start needs a threshold",
     }
     for on, message in cases.items():

@@ -65,10 +65,10 @@ def spec(
     return JobSpec("p", name, schedule, kind=kind, options=options or {}, controls=controls)
 
 
-def rows(engine: Engine, name: str | None = None) -> list[dict[str, Any]]:
+def rows(engine: Engine, name: str | None = None, project: str = "p") -> list[dict[str, Any]]:
     query = select(invocations).order_by(invocations.c.id)
     if name is not None:
-        query = query.where(invocations.c.job_id == job(engine, f"p/{name}").id)
+        query = query.where(invocations.c.job_id == job(engine, f"{project}/{name}").id)
     with engine.db.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(query)]
 

@@ -1,0 +1,320 @@
+"""``requires``: a slot starts once each of its upstream jobs has succeeded recently.
+
+Freshness is measured from the slot, not from now, so that a backfill of last March
+checks last March's upstream runs. An upstream run counts when it SUCCEEDED and is filed
+(its slot; a triggered run: when it was triggered) from ``succeeded_within`` before the
+slot until the slot stops waiting (``max_wait`` after it), the window the slot's own
+deadline closes.
+
+A slot whose upstreams are not met is written WAITING with reason ``upstream``: to the
+job's machine it is the run it started (QUEUED), so the overlap policy treats the next
+slot as it would beside a run. It is released by the transaction that records the last
+upstream's success (``release_after``), which locks the waiting job: a slot held by a
+transaction that could not yet see that success commits first, and is then found. When
+``max_wait`` passes the watchdog applies ``on_unmet`` (``lapse``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, delete, func, insert, literal, or_, select, tuple_
+from sqlalchemy import update as sql_update
+
+from scheduler import debuglog
+from scheduler.alerts import raising
+from scheduler.controls import Controls, controls_of
+from scheduler.effects import Fed, Message, SendStart
+from scheduler.invokers import Outcome
+from scheduler.storage import job_store, run_store
+from scheduler.storage.models import invocations, jobs, requirements
+from scheduler.storage.rows import InvocationRow, JobRow
+from scheduler.triggergraph import target_ref
+from statemachine import InvocationFinished, InvocationStatus
+
+if TYPE_CHECKING:
+    from scheduler.engine import Engine
+    from scheduler.spec import JobSpec
+
+REASON = "upstream"
+S = InvocationStatus
+
+
+@dataclass(frozen=True)
+class Check:
+    """One upstream as a slot found it: ``success`` is when the run that meets it is
+    filed, None if none does; ``last_success`` the upstream's latest success of any
+    slot; ``exists`` False if no job has that name."""
+
+    job: str
+    since: datetime
+    until: datetime
+    success: datetime | None
+    last_success: datetime | None
+    exists: bool = True
+
+    @property
+    def met(self) -> bool:
+        return self.success is not None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "met": self.met,
+            "success": _iso(self.success),
+            "last_success": _iso(self.last_success),
+            "since": _iso(self.since),
+            "until": _iso(self.until),
+            **({} if self.exists else {"exists": False}),
+        }
+
+
+def said(check: dict[str, Any]) -> str:
+    """An upstream as a run recorded it (``Check.record``), in words."""
+    if check.get("exists") is False:
+        return f"{check['job']} is not a job"
+    if check["met"]:
+        return f"{check['job']} succeeded (filed {check['success']})"
+    return (
+        f"{check['job']} has no success filed from {check['since']} to {check['until']}"
+        f" (last success: {check['last_success'] or 'never'})"
+    )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def check(conn: Connection, job: JobRow, reference: datetime) -> list[Check]:
+    """Each upstream of ``job`` for a slot at ``reference`` (a triggered run: when it was
+    triggered), in one statement."""
+    controls = controls_of(job)
+    wanted = [
+        (target_ref(job.ref, up.job), reference - up.within, reference + controls.max_wait)
+        for up in controls.requires
+    ]
+    found = {row.n: row for row in conn.execute(_query(wanted))}
+    return [
+        Check(
+            ref,
+            since,
+            until,
+            found[n].success if n in found else None,
+            found[n].last_success_at if n in found else None,
+            exists=n in found,
+        )
+        for n, (ref, since, until) in enumerate(wanted)
+    ]
+
+
+def _query(wanted: Sequence[tuple[str, datetime, datetime]]) -> Any:
+    """One row per upstream that exists: its latest success in its window, if any. The
+    window bounds ``slot`` too, so that PostgreSQL reads the (job, slot) index and only
+    the partitions of those months; a triggered run has no slot."""
+    parts = []
+    for n, (ref, since, until) in enumerate(wanted):
+        project, _, name = ref.rpartition("/")
+        filed = invocations.c.filed_at
+        success = (
+            select(func.max(filed))
+            .where(
+                invocations.c.job_id == jobs.c.id,
+                invocations.c.status == S.SUCCEEDED.value,
+                filed.between(since, until),
+                or_(invocations.c.slot.between(since, until), invocations.c.slot.is_(None)),
+            )
+            .scalar_subquery()
+        )
+        parts.append(
+            select(literal(n).label("n"), success.label("success"), jobs.c.last_success_at).where(
+                jobs.c.project == project, jobs.c.name == name
+            )
+        )
+    return parts[0] if len(parts) == 1 else parts[0].union_all(*parts[1:])
+
+
+def record(
+    checks: list[Check], now: datetime, inv: InvocationRow | None = None, *, released: bool = False
+) -> dict[str, Any]:
+    """What ``invocations.checks`` keeps of them: for a run that waited (``inv``), also
+    since when it waited (``held_at``), and once it starts, when (``released_at``)."""
+    kept: dict[str, Any] = {"checked_at": _iso(now), REASON: [c.record() for c in checks]}
+    held_at = (inv.checks or {}).get("held_at") if inv is not None else None
+    if held_at is not None:
+        kept["held_at"] = held_at
+        if released:
+            kept["released_at"] = _iso(now)
+    return kept
+
+
+def unmet_text(checks: list[Check]) -> str:
+    return "; ".join(said(c.record()) for c in checks if not c.met)
+
+
+# --- holding and releasing ----------------------------------------------------------
+
+
+def hold_columns(controls: Controls, checks: list[Check], log: str | None, now: datetime):
+    """The columns of a run that waits for its upstreams, from now until ``max_wait``."""
+    deadline = now + controls.max_wait
+    return dict(
+        status=S.WAITING.value,
+        reason=REASON,
+        deadline=deadline,
+        checks=record(checks, now) | {"held_at": _iso(now)},
+        log=debuglog.append(
+            log, now, f"waits for upstream until {_iso(deadline)}: {unmet_text(checks)}"
+        ),
+    )
+
+
+def release_after(
+    engine: Engine, conn: Connection, upstream: JobRow, now: datetime
+) -> list[Message]:
+    """In the transaction that records a success of ``upstream``: start each run that
+    waited for it and now has every upstream met. Each waiting job is locked (after the
+    upstream's, which this transaction holds) before its runs are read."""
+    query = select(requirements.c.job_id).where(
+        requirements.c.project == upstream.project, requirements.c.name == upstream.name
+    )
+    messages: list[Message] = []
+    for job_id in sorted(conn.execute(query).scalars()):
+        job = job_store.lock_job(conn, job_id)
+        if job is None:
+            continue
+        for inv in run_store.held_runs(conn, job_id):
+            checks = check(conn, job, _reference(inv))
+            if all(c.met for c in checks):
+                messages += _start(engine, conn, inv, checks, now, "upstreams met")
+            else:  # still waiting: what it waits for now
+                run_store.update_invocation(conn, inv.id, checks=record(checks, now, inv))
+    return messages
+
+
+def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
+    """``max_wait`` has passed for a waiting run (the watchdog, both rows locked): start
+    it if its upstreams are met after all, else as ``on_unmet`` says."""
+    starts, columns, messages = settle(conn, job, inv, now, waited=True)
+    if starts:
+        run_store.update_invocation(conn, inv.id, **columns, deadline=now + engine.grace)
+        return Fed(job.snapshot, [*messages, SendStart(inv.id)])
+    run_store.update_invocation(conn, inv.id, **columns)
+    fed = engine.feed(conn, job, InvocationFinished(inv.id, now), now)
+    fed.messages[:0] = messages
+    return fed
+
+
+def settle(
+    conn: Connection, job: JobRow, inv: InvocationRow, now: datetime, *, waited: bool
+) -> tuple[bool, dict[str, Any], list[Message]]:
+    """Whether a run that may wait no longer (``waited``: for ``max_wait``; else a
+    backfill's, which settles at once) starts: met, or ``on_unmet: run``. Returns that,
+    the columns to write (STARTING, or ended as ``on_unmet`` says) and the alerts."""
+    checks = check(conn, job, _reference(inv))
+    unmet = unmet_text(checks)
+    starting = dict(
+        status=S.STARTING.value, reason=None, checks=record(checks, now, inv, released=True)
+    )
+    if not unmet:
+        return True, starting | {"log": debuglog.append(inv.log, now, "upstreams met")}, []
+    controls = controls_of(job)
+    alerts = raising.on_upstream_stale(conn, job, inv, unmet, now)
+    if controls.on_unmet == "run":
+        why = f"starts anyway (on_unmet: run): {unmet}"
+        return True, starting | {"log": debuglog.append(inv.log, now, why)}, alerts
+    status = S.FAILED if controls.on_unmet == "fail" else S.SKIPPED
+    within = f" within max_wait ({controls.max_wait})" if waited else ""
+    error = f"upstream not met{within}: {unmet}"
+    if status == S.FAILED:
+        alerts += raising.on_end(conn, job, inv, Outcome(status, error, REASON), True, now)
+    else:
+        alerts += raising.on_skipped(conn, job, inv.id, inv.slot, REASON, now)
+    ended = dict(
+        status=status.value,
+        reason=REASON,
+        error=error,
+        finished_at=now,
+        deadline=None,
+        checks=record(checks, now, inv),
+        log=debuglog.append(inv.log, now, f"{status.value}: {error}"),
+    )
+    return False, ended, alerts
+
+
+def _start(
+    engine: Engine,
+    conn: Connection,
+    inv: InvocationRow,
+    checks: list[Check],
+    now: datetime,
+    why: str,
+) -> list[Message]:
+    run_store.update_invocation(
+        conn,
+        inv.id,
+        status=S.STARTING.value,
+        reason=None,
+        deadline=now + engine.grace,
+        checks=record(checks, now, inv, released=True),
+        log=debuglog.append(inv.log, now, why),
+    )
+    return [SendStart(inv.id)]
+
+
+def _reference(inv: InvocationRow) -> datetime:
+    """The time a run's upstreams are measured from: its slot, or when it was triggered."""
+    assert inv.filed_at is not None
+    return inv.filed_at
+
+
+# --- what apply writes -------------------------------------------------------------
+
+
+def write_requirements(conn: Connection, project: str, specs: Sequence[JobSpec]) -> None:
+    """Make ``requirements`` hold what ``project``'s jobs (``specs``, all of them, as
+    written) require, and flag every job some requirement names, this project's new
+    jobs among them. A flag is never cleared: a success of a job that no longer has a
+    downstream reads ``requirements`` once and finds nothing, where a flag cleared too
+    eagerly would let a run wait for a success that never looks for it."""
+    declared = {s.name: declared_upstreams(s.id, s.controls) for s in specs}
+    declared = {name: refs for name, refs in declared.items() if refs}
+    if declared or _ever_required(conn, project):
+        mine = select(jobs.c.id).where(jobs.c.project == project)
+        conn.execute(delete(requirements).where(requirements.c.job_id.in_(mine)))
+    if declared:
+        named = select(jobs.c.id, jobs.c.name).where(
+            jobs.c.project == project, jobs.c.name.in_(list(declared))
+        )
+        ids = {row.name: row.id for row in conn.execute(named)}
+        rows = [
+            {"job_id": ids[name], "project": ref.rpartition("/")[0], "name": ref.rpartition("/")[2]}
+            for name, refs in declared.items()
+            for ref in refs
+        ]
+        conn.execute(insert(requirements), rows)
+    upstreams = select(requirements.c.project, requirements.c.name)
+    conn.execute(
+        sql_update(jobs)
+        .where(~jobs.c.downstream, tuple_(jobs.c.project, jobs.c.name).in_(upstreams))
+        .values(downstream=True)
+    )
+
+
+def declared_upstreams(job_ref: str, controls: Mapping[str, Any]) -> list[str]:
+    """The refs (``project/name``) a job's normalized controls require."""
+    return [target_ref(job_ref, r["job"]) for r in controls.get("requires", ())]
+
+
+def _ever_required(conn: Connection, project: str) -> bool:
+    """Whether any of ``project``'s jobs has requirements written: an apply that
+    declares none must still clear them."""
+    query = (
+        select(literal(1))
+        .select_from(requirements.join(jobs, jobs.c.id == requirements.c.job_id))
+        .where(jobs.c.project == project)
+        .limit(1)
+    )
+    return conn.execute(query).first() is not None

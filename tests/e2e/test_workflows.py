@@ -1,0 +1,153 @@
+"""Workflows with real processes: A, B, C -> D on a shared schedule, B an HTTP job whose
+endpoint fails on cue. PostgreSQL, a private Redis, celery worker, work worker, beat."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from scheduler.storage.models import invocations, jobs
+from tests.e2e.harness import Cluster, database, wait_until
+from tests.receivers import Webhook, webhook
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Webhook]:
+    with webhook() as hook:
+        yield hook
+
+
+def write_jobs(path: Path, url: str, downstreams: str) -> Path:
+    path.write_text(
+        f"""
+project: p
+jobs:
+  - {{name: a, schedule: every 20s, noop: {{}}}}
+  - {{name: c, schedule: every 20s, noop: {{}}}}
+  - name: b
+    schedule: every 20s
+    http: {{url: "{url}", method: POST, body: "{{}}"}}
+    retries: {{max_attempts: 3, backoff: 3s, max_backoff: 3s, jitter: 0}}
+{downstreams}
+"""
+    )
+    return path
+
+
+def needs(name: str, **more: str) -> str:
+    extra = "".join(f"\n    {key}: {value}" for key, value in more.items())
+    return f"""  - name: {name}
+    schedule: every 20s
+    noop: {{}}
+    requires:
+      - {{job: a, succeeded_within: 1h}}
+      - {{job: b, succeeded_within: 1h}}
+      - {{job: c, succeeded_within: 1h}}{extra}
+"""
+
+
+def start(cluster: Cluster, path: Path) -> None:
+    cluster.cronchain("db", "upgrade")
+    cluster.start_worker()
+    cluster.start_work_worker()
+    cluster.start_beat()
+    cluster.wait_ready()
+    cluster.cronchain("apply", str(path))
+
+
+def slot_rows(pg_url: str, slot: datetime) -> dict[str, dict[str, Any]]:
+    db = database(pg_url)
+    query = (
+        select(jobs.c.name, invocations)
+        .select_from(invocations.join(jobs, jobs.c.id == invocations.c.job_id))
+        .where(invocations.c.slot == slot)
+    )
+    with db.connect() as conn:
+        found = {r.name: dict(r._mapping) for r in conn.execute(query)}
+    db.dispose()
+    return found
+
+
+def first_slot(pg_url: str) -> datetime:
+    db = database(pg_url)
+    query = select(invocations.c.slot).order_by(invocations.c.slot).limit(1)
+
+    def found() -> datetime | None:
+        with db.connect() as conn:
+            return conn.execute(query).scalar()
+
+    slot = wait_until(found, 60, "a first slot")
+    db.dispose()
+    return slot
+
+
+def test_d_waits_for_b_s_retry_and_starts_within_a_second_of_its_success(
+    cluster: Cluster, endpoint: Webhook, pg_url: str, tmp_path: Path
+):
+    endpoint.answers = [500]  # B's first attempt fails, its retry 3 s later succeeds
+    start(cluster, write_jobs(tmp_path / "jobs.yaml", endpoint.url, needs("d", max_wait="2m")))
+    slot = first_slot(pg_url)
+    held = wait_until(
+        lambda: (d := slot_rows(pg_url, slot).get("d")) and d["status"] == "WAITING" and d,
+        30,
+        "D waiting for B",
+    )
+    assert held["reason"] == "upstream"
+
+    def done() -> dict[str, dict[str, Any]] | None:
+        rows = slot_rows(pg_url, slot)
+        final = all(rows.get(n, {}).get("status") == "SUCCEEDED" for n in "abcd")
+        return rows if final else None
+
+    rows = wait_until(done, 60, "A, B, C and D to succeed")
+    b, d = rows["b"], rows["d"]
+    assert b["attempt"] == 2 and d["attempt"] == 1
+    assert d["checks"]["released_at"] is not None
+    waited = (d["started_at"] - b["finished_at"]).total_seconds()
+    assert 0 <= waited < 1.0, f"D started {waited:.3f} s after B's success"
+
+    history = json.loads(cluster.cronchain("history", "p/d", "--json", "--limit", "50"))
+    [run] = [r for r in history if r["id"] == d["id"]]
+    assert run["checks"]["held_at"] and run["checks"]["released_at"]
+    table = cluster.cronchain("history", "p/d")
+    assert "upstream (waited until" in table
+    at = slot.isoformat().replace("+00:00", "Z")
+    explained = json.loads(cluster.cronchain("explain", "p/d", "--at", at, "--json"))
+    assert explained["answer"] == "ran"
+    assert "waited for its upstreams" in explained["text"] and "p/b succeeded" in explained["text"]
+
+
+def test_b_failing_past_max_wait_skips_or_fails_d_once(
+    cluster: Cluster, endpoint: Webhook, pg_url: str, tmp_path: Path
+):
+    endpoint.answers = [500] * 1000  # B never succeeds
+    downstreams = needs("d", max_wait="8s") + needs("f", max_wait="8s", on_unmet="fail")
+    start(cluster, write_jobs(tmp_path / "jobs.yaml", endpoint.url, downstreams))
+    slot = first_slot(pg_url)
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        rows = slot_rows(pg_url, slot)
+        ended = all(rows.get(n, {}).get("finished_at") for n in "df")
+        return rows if ended else None
+
+    rows = wait_until(settled, 60, "D and F to give up on B")
+    d, f = rows["d"], rows["f"]
+    assert (d["status"], d["reason"], d["attempt"]) == ("SKIPPED", "upstream", 0)
+    assert (f["status"], f["reason"], f["attempt"]) == ("FAILED", "upstream", 0)
+    assert "p/b has no success" in d["error"] and "p/b has no success" in f["error"]
+    held_for = (d["finished_at"] - d["created_at"]).total_seconds()
+    assert held_for >= 8, held_for
+    at = slot.isoformat().replace("+00:00", "Z")
+    explained = json.loads(cluster.cronchain("explain", "p/d", "--at", at, "--json"))
+    assert explained["answer"] == "skipped" and "p/b has no success" in explained["text"]
+    # Once: the slot has one row each, and no run of it was ever sent.
+    history = json.loads(cluster.cronchain("history", "p/f", "--json", "--limit", "50"))
+    assert [r["status"] for r in history if r["slot"] == at] == ["FAILED"]

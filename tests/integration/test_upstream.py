@@ -1,0 +1,264 @@
+"""``requires``: a run waits (WAITING, ``upstream``) until each upstream has succeeded
+within its window of the slot, is released by the transaction of the success that
+completes them, and is settled by the watchdog's ``on_unmet`` once ``max_wait`` passes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+import yaml
+
+from scheduler import watchdog
+from scheduler.api import Scheduler
+from scheduler.errors import SpecError
+from scheduler.invokers import Outcome
+from scheduler.spec import JobSpec, load_job_file
+from statemachine import InvocationStatus
+from tests.conftest import Clock, RecordingPort
+from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
+from tests.integration.test_engine import job
+
+pytestmark = pytest.mark.postgres
+S = InvocationStatus
+WITHIN = {"succeeded_within": "1h"}
+
+
+def needs(*names: str, **controls: object) -> dict[str, object]:
+    return {"requires": [{"job": n, **WITHIN} for n in names], **controls}
+
+
+def settle(engine, port: RecordingPort) -> None:
+    """Carry every message through, as workers would, until none is left."""
+    while port.start_messages or port.runs:
+        deliver(engine, port)
+
+
+def run_now(engine, port: RecordingPort, name: str) -> None:
+    Scheduler(engine).trigger(f"p/{name}")
+    settle(engine, port)
+
+
+def test_a_run_waits_for_its_last_upstream_and_starts_in_that_success_s_transaction(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = engine_with(db, clock)
+    add(engine, spec("a"), spec("b"), spec("d", **needs("a", "b", max_wait="10m")))
+    run_now(engine, port, "a")
+    clock.advance(5)
+    Scheduler(engine).trigger("p/d")
+    [held] = rows(engine, "d")
+    assert (held["status"], held["reason"]) == ("WAITING", "upstream")
+    assert held["deadline"] == clock.now + timedelta(minutes=10)
+    met = {c["job"]: c["met"] for c in held["checks"]["upstream"]}
+    assert met == {"p/a": True, "p/b": False}
+    assert "p/b has no success filed" in held["log"]
+    assert port.starts == [] and job(engine, "p/d").snapshot.active == 1
+
+    clock.advance(5)
+    Scheduler(engine).trigger("p/b")
+    deliver(engine, port)  # b starts, runs and succeeds; its outcome releases d
+    [d] = rows(engine, "d")
+    assert (d["status"], d["reason"]) == ("STARTING", None)
+    assert all(c["met"] for c in d["checks"]["upstream"])
+    deliver(engine, port)
+    [d] = rows(engine, "d")
+    assert d["status"] == "SUCCEEDED" and job(engine, "p/d").snapshot.active == 0
+
+
+def test_a_success_outside_the_window_does_not_count(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock)
+    add(engine, spec("a"), spec("d", **needs("a")))
+    run_now(engine, port, "a")
+    clock.advance(3601)
+    Scheduler(engine).trigger("p/d")
+    [d] = rows(engine, "d")
+    assert d["status"] == "WAITING"
+    [check] = d["checks"]["upstream"]
+    assert check["last_success"] is not None and check["success"] is None
+
+
+def test_a_failed_upstream_releases_nothing(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock, Scripted(Outcome.failed("no")))
+    add(engine, spec("a"), spec("d", **needs("a")))
+    Scheduler(engine).trigger("p/d")
+    run_now(engine, port, "a")
+    assert [r["status"] for r in rows(engine, "a")] == ["FAILED"]
+    assert [r["status"] for r in rows(engine, "d")] == ["WAITING"]
+
+
+@pytest.mark.parametrize(
+    ("on_unmet", "status", "runs"),
+    [("skip", "SKIPPED", 0), ("fail", "FAILED", 0), ("run", "SUCCEEDED", 1)],
+)
+def test_max_wait_then_on_unmet_once(
+    db: sqlalchemy.Engine, clock: Clock, on_unmet: str, status: str, runs: int
+):
+    invoker = Scripted()
+    engine, port = engine_with(db, clock, invoker)
+    add(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet=on_unmet)))
+    Scheduler(engine).trigger("p/d")
+    clock.advance(599)
+    watchdog.run_once(engine)
+    assert [r["status"] for r in rows(engine, "d")] == ["WAITING"]
+    clock.advance(2)
+    assert watchdog.run_once(engine).settled == 1
+    assert watchdog.run_once(engine).settled == 0
+    settle(engine, port)
+    [d] = rows(engine, "d")
+    assert d["status"] == status and len(invoker.calls) == runs
+    if on_unmet != "run":
+        assert d["reason"] == "upstream" and "p/a has no success" in d["error"]
+    assert job(engine, "p/d").snapshot.active == 0
+
+
+def test_the_watchdog_starts_a_run_whose_upstreams_were_met_meanwhile(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """A release that never came (the upstream's success was recorded before this job
+    required it): at ``max_wait`` the run starts, since its upstreams are met."""
+    engine, port = engine_with(db, clock)
+    add(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet="fail")))
+    Scheduler(engine).trigger("p/d")
+    with engine.transaction() as conn:  # a success its release did not see
+        conn.execute(sqlalchemy.text("UPDATE jobs SET downstream = false WHERE name = 'a'"))
+    run_now(engine, port, "a")
+    assert rows(engine, "d")[0]["status"] == "WAITING"
+    clock.advance(601)
+    watchdog.run_once(engine)
+    settle(engine, port)
+    assert rows(engine, "d")[0]["status"] == "SUCCEEDED"
+
+
+def test_abort_ends_a_waiting_run_and_frees_its_place(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock)
+    add(engine, spec("a"), spec("d", **needs("a")))
+    Scheduler(engine).trigger("p/d")
+    aborted = Scheduler(engine).abort("p/d")
+    assert len(aborted["WAITING"]) == 1
+    assert rows(engine, "d")[0]["status"] == "ABORTED"
+    assert job(engine, "p/d").snapshot.active == 0
+    run_now(engine, port, "a")  # releases nothing
+    assert [r["status"] for r in rows(engine, "d")] == ["ABORTED"]
+
+
+def test_a_buffered_run_whose_turn_comes_waits_for_its_upstreams(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = engine_with(db, clock, Scripted(Outcome(S.SUCCEEDED), None))
+    add(engine, spec("a"), spec("d", overlap="buffer_one", **needs("a", max_wait="10m")))
+    run_now(engine, port, "a")  # a's success: d's first run may start
+    Scheduler(engine).trigger("p/d")
+    deliver(engine, port)  # d's first run hangs (its worker died)
+    clock.advance(3601)  # a's success is too old for anything triggered from now
+    Scheduler(engine).trigger("p/d")  # buffered behind the first
+    engine.runs.abort(invocation_id=rows(engine, "d")[0]["id"])
+    first, second = rows(engine, "d")
+    assert (first["status"], second["status"], second["reason"]) == (
+        "ABORTED",
+        "WAITING",
+        "upstream",
+    )
+    assert job(engine, "p/d").snapshot.active == 1
+    run_now(engine, port, "a")
+    assert rows(engine, "d")[1]["status"] == "SUCCEEDED"
+
+
+def test_scheduled_slots_wait_in_a_tick_batch_too(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock)
+    add(engine, spec("a", "every 60s"), spec("d", "every 60s", **needs("a")))
+    clock.now = max(eta for _, _, eta in port.ticks)
+    ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
+    port.clear()
+    engine.tick_many(ticks, start_here=True)
+    [d] = rows(engine, "d")
+    assert (d["status"], d["reason"], d["slot"]) == ("WAITING", "upstream", clock.now)
+    deliver(engine, port)  # a runs and succeeds: d starts
+    settle(engine, port)
+    assert [r["status"] for r in rows(engine, "d")] == ["SUCCEEDED"]
+
+
+def test_a_backfill_runs_each_day_only_where_that_day_s_upstream_succeeded(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    ok, no = Outcome(S.SUCCEEDED), Outcome.failed("no data")
+    engine, port = engine_with(db, clock, Scripted(ok, no, ok))
+    daily = {"requires": [{"job": "a", "succeeded_within": "2h"}]}
+    add(engine, spec("a", "0 2 * * *"), spec("d", "0 3 * * *", **daily))
+    first, last = datetime(2026, 2, 25, tzinfo=UTC), datetime(2026, 2, 27, 23, tzinfo=UTC)
+    sched = Scheduler(engine)
+    sched.backfill("p/a", first, last)
+    settle(engine, port)
+    assert [r["status"] for r in rows(engine, "a")] == ["SUCCEEDED", "FAILED", "SUCCEEDED"]
+    sched.backfill("p/d", first, last, max_concurrent=2)
+    settle(engine, port)
+    by_day = {r["slot"].day: (r["status"], r["reason"]) for r in rows(engine, "d")}
+    assert by_day == {
+        25: ("SUCCEEDED", None),
+        26: ("SKIPPED", "upstream"),
+        27: ("SUCCEEDED", None),
+    }
+
+
+def test_apply_refuses_unknown_upstreams_and_cycles(db: sqlalchemy.Engine, clock: Clock):
+    engine, _ = engine_with(db, clock)
+    sched = Scheduler(engine)
+    with pytest.raises(SpecError, match="no job named 'q/x' in the database"):
+        add(engine, spec("d", **needs("q/x")))
+    sched.apply([JobSpec("q", "x", "triggered")], project="q")
+    add(engine, spec("d", **needs("q/x")))
+    cycle = {"requires": [{"job": "p/d", **WITHIN}]}
+    with pytest.raises(SpecError, match=r"require each other in a cycle: q/x -> p/d -> q/x"):
+        sched.apply([JobSpec("q", "x", "triggered", controls=cycle)], project="q")
+    with pytest.raises(SpecError, match="cycle: p/d -> p/e -> p/d"):
+        add(engine, spec("d", **needs("e")), spec("e", **needs("d")))
+    with pytest.raises(SpecError, match="cannot require itself"):
+        spec("d", **needs("d"))
+
+
+def test_a_job_made_again_is_still_an_upstream(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock)
+    sched = Scheduler(engine)
+    sched.apply([JobSpec("q", "x", "triggered")], project="q")
+    add(engine, spec("d", **needs("q/x")))
+    assert job(engine, "q/x").downstream
+    sched.apply([], project="q", prune=True)
+    sched.apply([JobSpec("q", "x", "triggered")], project="q")
+    assert job(engine, "q/x").downstream
+    Scheduler(engine).trigger("p/d")
+    sched.trigger("q/x")
+    settle(engine, port)
+    assert [r["status"] for r in rows(engine, "d")] == ["SUCCEEDED"]
+    add(engine, spec("d"))  # requires nothing now
+    Scheduler(engine).trigger("p/d")
+    settle(engine, port)
+    assert [r["status"] for r in rows(engine, "d")] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_the_readme_workflow_waits_and_runs_as_the_readme_says(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    example = Path(__file__).parents[2] / "examples" / "workflows.yaml"
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("### Workflows", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(block) == yaml.safe_load(example.read_text())
+    engine, port = engine_with(db, clock, Scripted())  # no sleeps
+    declared = load_job_file(example)
+    Scheduler(engine).apply(declared.jobs, project=declared.project)
+    clock.now = max(eta for _, _, eta in port.ticks)
+    ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
+    port.clear()
+    engine.tick_many(ticks, start_here=True)
+    status = {}
+    for name in ("retrain", "publish"):
+        [row] = rows(engine, name, project="ml")
+        status[name] = (row["status"], row["reason"])
+    assert status == {"retrain": ("WAITING", "upstream"), "publish": ("WAITING", "upstream")}
+    settle(engine, port)
+    for name in ("features", "labels", "retrain", "publish"):
+        [row] = rows(engine, name, project="ml")
+        assert row["status"] == "SUCCEEDED", name
+        if name in ("retrain", "publish"):
+            assert row["checks"]["held_at"] and row["checks"]["released_at"]
