@@ -237,9 +237,7 @@ def test_a_job_made_again_is_still_an_upstream(db: sqlalchemy.Engine, clock: Clo
     assert [r["status"] for r in rows(engine, "d")] == ["SUCCEEDED", "SUCCEEDED"]
 
 
-def test_the_readme_workflow_waits_and_runs_as_the_readme_says(
-    db: sqlalchemy.Engine, clock: Clock
-):
+def test_the_readme_workflow_waits_and_runs_as_the_readme_says(db: sqlalchemy.Engine, clock: Clock):
     example = Path(__file__).parents[2] / "examples" / "workflows.yaml"
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     block = readme.split("### Workflows", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
