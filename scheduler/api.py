@@ -21,7 +21,9 @@ from scheduler.declarative import ApplyReport, apply
 from scheduler.engine import Engine
 from scheduler.errors import NotFound, SpecError
 from scheduler.explain import explain, iso
-from scheduler.spec import JobSpec, load_job_file
+from scheduler.pools import listing as pool_listing
+from scheduler.pools import set_sizes as set_pool_sizes
+from scheduler.spec import JobSpec, load_job_file, validate_pools
 from scheduler.storage import alert_store, job_store, run_store
 from scheduler.storage.db import explained_failures
 from statemachine import Pause, Resume
@@ -109,13 +111,22 @@ class Scheduler:
     ) -> ApplyReport:
         """Make ``project``'s jobs match ``jobs`` (a list of specs or a job file); jobs
         of the project not in it are disabled, or deleted with ``prune``."""
-        channels = None
+        channels = pool_sizes = None
         if isinstance(jobs, str | Path):
             job_file = load_job_file(jobs)
             project, jobs, channels = job_file.project, job_file.jobs, job_file.channels
+            pool_sizes = job_file.pools
         if project is None:
             raise ValueError("apply needs the project the jobs belong to")
-        return apply(self.engine, project, jobs, dry_run=dry_run, prune=prune, channels=channels)
+        return apply(
+            self.engine,
+            project,
+            jobs,
+            dry_run=dry_run,
+            prune=prune,
+            channels=channels,
+            pool_sizes=pool_sizes,
+        )
 
     @_explained
     def apply_app(
@@ -160,7 +171,7 @@ class Scheduler:
                 "overruns": job.snapshot.overruns,
                 "priority": controls_of(job).priority,
                 "requires": job.spec.get("requires", []),
-                "pool": None,  # pools come with a later step of workflows (issue 16)
+                "pool": controls_of(job).pool,
             }
             for job in rows
         ]
@@ -239,6 +250,22 @@ class Scheduler:
             "status": made["status"],
             "skipped": made["reason"] if result == "skipped" else None,
         }
+
+    @_explained
+    def set_pool(self, name: str, size: int) -> None:
+        """Make pool ``name`` hold ``size`` places (0 holds every run), now: runs that
+        waited for a place it now has start in the same transaction."""
+        sizes = validate_pools({name: size})
+        with self.engine.transaction() as conn:
+            messages = set_pool_sizes(self.engine, conn, sizes, self.engine.clock())
+        self.engine.send(messages)
+
+    @_explained
+    def pools(self) -> list[dict[str, Any]]:
+        """Every pool: ``name``, ``size``, places ``taken`` (runs STARTING or RUNNING)
+        and runs ``waiting`` for one."""
+        with self.engine.db.connect() as conn:
+            return pool_listing(conn)
 
     @_explained
     def pause(self, job: str, reason: str | None = None) -> None:

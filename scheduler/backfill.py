@@ -16,16 +16,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
-from scheduler import debuglog, progress, upstream
+from scheduler import debuglog, pools, progress, upstream
+from scheduler.controls import controls_of
 from scheduler.effects import Message, SendStart
 from scheduler.errors import SpecError
 from scheduler.explain import iso
 from scheduler.storage import run_store
 from scheduler.storage.rows import JobRow
 from scheduler.timing.schedules import Schedule
+
+if TYPE_CHECKING:
+    from scheduler.engine import Engine
 
 MAX_SLOTS = 10_000  # one backfill; split a longer range in several
 _INSTANT = timedelta(microseconds=1)
@@ -90,13 +95,13 @@ def plan(
 
 
 def create(
+    engine: Engine,
     conn: Connection,
     job: JobRow,
     report: BackfillReport,
     *,
     max_concurrent: int,
     now: datetime,
-    grace: timedelta,
 ) -> list[Message]:
     """Insert the report's slots as WAITING backfill runs and start up to
     ``max_concurrent`` of the job's waiting backfill runs."""
@@ -115,20 +120,20 @@ def create(
                 backfill=True,
             )
             advance(1)
-    in_flight = run_store.count_backfill(conn, job.id, ("STARTING", "RUNNING"))
-    messages = promote(conn, job, now, grace, max_concurrent - in_flight)
+    in_flight = run_store.count_backfill(conn, job.id)
+    messages = promote(engine, conn, job, now, max_concurrent - in_flight)
     report.started = [m.invocation_id for m in messages if isinstance(m, SendStart)]
     return messages
 
 
-def promote(
-    conn: Connection, job: JobRow, now: datetime, grace: timedelta, count: int = 1
-) -> list[Message]:
-    """Start the ``count`` earliest waiting backfill runs of ``job``. A job with
+def promote(engine: Engine, conn: Connection, job: JobRow, now: datetime, count: int = 1):
+    """Start the ``count`` earliest waiting backfill runs of ``job`` (a pooled job's
+    through its pool, where they wait their turn and count as in flight). A job with
     ``requires`` checks each slot's upstreams as it comes to start, and a slot they do
     not allow is settled there and then by ``on_unmet`` (the next one takes its place):
     a backfill is of the past, whose upstream runs are there or not."""
     messages: list[Message] = []
+    pool = controls_of(job).pool
     while count > 0:
         waiting = run_store.oldest_waiting(conn, job.id, backfill=True, limit=count)
         if not waiting:
@@ -137,14 +142,13 @@ def promote(
             starts, columns, alerts = (
                 upstream.settle(conn, job, inv, now, waited=False)
                 if "requires" in job.spec
-                else (True, {"status": "STARTING"}, [])
+                else (True, {}, [])
             )
             messages += alerts
             if not starts:
                 run_store.update_invocation(conn, inv.id, **columns)
                 continue
             text = debuglog.append(columns.pop("log", inv.log), now, "backfill: starting")
-            run_store.update_invocation(conn, inv.id, **columns, deadline=now + grace, log=text)
-            messages.append(SendStart(inv.id))
+            messages += pools.begin(engine, conn, pool, inv.id, columns | {"log": text}, text, now)
             count -= 1
     return messages

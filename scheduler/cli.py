@@ -339,6 +339,18 @@ def cmd_import_beat(args: argparse.Namespace) -> int:
     return cmd_import_beat(args)
 
 
+def cmd_pool_set(args: argparse.Namespace) -> int:
+    _scheduler(args).set_pool(args.name, args.size)
+    print(f"pool {args.name}: {args.size} places")
+    return 0
+
+
+def cmd_pool_list(args: argparse.Namespace) -> int:
+    rows = _scheduler(args).pools()
+    show(rows, args.json, lambda rows: table(rows, ["name", "size", "taken", "waiting"]))
+    return 0
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Migrate, apply the given job files, then run both paths until stopped
     (scheduler.up)."""
@@ -461,6 +473,16 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
     c.add_argument("--after", type=_time, help="ISO 8601 time with a zone (default now)")
     c.add_argument("--count", type=_count(MAX_NEXT), default=5, metavar="N")
+    c.add_argument("--json", action="store_true")
+
+    pool = command("pool", lambda a: 0, "pools: places shared by jobs (pool: in a job)")
+    pool_sub = pool.add_subparsers(required=True, metavar="ACTION")
+    c = pool_sub.add_parser("set", help="make a pool, or change its size, now")
+    c.set_defaults(handler=cmd_pool_set)
+    c.add_argument("name")
+    c.add_argument("size", type=int, help="places: runs STARTING or RUNNING at once (0-10000)")
+    c = pool_sub.add_parser("list", help="every pool: size, places taken, runs waiting")
+    c.set_defaults(handler=cmd_pool_list)
     c.add_argument("--json", action="store_true")
 
     c = command("up", cmd_up, "migrate, apply job files, run both paths' workers and beat")

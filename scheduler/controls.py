@@ -57,6 +57,7 @@ class Controls:
     requires: tuple[Upstream, ...] = ()
     max_wait: timedelta = timedelta(seconds=DEFAULT_MAX_WAIT)
     on_unmet: str = "skip"
+    pool: str | None = None
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Controls:
@@ -89,6 +90,7 @@ class Controls:
             ),
             max_wait=timedelta(seconds=spec.get("max_wait", DEFAULT_MAX_WAIT)),
             on_unmet=spec.get("on_unmet", "skip"),
+            pool=spec.get("pool"),
             misfire=MisfirePolicy(
                 Misfire(spec.get("misfire", Misfire.LATEST.value)),
                 grace=None if grace is None else timedelta(seconds=grace),
@@ -135,7 +137,7 @@ def normalized(job: JobModel) -> dict[str, Any]:
         for key, default in _DEFAULTS.items()
         if (value := getattr(job, key)) not in (None, default)
     }
-    for key in ("timeout", "misfire_grace"):  # no default: kept whenever given
+    for key in ("timeout", "misfire_grace", "pool"):  # no default: kept whenever given
         if (value := getattr(job, key)) is not None:
             out[key] = value
     if job.retries is not None and (retries := job.retries.normalized()):

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler import progress, upstream
+from scheduler import pools, progress, upstream
 from scheduler.effects import Fed, Message, SendTick
 from scheduler.engine import Engine
 from scheduler.errors import CronchainError, SpecError, TransientError
@@ -68,10 +68,12 @@ def apply(
     dry_run: bool = False,
     prune: bool = False,
     channels: dict[str, dict[str, Any]] | None = None,
+    pool_sizes: dict[str, int] | None = None,
 ) -> ApplyReport:
     """Make ``project``'s jobs match ``specs``, in one transaction; then send the ticks.
     With ``channels`` (a job file's ``channels:``), they become the project's alert
-    channels in the same transaction.
+    channels in the same transaction, and ``pool_sizes`` (its ``pools:``) the sizes of
+    those pools.
 
     Applies of one project wait for each other (``lock_project``), so that two at the
     same time (two operators, a deploy beside beat's folder reconcile) both succeed: the
@@ -88,16 +90,22 @@ def apply(
             heads = job_store.heads_of_project(conn, project)
             _refuse_trigger_cycles(conn, project, specs)
             _refuse_bad_requirements(conn, project, specs)
+            _refuse_unknown_pools(conn, specs, pool_sizes or {})
             changes = _Changes.of(project, specs, heads, prune=prune)
+            _refuse_required_deletes(conn, project, changes.report.deleted)
             if not dry_run:
                 steps = _Steps(engine, conn, now, changes.new)
                 locked = job_store.lock_jobs(conn, changes.written)
                 _declare_all(steps, project, changes, locked)
                 _retire_all(steps, changes, locked, prune=prune)
                 messages = steps.write(f"apply {project}: writing")
-                upstream.write_requirements(conn, project, specs)
+                messages += upstream.write_requirements(
+                    engine, conn, project, specs, changes.written
+                )
                 if channels is not None:
                     alert_store.replace_channels(conn, project, channels, now)
+                if pool_sizes:
+                    messages += pools.set_sizes(engine, conn, pool_sizes, now)
         _send(engine, messages, f"apply {project}: sending")
     return changes.report
 
@@ -335,6 +343,31 @@ def _refuse_bad_requirements(conn: Connection, project: str, specs: list[JobSpec
         _refuse_cycle("requires", "require", cycle, declared)
 
 
+def _refuse_required_deletes(conn: Connection, project: str, deleted: list[str]) -> None:
+    """A job that another project's job requires is not deleted: that job's every slot
+    would wait for it in vain. (A job of this project that requires it is in the file,
+    which names it, or is deleted too.)"""
+    if not deleted:
+        return
+    job_store.lock_trigger_graph(conn)  # no requirement of it is added meanwhile
+    names = [ref.rpartition("/")[2] for ref in deleted]
+    required = upstream.required_by_others(conn, project, names)
+    for name, downstream in sorted(required.items()):
+        why = f"{downstream} requires it: take it out of that job's requires first"
+        raise SpecError("prune", why, where=f"job {name!r}")
+
+
+def _refuse_unknown_pools(conn: Connection, specs: list[JobSpec], sizes: dict[str, int]) -> None:
+    """A job's pool is declared: in the file, or before (a file, ``cronchain pool set``)."""
+    named = {s.controls["pool"] for s in specs if "pool" in s.controls}
+    unknown = named - set(sizes) - pools.existing(conn, named - set(sizes))
+    for spec in specs:
+        if spec.controls.get("pool") in unknown:
+            name = spec.controls["pool"]
+            why = f"no pool named {name!r}: declare it under pools:, or cronchain pool set {name} N"
+            raise SpecError("pool", why, where=f"job {spec.name!r}")
+
+
 def _refuse_cycle(key: str, verb: str, cycle: list[str], declared: dict[str, Any]) -> None:
     first = next((ref for ref in cycle if ref in declared), cycle[0])
     raise SpecError(
@@ -407,7 +440,11 @@ def reconcile_folder(engine: Engine, folder: Path) -> FolderReport:
                 why = f"is declared by {owner} already; a project belongs to one file"
                 raise SpecError("project", f"{job_file.project!r} {why}", where=str(path))
             report.applied[path.name] = apply(
-                engine, job_file.project, job_file.jobs, channels=job_file.channels
+                engine,
+                job_file.project,
+                job_file.jobs,
+                channels=job_file.channels,
+                pool_sizes=job_file.pools,
             )
         except TransientError:
             raise

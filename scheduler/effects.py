@@ -78,7 +78,19 @@ class SendAlert:
     eta: datetime | None = None
 
 
-Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert
+@dataclass(frozen=True)
+class Recheck:
+    """Look again at a job's runs that wait for their upstreams: a success could not
+    release them in its own transaction, because another held the job. Not sent: the
+    engine carries it out itself once that transaction has committed
+    (``scheduler.upstream``)."""
+
+    job_id: int
+
+
+Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert | Recheck
+# What a port sends (``send``): all but a ``Recheck``, which the engine keeps.
+Sent = SendTick | SendStart | SendRevoke | SendRun | SendAlert
 
 
 @dataclass
@@ -90,7 +102,7 @@ class Fed:
     started: int | None = None
 
 
-def send(port: Port, messages: list[Message], batch: int) -> list[str]:
+def send(port: Port, messages: list[Sent], batch: int) -> list[str]:
     """Send what committed steps asked for; returns the task ids of the revokes sent. A
     failed send is logged, not raised: the watchdog repeats what was promised.
 

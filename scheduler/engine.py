@@ -27,10 +27,10 @@ from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
 from scheduler import backfill as backfills
-from scheduler import debuglog, tick_batch, upstream
+from scheduler import debuglog, pools, tick_batch, upstream
 from scheduler.alerts import raising
 from scheduler.controls import controls_of
-from scheduler.effects import Fed, Message, Port, SendRun, SendStart, SendTick, send
+from scheduler.effects import Fed, Message, Port, Recheck, SendRun, SendStart, SendTick, send
 from scheduler.errors import TransientError
 from scheduler.invokers import Invoker
 from scheduler.leases import Leases
@@ -251,7 +251,7 @@ class Engine:
             report = backfills.plan(conn, job, schedule, first, last, now)
             if not dry_run:
                 messages = backfills.create(
-                    conn, job, report, max_concurrent=max_concurrent, now=now, grace=self.grace
+                    self, conn, job, report, max_concurrent=max_concurrent, now=now
                 )
         self.send(messages)
         return report
@@ -370,11 +370,10 @@ class Engine:
         if not may:
             run_store.update_invocation(conn, waiting.id, **checked)
             return []
-        run_store.update_invocation(
-            conn, waiting.id, status=STARTING, deadline=now + self.grace, **checked
-        )
-        fed.started = waiting.id
-        fed.messages.append(SendStart(waiting.id))
+        pool = controls_of(job).pool
+        fed.messages += pools.begin(self, conn, pool, waiting.id, checked, waiting.log, now)
+        if pool is None:
+            fed.started = waiting.id
         return []
 
     def _checked(
@@ -413,8 +412,11 @@ class Engine:
         begin it. A run whose upstreams are not met is written WAITING for them
         (``scheduler.upstream``): the machine counts it as started all the same."""
         may, checked = self._checked(conn, job, slot or now, None, now)
+        pool = controls_of(job).pool
         if not may:
             values = checked
+        elif pool is not None:  # a place first
+            values = checked | pools.waiting_columns(pool, None, now)
         elif start_here:
             values = self.runs.attempt_columns(job, 1, None, now) | checked
         else:
@@ -425,6 +427,9 @@ class Engine:
             return self._follow_up(job, fed, Abandon(), now)
         fed.snapshot.invocation_id = inv_id
         if not may:
+            return []
+        if pool is not None:
+            fed.messages += pools.enter(self, conn, inv_id, pool, now)
             return []
         fed.started = inv_id
         if not start_here:
@@ -468,7 +473,8 @@ class Engine:
         """``cancel_other``: end the job's active invocations; the machine has already
         counted them out, so no event is fed for them."""
         messages: list[Message] = []
-        for inv in run_store.lock_started(conn, job.id):
+        ended = run_store.lock_started(conn, job.id)
+        for inv in ended:
             error = f"aborted: a newer run replaced it (overlap: {reason})"
             run_store.update_invocation(
                 conn,
@@ -482,16 +488,37 @@ class Engine:
             )
             if inv.status == RUNNING and job.kind == "celery" and inv.worker is not None:
                 messages.append(self.runs.revoke(conn, inv, now))
+        for inv in ended:  # places freed in a pool: after every run is ended
+            messages += pools.freed(self, conn, inv.pool, inv.status, now)
         return messages
+
+    def recheck(self, job_ids: list[int]) -> None:
+        """Look again at the runs of ``job_ids`` that wait for their upstreams, each job
+        in a transaction of its own (``scheduler.upstream.release_after``). A failure is
+        logged: the watchdog's pass looks at them again."""
+        for job_id in job_ids:
+            try:
+                with self.transaction() as conn:
+                    job = job_store.lock_job(conn, job_id)
+                    messages = (
+                        [] if job is None else upstream.recheck(self, conn, job, self.clock())
+                    )
+            except Exception:
+                log.exception("job %s: its waiting runs could not be looked at again", job_id)
+                continue
+            self.send(messages)
 
     def send(self, messages: list[Message]) -> None:
         """Send after commit. A failed send is logged, not raised: the state is committed
         and the watchdog repeats the step when its deadline lapses (a revoke: when its
         row in ``revokes`` is due), so a revoke that was sent is forgotten."""
-        revoked = send(self.port, messages, self.batch)
+        rechecks = sorted({m.job_id for m in messages if isinstance(m, Recheck)})
+        revoked = send(self.port, [m for m in messages if not isinstance(m, Recheck)], self.batch)
         if revoked:
             try:
                 with self.transaction() as conn:
                     revokes.forget(conn, revoked)
             except TransientError as err:  # sent again when due: a second one is harmless
                 log.warning("could not forget the revokes sent of %s: %s", revoked, err)
+        if rechecks:
+            self.recheck(rechecks)

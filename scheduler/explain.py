@@ -136,12 +136,29 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
             f" {iso(inv['deadline'])}: " + "; ".join(said(c) for c in waiting)
         )
         return _answer("waiting", text, deadline=iso(inv["deadline"]), **fields)
+    if inv["status"] == "WAITING" and inv["reason"] == "pool":
+        full = checks.get("pool", {})
+        holders = ", ".join(
+            f"{h['job']} (invocation {h['invocation']})" for h in full.get("held_by", ())
+        )
+        text = (
+            f"the slot's invocation {inv['id']} waits for a place in pool {inv['pool']}:"
+            f" {full.get('taken')} of {full.get('size')} taken when it came"
+            + (f", by {holders}" if holders else "")
+        )
+        return _answer("waiting", text, pool=full or {"name": inv["pool"]}, **fields)
     if inv["status"] in _UNDER_WAY:
         code, what = _UNDER_WAY[inv["status"]]
         whose = " (a backfill's)" if inv["backfill"] else ""
         return _answer(code, f"the slot's invocation {inv['id']}{whose} {what}", **fields)
     tail = f": {inv['error']}" if inv["error"] else ""
     text = f"the slot ran{how} as invocation {inv['id']}, {inv['status']}{tail}"
+    if checks.get("pool", {}).get("released_at"):
+        full = checks["pool"]
+        text += (
+            f"; it waited for a place in pool {full['name']} from {full['checked_at']} until"
+            f" {full['released_at']}"
+        )
     if checks.get("released_at"):
         met = ", ".join(said(c) for c in checks["upstream"])
         text += (

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from scheduler import backfill, debuglog, upstream
+from scheduler import backfill, debuglog, pools, upstream
 from scheduler.alerts import raising
 from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
@@ -248,7 +248,8 @@ class Runs:
             if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE
             else []
         )
-        if held is not None and (revoke or inv.backfill or controls.triggers or job.downstream):
+        reads = revoke or inv.backfill or controls.triggers or job.downstream or inv.pool
+        if held is not None and reads:
             held.write(conn)  # what follows reads the rows as they now are
             held = None
         update = partial(run_store.update_invocation, conn) if held is None else held.update_run
@@ -298,10 +299,11 @@ class Runs:
         error = f" ({outcome.error})" if outcome.error else ""
         log.info("%s %s: %s%s", job.ref, slot, status, error)
         first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
+        first += pools.freed(self.engine, conn, inv.pool, inv.status, now)
         if status == S.SUCCEEDED and job.downstream:  # runs that waited for this one
             first += upstream.release_after(self.engine, conn, job, now)
         if inv.backfill:  # the next waiting slot of the backfill takes its place
-            return Fed(job.snapshot, [*first, *backfill.promote(conn, job, now, self.engine.grace)])
+            return Fed(job.snapshot, [*first, *backfill.promote(self.engine, conn, job, now)])
         finished = InvocationFinished(inv.id, now)
         if held is None:
             fed = self.engine.feed(conn, job, finished, now)
@@ -386,13 +388,17 @@ class Runs:
             deadline=None,
             log=debuglog.append(inv.log, now, f"{outcome.status.value}: {outcome.error}"),
         )
+        freed = pools.freed(self.engine, conn, inv.pool, inv.status, now)
         if inv.backfill:
-            if inv.status == WAITING:
-                return Fed(job.snapshot)
-            return Fed(job.snapshot, backfill.promote(conn, job, now, self.engine.grace))
+            if inv.status == WAITING and not inv.held:  # it was not in flight
+                return Fed(job.snapshot, freed)
+            promoted = backfill.promote(self.engine, conn, job, now)
+            return Fed(job.snapshot, [*freed, *promoted])
         turn = inv.status == WAITING and not inv.held  # the machine counted it buffered
         event: Event = Unbuffer() if turn else InvocationFinished(inv.id, now)
-        return self.engine.feed(conn, job, event, now)
+        fed = self.engine.feed(conn, job, event, now)
+        fed.messages[:0] = freed
+        return fed
 
 
 def _log_other_job(

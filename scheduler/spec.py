@@ -133,12 +133,15 @@ def _revision(canonical_json: str) -> str:
 
 @dataclass(frozen=True)
 class JobFile:
-    """A job file: its project, its jobs, and the alert channels it declares (None:
-    the file has no ``channels:``, and apply leaves the project's as they are)."""
+    """A job file: its project, its jobs, the alert channels it declares (None: the
+    file has no ``channels:``, and apply leaves the project's as they are) and the
+    sizes of the pools it declares (``pools: {gpu: 4}``; pools are shared by every
+    project, and a file sets the sizes of those it names)."""
 
     project: str
     jobs: list[JobSpec]
     channels: dict[str, dict[str, Any]] | None = None
+    pools: dict[str, int] | None = None
 
 
 def load_job_file(path: str | Path) -> JobFile:
@@ -155,7 +158,7 @@ def load_job_file(path: str | Path) -> JobFile:
 def parse_job_file(data: Any) -> JobFile:
     if not isinstance(data, Mapping):
         raise SpecError("project", "a job file is a mapping with 'project' and 'jobs'")
-    unknown = set(data) - {"project", "jobs", "channels", "alerts"}
+    unknown = set(data) - {"project", "jobs", "channels", "alerts", "pools"}
     if unknown:
         raise SpecError(sorted(map(str, unknown))[0], "unknown field")
     project = data.get("project")
@@ -170,7 +173,23 @@ def parse_job_file(data: Any) -> JobFile:
     jobs = [JobSpec.from_dict(project, entry) for entry in entries]
     _refuse_unknown_channels(jobs, channels)
     _refuse_unknown_names(jobs)
-    return JobFile(project, jobs, channels)
+    pools = None if data.get("pools") is None else validate_pools(data["pools"])
+    return JobFile(project, jobs, channels, pools)
+
+
+MAX_POOL_SIZE = 10_000
+
+
+def validate_pools(pools: Any) -> dict[str, int]:
+    """``pools: {NAME: SIZE}``: sizes are whole numbers of places, 0 holding every run."""
+    if not isinstance(pools, Mapping):
+        raise SpecError("pools", "must be a mapping of pool names to sizes, like {gpu: 4}")
+    for name, size in pools.items():
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise SpecError("pools", f"{name!r} must be 1-100 letters, digits, '.', '_' or '-'")
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_POOL_SIZE:
+            raise SpecError(f"pools.{name}", f"must be a whole number from 0 to {MAX_POOL_SIZE}")
+    return dict(pools)
 
 
 def _refuse_unknown_names(jobs: list[JobSpec]) -> None:

@@ -376,6 +376,7 @@ class JobFields(_Strict):
     ] = None
     max_wait: _duration() | None = None  # type: ignore[valid-type]
     on_unmet: OnUnmet | None = None
+    pool: Name | None = None
 
     @field_validator("timezone")
     @classmethod

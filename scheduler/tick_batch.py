@@ -9,7 +9,7 @@ the jobs saved by one more.
 
 Only the common steps are held: a tick that starts a run, records skipped slots, or just
 re-arms. Any other step (a run to buffer, a run to abort, a slot whose run exists
-already, a run whose upstreams must be checked) is fed by ``Engine.feed`` in the same
+already, a run whose upstreams or pool must be checked) is fed by ``Engine.feed`` in the same
 transaction, after the held writes, just as a tick on its own is: the rows are the same
 either way (tests compare them).
 
@@ -135,9 +135,9 @@ def _hold(engine: Engine, job: JobRow, nonce: int, now: datetime, start_here: bo
                 rules and rules.ended(SKIPPED, final=True, reason=reason)
             ):
                 step.rows.append(_row(job, slot, now, status=SKIPPED, reason=reason))
-            # A run whose upstreams must be checked is ``feed``'s to start.
+            # A run whose upstreams or pool must be checked is ``feed``'s to start.
             case StartInvocation(slot=slot, trigger_id=None) if (
-                step.slot is None and "requires" not in job.spec
+                step.slot is None and "requires" not in job.spec and "pool" not in job.spec
             ):
                 columns = (
                     engine.runs.attempt_columns(job, 1, None, now)

@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, delete, func, insert, literal, or_, select, tuple_
+from sqlalchemy import Connection, delete, func, insert, literal, or_, select, text, tuple_
 from sqlalchemy import update as sql_update
 
-from scheduler import debuglog
+from scheduler import debuglog, pools
 from scheduler.alerts import raising
 from scheduler.controls import Controls, controls_of
-from scheduler.effects import Fed, Message, SendStart
+from scheduler.effects import Fed, Message, Recheck
 from scheduler.invokers import Outcome
 from scheduler.storage import job_store, run_store
-from scheduler.storage.models import invocations, jobs, requirements
+from scheduler.storage.models import REQUIRING, invocations, jobs, requirements
 from scheduler.storage.rows import InvocationRow, JobRow
 from scheduler.triggergraph import target_ref
 from statemachine import InvocationFinished, InvocationStatus
@@ -96,6 +96,8 @@ def check(conn: Connection, job: JobRow, reference: datetime) -> list[Check]:
         (target_ref(job.ref, up.job), reference - up.within, reference + controls.max_wait)
         for up in controls.requires
     ]
+    if not wanted:  # it requires nothing (now): met
+        return []
     found = {row.n: row for row in conn.execute(_query(wanted))}
     return [
         Check(
@@ -158,8 +160,10 @@ def unmet_text(checks: list[Check]) -> str:
 
 
 def hold_columns(controls: Controls, checks: list[Check], log: str | None, now: datetime):
-    """The columns of a run that waits for its upstreams, from now until ``max_wait``."""
-    deadline = now + controls.max_wait
+    """The columns of a run that waits for its upstreams, until ``max_wait`` after its
+    slot: the end of its window, after which no success can meet it (a buffered run
+    whose turn comes later than that is settled by the watchdog's next pass)."""
+    deadline = max(c.until for c in checks)
     return dict(
         status=S.WAITING.value,
         reason=REASON,
@@ -175,23 +179,56 @@ def release_after(
     engine: Engine, conn: Connection, upstream: JobRow, now: datetime
 ) -> list[Message]:
     """In the transaction that records a success of ``upstream``: start each run that
-    waited for it and now has every upstream met. Each waiting job is locked (after the
-    upstream's, which this transaction holds) before its runs are read."""
+    waited for it and now has every upstream met.
+
+    Each waiting job is locked, after the upstream's, before its runs are read: a run
+    that a transaction made WAITING without seeing this success is then committed and
+    found. A waiting job that another transaction holds is not waited for (its lock,
+    taken after this one's, could close a cycle with a tick batch that holds it and
+    waits for this upstream): it is looked at again once this one commits
+    (``Recheck``), and the watchdog looks at every waiting run each pass besides."""
     query = select(requirements.c.job_id).where(
         requirements.c.project == upstream.project, requirements.c.name == upstream.name
     )
     messages: list[Message] = []
     for job_id in sorted(conn.execute(query).scalars()):
-        job = job_store.lock_job(conn, job_id)
+        job = job_store.try_lock_job(conn, job_id)
         if job is None:
-            continue
-        for inv in run_store.held_runs(conn, job_id):
-            checks = check(conn, job, _reference(inv))
-            if all(c.met for c in checks):
-                messages += _start(engine, conn, inv, checks, now, "upstreams met")
-            else:  # still waiting: what it waits for now
-                run_store.update_invocation(conn, inv.id, checks=record(checks, now, inv))
+            messages.append(Recheck(job_id))
+        else:
+            messages += recheck(engine, conn, job, now)
     return messages
+
+
+def recheck(engine: Engine, conn: Connection, job: JobRow, now: datetime) -> list[Message]:
+    """Start each of ``job``'s (locked) runs that wait for their upstreams and now have
+    them met; record what the others wait for now."""
+    messages: list[Message] = []
+    for inv in run_store.held_runs(conn, job.id, REASON):
+        checks = check(conn, job, _reference(inv))
+        if all(c.met for c in checks):
+            met = {
+                "checks": record(checks, now, inv, released=True),
+                "log": debuglog.append(inv.log, now, "upstreams met"),
+            }
+            messages += pools.begin(engine, conn, controls_of(job).pool, inv.id, met, None, now)
+        else:
+            run_store.update_invocation(conn, inv.id, checks=record(checks, now, inv))
+    return messages
+
+
+def waiting_jobs(conn: Connection, limit: int) -> list[int]:
+    """Jobs with runs that wait for their upstreams, those looked at longest ago first
+    (the watchdog's pass looks at them again)."""
+    checked = invocations.c.checks["checked_at"].as_string()
+    query = (
+        select(invocations.c.job_id, func.min(checked).label("checked"))
+        .where(invocations.c.status == S.WAITING.value, invocations.c.reason == REASON)
+        .group_by(invocations.c.job_id)
+        .order_by("checked")
+        .limit(limit)
+    )
+    return [row.job_id for row in conn.execute(query)]
 
 
 def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
@@ -199,8 +236,9 @@ def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now
     it if its upstreams are met after all, else as ``on_unmet`` says."""
     starts, columns, messages = settle(conn, job, inv, now, waited=True)
     if starts:
-        run_store.update_invocation(conn, inv.id, **columns, deadline=now + engine.grace)
-        return Fed(job.snapshot, [*messages, SendStart(inv.id)])
+        pool = controls_of(job).pool
+        messages += pools.begin(engine, conn, pool, inv.id, columns, inv.log, now)
+        return Fed(job.snapshot, messages)
     run_store.update_invocation(conn, inv.id, **columns)
     fed = engine.feed(conn, job, InvocationFinished(inv.id, now), now)
     fed.messages[:0] = messages
@@ -212,12 +250,11 @@ def settle(
 ) -> tuple[bool, dict[str, Any], list[Message]]:
     """Whether a run that may wait no longer (``waited``: for ``max_wait``; else a
     backfill's, which settles at once) starts: met, or ``on_unmet: run``. Returns that,
-    the columns to write (STARTING, or ended as ``on_unmet`` says) and the alerts."""
+    the columns to write (with the start: ``pools.begin``; or ended as ``on_unmet``
+    says) and the alerts."""
     checks = check(conn, job, _reference(inv))
     unmet = unmet_text(checks)
-    starting = dict(
-        status=S.STARTING.value, reason=None, checks=record(checks, now, inv, released=True)
-    )
+    starting: dict[str, Any] = dict(checks=record(checks, now, inv, released=True))
     if not unmet:
         return True, starting | {"log": debuglog.append(inv.log, now, "upstreams met")}, []
     controls = controls_of(job)
@@ -244,26 +281,6 @@ def settle(
     return False, ended, alerts
 
 
-def _start(
-    engine: Engine,
-    conn: Connection,
-    inv: InvocationRow,
-    checks: list[Check],
-    now: datetime,
-    why: str,
-) -> list[Message]:
-    run_store.update_invocation(
-        conn,
-        inv.id,
-        status=S.STARTING.value,
-        reason=None,
-        deadline=now + engine.grace,
-        checks=record(checks, now, inv, released=True),
-        log=debuglog.append(inv.log, now, why),
-    )
-    return [SendStart(inv.id)]
-
-
 def _reference(inv: InvocationRow) -> datetime:
     """The time a run's upstreams are measured from: its slot, or when it was triggered."""
     assert inv.filed_at is not None
@@ -273,34 +290,76 @@ def _reference(inv: InvocationRow) -> datetime:
 # --- what apply writes -------------------------------------------------------------
 
 
-def write_requirements(conn: Connection, project: str, specs: Sequence[JobSpec]) -> None:
-    """Make ``requirements`` hold what ``project``'s jobs (``specs``, all of them, as
-    written) require, and flag every job some requirement names, this project's new
-    jobs among them. A flag is never cleared: a success of a job that no longer has a
-    downstream reads ``requirements`` once and finds nothing, where a flag cleared too
-    eagerly would let a run wait for a success that never looks for it."""
-    declared = {s.name: declared_upstreams(s.id, s.controls) for s in specs}
-    declared = {name: refs for name, refs in declared.items() if refs}
-    if declared or _ever_required(conn, project):
+def write_requirements(
+    engine: Engine, conn: Connection, project: str, specs: Sequence[JobSpec], written: list[int]
+) -> list[Message]:
+    """After an apply of ``project`` (``specs`` its file, ``written`` the ids of the jobs
+    it changed, all locked): make ``requirements`` hold what the project's stored specs
+    require (a disabled job's kept spec too: its waiting runs are still released), flag
+    every job some requirement names, and look again at the waiting runs of the jobs it
+    changed, whose requirements may be gone or new.
+
+    A flag is never cleared: a success of a job that no longer has a downstream reads
+    ``requirements`` once and finds nothing, where a flag cleared too eagerly would let
+    a run wait for a success that never looks for it."""
+    messages: list[Message] = []
+    if any("requires" in s.controls for s in specs) or _ever_required(conn, project):
         mine = select(jobs.c.id).where(jobs.c.project == project)
         conn.execute(delete(requirements).where(requirements.c.job_id.in_(mine)))
-    if declared:
-        named = select(jobs.c.id, jobs.c.name).where(
-            jobs.c.project == project, jobs.c.name.in_(list(declared))
+        requiring = select(jobs.c.id, jobs.c.name, jobs.c.spec).where(
+            jobs.c.project == project, text(REQUIRING[conn.dialect.name])
         )
-        ids = {row.name: row.id for row in conn.execute(named)}
         rows = [
-            {"job_id": ids[name], "project": ref.rpartition("/")[0], "name": ref.rpartition("/")[2]}
-            for name, refs in declared.items()
-            for ref in refs
+            {"job_id": r.id, "project": ref.rpartition("/")[0], "name": ref.rpartition("/")[2]}
+            for r in conn.execute(requiring)
+            for ref in declared_upstreams(f"{project}/{r.name}", r.spec)
         ]
-        conn.execute(insert(requirements), rows)
+        if rows:
+            conn.execute(insert(requirements), rows)
+        for job_id in _waiting_among(conn, written):
+            job = job_store.lock_job(conn, job_id)
+            if job is not None:
+                messages += recheck(engine, conn, job, engine.clock())
     upstreams = select(requirements.c.project, requirements.c.name)
     conn.execute(
         sql_update(jobs)
         .where(~jobs.c.downstream, tuple_(jobs.c.project, jobs.c.name).in_(upstreams))
         .values(downstream=True)
     )
+    return messages
+
+
+def _waiting_among(conn: Connection, job_ids: list[int]) -> list[int]:
+    """Which of ``job_ids`` have runs that wait for their upstreams."""
+    if not job_ids:
+        return []
+    query = (
+        select(invocations.c.job_id)
+        .where(
+            invocations.c.status == S.WAITING.value,
+            invocations.c.reason == REASON,
+            invocations.c.job_id.in_(job_ids),
+        )
+        .distinct()
+    )
+    return sorted(conn.execute(query).scalars())
+
+
+def required_by_others(conn: Connection, project: str, names: list[str]) -> dict[str, str]:
+    """Of ``project``'s jobs ``names``, those that a job of another project requires:
+    each with one such job."""
+    if not names:
+        return {}
+    query = (
+        select(requirements.c.name, jobs.c.project, jobs.c.name.label("downstream"))
+        .select_from(requirements.join(jobs, jobs.c.id == requirements.c.job_id))
+        .where(
+            requirements.c.project == project,
+            requirements.c.name.in_(names),
+            jobs.c.project != project,
+        )
+    )
+    return {r.name: f"{r.project}/{r.downstream}" for r in conn.execute(query)}
 
 
 def declared_upstreams(job_ref: str, controls: Mapping[str, Any]) -> list[str]:

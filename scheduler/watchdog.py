@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
-from scheduler import upstream
+from scheduler import pools, upstream
 from scheduler.alerts import raising
 from scheduler.alerts.delivery import resend_due
 from scheduler.controls import controls_of
@@ -152,6 +152,10 @@ def run_once(
         # Runs of alerted jobs that are late to start or run too long.
         messages += raising.overdue(conn, now, limit)
     messages += resend_due(engine, now, limit)
+    messages += pools.fill_waiting(engine, now)
+    with engine.db.connect() as conn:  # runs waiting for upstreams, looked at again
+        waiting = upstream.waiting_jobs(conn, limit)
+    engine.recheck(waiting)
     engine.send(messages)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.
@@ -212,7 +216,8 @@ def settle_hold(engine: Engine, invocation_id: int) -> str | None:
         if locked is None:
             return None
         inv, job = locked
-        if not inv.held or inv.deadline is None or inv.deadline >= now:
+        waiting = inv.held and inv.reason == upstream.REASON
+        if not waiting or inv.deadline is None or inv.deadline >= now:
             return None
         messages = upstream.lapse(engine, conn, inv, job, now).messages
     engine.send(messages)

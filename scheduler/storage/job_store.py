@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.
 _LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update()
+_TRY_LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update(skip_locked=True)
 _SAVE_JOB = update(jobs).where(
     jobs.c.id == bindparam("b_id"), jobs.c.generation == bindparam("b_generation")
 )
@@ -49,6 +50,12 @@ _INSERT_CHANGE = job_changes.insert()
 
 def lock_job(conn: Connection, job_id: int) -> JobRow | None:
     row = conn.execute(_LOCK_JOB, {"b_id": job_id}).first()
+    return None if row is None else JobRow.from_row(row)
+
+
+def try_lock_job(conn: Connection, job_id: int) -> JobRow | None:
+    """Lock a job unless another transaction holds it: None then (or if there is none)."""
+    row = conn.execute(_TRY_LOCK_JOB, {"b_id": job_id}).first()
     return None if row is None else JobRow.from_row(row)
 
 

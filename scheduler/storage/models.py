@@ -138,12 +138,20 @@ ALERTED = {
     "postgresql": "(spec ->> 'alerts') IS NOT NULL",
     "sqlite": "json_extract(spec, '$.alerts') IS NOT NULL",
 }
+# The jobs that require others (``requires``), said as ``ALERTED`` says its own.
+REQUIRING = {
+    "postgresql": "(spec -> 'requires') IS NOT NULL",
+    "sqlite": "json_extract(spec, '$.requires') IS NOT NULL",
+}
 Index(
     "ix_jobs_alerted",
     jobs.c.id,
     postgresql_where=text(ALERTED["postgresql"]),
     sqlite_where=text(ALERTED["sqlite"]),
 )
+
+
+POOLED = "pool IS NOT NULL AND status IN ('WAITING', 'STARTING', 'RUNNING')"
 
 
 def _filed_at(context: Any) -> datetime:
@@ -178,6 +186,8 @@ invocations = Table(
     # What was checked before the run could start: ``{"upstream": [...]}``, the last
     # check of each upstream (``scheduler.upstream``).
     Column("checks", JSON),
+    # The pool whose place the run takes while it is STARTING or RUNNING (``pool``).
+    Column("pool", String(100)),
     # Where the run is filed in history: its slot, or a triggered run's creation time.
     # PostgreSQL partitions the table by its month (see scheduler/storage/partitions.py).
     Column("filed_at", UTCDateTime, nullable=False, default=lambda ctx: _filed_at(ctx)),
@@ -206,6 +216,16 @@ Index(
     invocations.c.deadline,
     postgresql_where=invocations.c.deadline.isnot(None),
     sqlite_where=invocations.c.deadline.isnot(None),
+)
+
+# The runs of a pool that hold or wait for a place (scheduler.pools): a pool's start
+# counts them under its lock.
+Index(
+    "ix_invocations_pool",
+    invocations.c.pool,
+    invocations.c.status,
+    postgresql_where=text(POOLED),
+    sqlite_where=text(POOLED),
 )
 
 # The WAITING runs alone, for the count of runs waiting by reason (/metrics).
@@ -356,6 +376,17 @@ requirements = Table(
     Column("name", String(100), primary_key=True),
 )
 Index("ix_requirements_upstream", requirements.c.project, requirements.c.name)
+
+# Pools: named numbers of places that jobs share (``pool:``); a job file's ``pools:``
+# or ``cronchain pool set`` writes them (scheduler.pools).
+pools = Table(
+    "pools",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("size", Integer, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    CheckConstraint("size >= 0", name="size"),
+)
 
 # The channels alerts are sent to, as a project's job file declares them (apply writes
 # them). A secret is never here: a channel names the environment variable that holds it.

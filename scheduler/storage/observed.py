@@ -112,9 +112,8 @@ def overdue_ticks(conn: Connection, cut: datetime) -> Overdue:
     return Overdue(count, oldest)
 
 
-# A WAITING run's reason: the one recorded on it (none is yet, so far: a reason that a
-# later step records shows here as it is), else what made it wait: a backfill, or the
-# job's overlap policy and catch-up, which both buffer it.
+# A WAITING run's reason: the one recorded on it (``upstream``, ``pool``), else what made
+# it wait: a backfill, or the job's overlap policy and catch-up, which both buffer it.
 _WAITING_REASON = func.coalesce(
     invocations.c.reason, case((invocations.c.backfill, "backfill"), else_="buffered")
 )

@@ -12,7 +12,7 @@ from scheduler.errors import TransientError
 from statemachine import JobSnapshot, JobState
 
 # Why a run the machine started may still wait before its first attempt.
-HOLDS = ("upstream",)
+HOLDS = ("upstream", "pool")
 
 
 class ConcurrentUpdate(TransientError):
@@ -83,11 +83,13 @@ class InvocationRow:
     reason: str | None = None
     filed_at: datetime | None = None  # its slot, or when it was triggered
     checks: dict[str, Any] | None = None  # what was checked before it could start
+    pool: str | None = None  # the pool whose place it takes
 
     @property
     def held(self) -> bool:
-        """WAITING for its upstreams (``scheduler.upstream``): the job's machine counts it
-        as the run it started, unlike a run that waits for its turn (buffered, backfill)."""
+        """WAITING for its upstreams (``scheduler.upstream``) or a place in its pool
+        (``scheduler.pools``): the job's machine counts it as the run it started, unlike
+        a run that waits for its turn (buffered, backfill)."""
         return self.status == "WAITING" and self.reason in HOLDS
 
     @classmethod

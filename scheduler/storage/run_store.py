@@ -277,15 +277,15 @@ def oldest_waiting(
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
 
 
-def held_runs(conn: Connection, job_id: int) -> list[InvocationRow]:
-    """A job's runs that wait for their upstreams (``scheduler.upstream``), oldest
+def held_runs(conn: Connection, job_id: int, reason: str) -> list[InvocationRow]:
+    """A job's runs that wait for ``reason`` (``upstream``: scheduler.upstream), oldest
     first, locked."""
     query = (
         select(invocations)
         .where(
             invocations.c.job_id == job_id,
             invocations.c.status == "WAITING",
-            invocations.c.reason.in_(HOLDS),
+            invocations.c.reason == reason,
         )
         .order_by(invocations.c.id)
         .with_for_update()
@@ -335,11 +335,14 @@ def slots_taken(conn: Connection, job_id: int, first: datetime, last: datetime) 
     return set(conn.execute(query).scalars())
 
 
-def count_backfill(conn: Connection, job_id: int, statuses: tuple[str, ...]) -> int:
+def count_backfill(conn: Connection, job_id: int) -> int:
+    """A job's backfill runs in flight: started, or waiting for a place in its pool."""
+    in_flight = or_(
+        invocations.c.status.in_(("STARTING", "RUNNING")),
+        and_(invocations.c.status == "WAITING", invocations.c.reason == "pool"),
+    )
     query = select(func.count()).where(
-        invocations.c.job_id == job_id,
-        invocations.c.backfill.is_(True),
-        invocations.c.status.in_(statuses),
+        invocations.c.job_id == job_id, invocations.c.backfill.is_(True), in_flight
     )
     return conn.execute(query).scalar_one()
 

@@ -49,7 +49,7 @@ from scheduler.storage.models import JOB_STATES
 
 # The reasons a WAITING run has today, reported at 0 when none waits, so that a rate or
 # an alert on them has a series to read.
-WAITING_REASONS = ("buffered", "backfill")
+WAITING_REASONS = ("buffered", "backfill", "upstream", "pool")
 # Outcomes reported at 0 before any run had them, for the same reason.
 OUTCOMES = (("SUCCEEDED", ""), ("FAILED", ""))
 JOB = ("project", "job")
@@ -206,7 +206,9 @@ def _overall_metrics(seen: Observed) -> Iterator[Metric]:
         value=oldest,
     )
     reasons = GaugeMetricFamily(
-        "cronchain_runs_waiting", "Runs WAITING for their turn, by reason", labels=["reason"]
+        "cronchain_runs_waiting",
+        "Runs WAITING for their turn, their upstreams or a place in their pool, by reason",
+        labels=["reason"],
     )
     for reason in sorted(set(WAITING_REASONS) | set(seen.waiting)):
         reasons.add_metric([reason], seen.waiting.get(reason, 0))

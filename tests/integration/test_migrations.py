@@ -61,7 +61,7 @@ def tables(engine: sqlalchemy.Engine) -> set[str]:
 
 def declared_tables(engine: sqlalchemy.Engine) -> set[str]:
     names = {"jobs", "invocations", "job_changes", "revokes", "invocation_days", "watchdog"}
-    names |= {"slot_outcomes", "fire_lags", "alerts", "channels", "requirements"}
+    names |= {"slot_outcomes", "fire_lags", "alerts", "channels", "requirements", "pools"}
     return names | ({"invocation_triggers"} if engine.dialect.name == "postgresql" else set())
 
 

@@ -4,6 +4,8 @@ completes them, and is settled by the watchdog's ``on_unmet`` once ``max_wait`` 
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +18,8 @@ from scheduler.api import Scheduler
 from scheduler.errors import SpecError
 from scheduler.invokers import Outcome
 from scheduler.spec import JobSpec, load_job_file
+from scheduler.storage import job_store
+from scheduler.storage.db import make_engine
 from statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
@@ -218,23 +222,21 @@ def test_apply_refuses_unknown_upstreams_and_cycles(db: sqlalchemy.Engine, clock
         spec("d", **needs("d"))
 
 
-def test_a_job_made_again_is_still_an_upstream(db: sqlalchemy.Engine, clock: Clock):
+def test_a_job_made_again_is_an_upstream_again(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock)
     sched = Scheduler(engine)
     sched.apply([JobSpec("q", "x", "triggered")], project="q")
     add(engine, spec("d", **needs("q/x")))
     assert job(engine, "q/x").downstream
+    add(engine, spec("d"))  # requires nothing: q/x may go
     sched.apply([], project="q", prune=True)
     sched.apply([JobSpec("q", "x", "triggered")], project="q")
+    add(engine, spec("d", **needs("q/x")))
     assert job(engine, "q/x").downstream
     Scheduler(engine).trigger("p/d")
     sched.trigger("q/x")
     settle(engine, port)
     assert [r["status"] for r in rows(engine, "d")] == ["SUCCEEDED"]
-    add(engine, spec("d"))  # requires nothing now
-    Scheduler(engine).trigger("p/d")
-    settle(engine, port)
-    assert [r["status"] for r in rows(engine, "d")] == ["SUCCEEDED", "SUCCEEDED"]
 
 
 def test_the_readme_workflow_waits_and_runs_as_the_readme_says(db: sqlalchemy.Engine, clock: Clock):
@@ -260,3 +262,86 @@ def test_the_readme_workflow_waits_and_runs_as_the_readme_says(db: sqlalchemy.En
         assert row["status"] == "SUCCEEDED", name
         if name in ("retrain", "publish"):
             assert row["checks"]["held_at"] and row["checks"]["released_at"]
+
+
+def test_apply_looks_again_at_the_waiting_runs_of_the_jobs_it_changes(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = engine_with(db, clock)
+    add(engine, spec("a"), spec("d", **needs("a")), spec("e", **needs("a")))
+    sched = Scheduler(engine)
+    sched.trigger("p/d")
+    sched.trigger("p/e")
+    add(engine, spec("a"), spec("d"))  # d requires nothing now; e is disabled, kept
+    assert rows(engine, "d")[0]["status"] == "STARTING"
+    assert rows(engine, "e")[0]["status"] == "WAITING"
+    run_now(engine, port, "a")  # a disabled job's waiting run is still released
+    assert [r["status"] for r in rows(engine, "d")] == ["SUCCEEDED"]
+    assert [r["status"] for r in rows(engine, "e")] == ["SUCCEEDED"]
+
+
+def test_a_run_whose_turn_comes_after_its_window_is_settled_at_once(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = engine_with(db, clock, Scripted(Outcome(S.SUCCEEDED), None))
+    add(engine, spec("a"), spec("d", overlap="buffer_one", **needs("a", max_wait="10m")))
+    run_now(engine, port, "a")
+    Scheduler(engine).trigger("p/d")
+    deliver(engine, port)  # d's first run hangs
+    clock.advance(3601)
+    Scheduler(engine).trigger("p/d")  # buffered, its window: until 10 min from now
+    clock.advance(1200)
+    engine.runs.abort(invocation_id=rows(engine, "d")[0]["id"])
+    second = rows(engine, "d")[1]
+    assert (second["status"], second["deadline"]) == ("WAITING", clock.now - timedelta(minutes=10))
+    watchdog.run_once(engine)
+    second = rows(engine, "d")[1]
+    assert (second["status"], second["reason"]) == ("SKIPPED", "upstream")
+
+
+def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
+    pg_url: str, clock: Clock
+):
+    """A tick batch locks its jobs in id order: d (made first), then a. Were a's
+    success to wait for d's lock while holding a's, the two would deadlock; it looks at
+    d again once it has committed instead. (PostgreSQL alone: SQLite has one writer at
+    a time, so no transaction can hold d meanwhile.)"""
+    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None))
+    add(engine, spec("d", **needs("a")), spec("a"))
+    d, a = job(engine, "p/d"), job(engine, "p/a")
+    assert d.id < a.id
+    Scheduler(engine).trigger("p/d")
+    Scheduler(engine).trigger("p/a")
+    deliver(engine, port)  # a's attempt is claimed; its worker died
+    [run] = rows(engine, "a")
+    holding, errors = threading.Event(), []
+
+    def batch() -> None:
+        try:
+            with engine.transaction() as conn:
+                job_store.lock_jobs(conn, [d.id])
+                holding.set()
+                time.sleep(0.5)
+                job_store.lock_jobs(conn, [a.id])
+        except Exception as err:  # a deadlock would end one of the two here
+            errors.append(err)
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    holding.wait(5)
+    assert engine.runs.finish_invocation(run["id"], Outcome(S.SUCCEEDED), attempt=1)
+    thread.join()
+    assert errors == []
+    assert rows(engine, "d")[0]["status"] == "STARTING"
+    engine.db.dispose()
+
+
+def test_prune_keeps_a_job_another_project_requires(db: sqlalchemy.Engine, clock: Clock):
+    engine, _ = engine_with(db, clock)
+    sched = Scheduler(engine)
+    sched.apply([JobSpec("q", "x", "triggered"), JobSpec("q", "y", "triggered")], project="q")
+    add(engine, spec("d", **needs("q/x")))
+    with pytest.raises(SpecError, match="job 'x': prune: p/d requires it"):
+        sched.apply([], project="q", prune=True)
+    sched.apply([JobSpec("q", "x", "triggered")], project="q", prune=True)  # y goes
+    assert {j["id"] for j in sched.jobs()} == {"p/d", "q/x"}

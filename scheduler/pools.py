@@ -1,0 +1,269 @@
+"""Pools: named numbers of places that jobs share (``pool: gpu``, ``pools: {gpu: 4}``).
+
+A run of a pooled job takes a place while it is STARTING or RUNNING, retries' backoffs
+included. It never starts by itself: it is written WAITING with reason ``pool`` and the
+pool is filled (``fill``), in the same transaction. ``fill`` locks the pool's row, counts
+the places taken and hands the free ones to the waiters, best ranked first
+(``statemachine.pool``): so every start of a pool, on any worker of any machine, is
+counted under that lock, and the pool never holds more runs than its size. A run that
+ends fills its pool again in its own transaction, so a waiter starts at once.
+
+A waiter is the run its job's machine started (QUEUED), like a run waiting for its
+upstreams, and takes its place in the order of the pool, not of its job. The waiters'
+rows are taken with SKIP LOCKED and without their jobs' locks, so a fill never waits on
+another job's transaction: the job whose run ends holds its own job, then the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from scheduler import debuglog
+from scheduler.effects import Message, SendStart
+from scheduler.invokers.call import DEFAULT_PRIORITY
+from scheduler.storage.models import invocations, jobs, pools
+from statemachine import InvocationStatus
+from statemachine.pool import Waiter, choose
+
+if TYPE_CHECKING:
+    from scheduler.engine import Engine
+
+REASON = "pool"
+HOLDING = ("STARTING", "RUNNING")
+S = InvocationStatus
+_SHOWN_HOLDERS = 10  # the runs ``explain`` names as holding a full pool
+
+
+@dataclass(frozen=True)
+class Filled:
+    """What a fill did: the runs it started, and the pool as it left it."""
+
+    started: list[int]
+    size: int
+    taken: int
+    messages: list[Message]
+
+
+def waiting_columns(pool: str, log: str | None, now: datetime) -> dict[str, Any]:
+    """The columns of a run about to start that must first get a place in ``pool``."""
+    return dict(
+        status=S.WAITING.value,
+        reason=REASON,
+        pool=pool,
+        deadline=None,
+        log=debuglog.append(log, now, f"waits for a place in pool {pool}"),
+    )
+
+
+def enter(engine: Engine, conn: Connection, inv_id: int, pool: str, now: datetime) -> list[Message]:
+    """A run written WAITING for ``pool`` (``waiting_columns``) takes a place if one is
+    free and its rank allows; if not, it records who holds the pool, for ``explain``."""
+    filled = fill(engine, conn, pool, now)
+    if inv_id not in filled.started:
+        holders = _holders(conn, pool)
+        checks = {
+            REASON: {
+                "name": pool,
+                "size": filled.size,
+                "taken": filled.taken,
+                "held_by": holders,
+                "checked_at": _iso(now),
+            }
+        }
+        _merge_checks(conn, inv_id, checks)
+    return filled.messages
+
+
+def fill(engine: Engine, conn: Connection, pool: str, now: datetime) -> Filled:
+    """Hand ``pool``'s free places to its waiters, under the pool's lock."""
+    size = conn.execute(
+        select(pools.c.size).where(pools.c.name == pool).with_for_update()
+    ).scalar_one_or_none()
+    size = 0 if size is None else size  # a pool that was never made holds every run
+    taken = conn.execute(
+        select(func.count())
+        .select_from(invocations)
+        .where(invocations.c.pool == pool, invocations.c.status.in_(HOLDING))
+    ).scalar_one()
+    if taken >= size:
+        return Filled([], size, taken, [])
+    rows: dict[int, Any] = {}
+    waiting = _waiters(conn, pool, rows)
+    chosen = choose(waiting, size - taken, now)
+    for waiter in chosen:
+        row = rows[waiter.id]
+        checks = row.checks or {}
+        if REASON in checks:  # it waited: since when it has a place
+            checks = checks | {REASON: checks[REASON] | {"released_at": _iso(now)}}
+        conn.execute(
+            update(invocations)
+            .where(invocations.c.id == waiter.id)
+            .values(
+                status=S.STARTING.value,
+                reason=None,
+                deadline=now + engine.grace,
+                checks=checks or None,
+                log=debuglog.append(row.log, now, f"a place in pool {pool}: starting"),
+            )
+        )
+    started = [w.id for w in chosen]
+    return Filled(started, size, taken + len(chosen), [SendStart(i) for i in started])
+
+
+def _waiters(conn: Connection, pool: str, rows: dict[int, Any]) -> list[Waiter]:
+    """The runs waiting for ``pool``, locked unless another transaction holds them (it
+    is ending them: an abort), with their jobs' priorities; their rows go to ``rows``.
+    A waiter waits since it was made (a buffered run's wait for its turn counts)."""
+    priority = func.coalesce(jobs.c.spec["priority"].as_integer(), DEFAULT_PRIORITY)
+    query = (
+        select(
+            invocations.c.id,
+            priority.label("priority"),
+            invocations.c.created_at,
+            invocations.c.filed_at,
+            invocations.c.log,
+            invocations.c.checks,
+        )
+        .select_from(invocations.join(jobs, jobs.c.id == invocations.c.job_id))
+        .where(
+            invocations.c.pool == pool,
+            invocations.c.status == S.WAITING.value,
+            invocations.c.reason == REASON,
+        )
+        .with_for_update(of=invocations, skip_locked=True)
+    )
+    waiters = []
+    for row in conn.execute(query):
+        rows[row.id] = row
+        waiters.append(Waiter(row.id, row.priority, row.created_at, row.filed_at))
+    return waiters
+
+
+def _holders(conn: Connection, pool: str) -> list[dict[str, Any]]:
+    query = (
+        select(invocations.c.id, jobs.c.project, jobs.c.name, invocations.c.status)
+        .select_from(invocations.join(jobs, jobs.c.id == invocations.c.job_id))
+        .where(invocations.c.pool == pool, invocations.c.status.in_(HOLDING))
+        .order_by(invocations.c.id)
+        .limit(_SHOWN_HOLDERS)
+    )
+    return [
+        {"invocation": r.id, "job": f"{r.project}/{r.name}", "status": r.status}
+        for r in conn.execute(query)
+    ]
+
+
+def _merge_checks(conn: Connection, inv_id: int, more: dict[str, Any]) -> None:
+    current = conn.execute(
+        select(invocations.c.checks).where(invocations.c.id == inv_id)
+    ).scalar_one_or_none()
+    conn.execute(
+        update(invocations)
+        .where(invocations.c.id == inv_id)
+        .values(checks={**(current or {}), **more})
+    )
+
+
+def fill_waiting(engine: Engine, now: datetime) -> list[Message]:
+    """The watchdog's: fill every pool that has waiters, each in its own transaction.
+    A place freed without an end (a job deleted with its running run, a size raised by
+    hand in the database) is handed out here."""
+    with engine.db.connect() as conn:
+        names = conn.execute(
+            select(invocations.c.pool)
+            .where(invocations.c.status == S.WAITING.value, invocations.c.reason == REASON)
+            .distinct()
+        ).scalars()
+        names = sorted(n for n in names if n is not None)
+    messages: list[Message] = []
+    for name in names:
+        with engine.transaction() as conn:
+            messages += fill(engine, conn, name, engine.clock()).messages
+    return messages
+
+
+# --- sizes ---------------------------------------------------------------------------
+
+
+def set_sizes(engine: Engine, conn: Connection, sizes: Mapping[str, int], now: datetime):
+    """Make or resize pools, then fill them: a pool made larger starts its waiters in
+    the same transaction. Returns what to send once it commits."""
+    messages: list[Message] = []
+    for name, size in sorted(sizes.items()):
+        values = {"name": name, "size": size, "updated_at": now}
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        statement = dialect.insert(pools).values(values)
+        conn.execute(
+            statement.on_conflict_do_update(
+                index_elements=[pools.c.name], set_={"size": size, "updated_at": now}
+            )
+        )
+        messages += fill(engine, conn, name, now).messages
+    return messages
+
+
+def listing(conn: Connection) -> list[dict[str, Any]]:
+    """Every pool: its size, the places taken and the runs waiting."""
+    counts: dict[str, dict[str, int]] = {}
+    query = (
+        select(invocations.c.pool, invocations.c.status, func.count())
+        .where(invocations.c.pool.isnot(None), invocations.c.status.in_((*HOLDING, "WAITING")))
+        .group_by(invocations.c.pool, invocations.c.status)
+    )
+    for name, status, n in conn.execute(query):
+        slot = "waiting" if status == "WAITING" else "taken"
+        counts.setdefault(name, {"taken": 0, "waiting": 0})[slot] += n
+    rows = conn.execute(select(pools).order_by(pools.c.name))
+    return [
+        {"name": r.name, "size": r.size, **counts.get(r.name, {"taken": 0, "waiting": 0})}
+        for r in rows
+    ]
+
+
+def existing(conn: Connection, names: set[str]) -> set[str]:
+    if not names:
+        return set()
+    query = select(pools.c.name).where(pools.c.name.in_(sorted(names)))
+    return set(conn.execute(query).scalars())
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def begin(
+    engine: Engine,
+    conn: Connection,
+    pool: str | None,
+    inv_id: int,
+    columns: dict[str, Any],
+    log: str | None,
+    now: datetime,
+) -> list[Message]:
+    """Start a run that may start (its row is locked): at once, or through ``pool``.
+    ``columns`` are what else to write of it (what was checked, its log)."""
+    if pool is None:
+        values = {**columns, "status": S.STARTING.value, "reason": None}
+        _update(conn, inv_id, values | {"deadline": now + engine.grace})
+        return [SendStart(inv_id)]
+    text = columns.get("log", log)
+    _update(conn, inv_id, {**columns, **waiting_columns(pool, text, now)})
+    return enter(engine, conn, inv_id, pool, now)
+
+
+def freed(engine: Engine, conn: Connection, pool: str | None, was: str, now: datetime):
+    """A run of ``pool`` that was ``was`` has ended: if it held a place, the pool's
+    waiters may take it."""
+    if pool is None or was not in HOLDING:
+        return []
+    return fill(engine, conn, pool, now).messages
+
+
+def _update(conn: Connection, inv_id: int, values: dict[str, Any]) -> None:
+    conn.execute(update(invocations).where(invocations.c.id == inv_id).values(**values))

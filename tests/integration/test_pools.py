@@ -1,0 +1,164 @@
+"""Pools: a run of a pooled job takes a place while STARTING or RUNNING; one that finds
+its pool full waits (WAITING, ``pool``) and takes a place as soon as one frees, best
+ranked first (priority, then slot); the pool never holds more than its size."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy
+from sqlalchemy import select
+
+from scheduler import watchdog
+from scheduler.api import Scheduler
+from scheduler.declarative import apply as declare
+from scheduler.errors import SpecError
+from scheduler.invokers import Outcome
+from scheduler.spec import parse_job_file
+from scheduler.storage.models import invocations
+from statemachine import InvocationStatus
+from tests.conftest import Clock
+from tests.integration.test_control import Scripted, deliver, engine_with, rows, spec
+from tests.integration.test_engine import job
+from tests.integration.test_upstream import settle
+
+pytestmark = pytest.mark.postgres
+S = InvocationStatus
+HANG = None  # a run whose worker died: claimed, RUNNING until it is finished by hand
+
+
+def apply(engine, *specs, pools: dict[str, int] | None = None) -> None:  # type: ignore[no-untyped-def]
+    declare(engine, "p", list(specs), pool_sizes=pools)
+
+
+def running(engine, pool: str = "gpu") -> int:  # type: ignore[no-untyped-def]
+    query = select(sqlalchemy.func.count()).where(
+        invocations.c.pool == pool, invocations.c.status.in_(("STARTING", "RUNNING"))
+    )
+    with engine.db.connect() as conn:
+        return conn.execute(query).scalar_one()
+
+
+def test_a_full_pool_makes_runs_wait_and_hands_out_places_by_priority(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = engine_with(db, clock, Scripted(HANG, HANG, HANG, HANG))
+    jobs = [spec(f"j{p}", pool="gpu", priority=p) for p in (1, 9, 5, 3)]
+    apply(engine, *jobs, pools={"gpu": 2})
+    sched = Scheduler(engine)
+    for name in ("j1", "j9", "j5", "j3"):  # j1 and j9 take the places
+        clock.advance(1)
+        sched.trigger(f"p/{name}")
+    settle(engine, port)
+    assert running(engine) == 2
+    waiting = {n: rows(engine, n)[0] for n in ("j5", "j3")}
+    assert {(r["status"], r["reason"]) for r in waiting.values()} == {("WAITING", "pool")}
+    assert waiting["j5"]["checks"]["pool"]["taken"] == 2
+    assert {h["job"] for h in waiting["j5"]["checks"]["pool"]["held_by"]} == {"p/j1", "p/j9"}
+    assert all(job(engine, f"p/{n}").snapshot.active == 1 for n in ("j5", "j3"))
+    explained = sched.pools()
+    assert explained == [{"name": "gpu", "size": 2, "taken": 2, "waiting": 2}]
+
+    first = rows(engine, "j1")[0]["id"]
+    assert engine.runs.finish_invocation(first, Outcome(S.SUCCEEDED), attempt=1)
+    assert [r["status"] for r in rows(engine, "j5")] == ["STARTING"]  # 5 before 3
+    assert rows(engine, "j5")[0]["checks"]["pool"]["released_at"] is not None
+    assert rows(engine, "j3")[0]["status"] == "WAITING" and running(engine) == 2
+
+
+def test_a_pool_made_larger_starts_its_waiters_at_once(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock)
+    apply(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 0})
+    sched = Scheduler(engine)
+    sched.trigger("p/a")
+    sched.trigger("p/b")
+    assert [r["status"] for r in rows(engine)] == ["WAITING", "WAITING"]
+    sched.set_pool("gpu", 1)
+    assert sorted(r["status"] for r in rows(engine)) == ["STARTING", "WAITING"]
+    settle(engine, port)  # a runs and ends: b takes its place
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_abort_of_a_waiter_or_a_holder(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock, Scripted(HANG))
+    apply(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 1})
+    sched = Scheduler(engine)
+    sched.trigger("p/a")
+    settle(engine, port)  # a holds the place, hung
+    sched.trigger("p/b")
+    sched.trigger("p/b")  # skipped: b's run waiting for the pool is its active run
+    assert [(r["status"], r["reason"]) for r in rows(engine, "b")] == [
+        ("WAITING", "pool"),
+        ("SKIPPED", "overlap"),
+    ]
+    assert sched.abort("p/b")["WAITING"]  # a waiter: ended, frees nothing
+    assert job(engine, "p/b").snapshot.active == 0 and running(engine) == 1
+    sched.trigger("p/b")
+    sched.abort("p/a")  # the holder: b takes its place in the same transaction
+    assert rows(engine, "b")[-1]["status"] == "STARTING"
+    settle(engine, port)
+    assert rows(engine, "b")[-1]["status"] == "SUCCEEDED" and running(engine) == 0
+
+
+def test_a_retry_s_backoff_keeps_its_place(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock, Scripted(Outcome.failed("once")))
+    retries = {"max_attempts": 2, "backoff": "10s", "jitter": 0}
+    apply(engine, spec("a", pool="gpu", retries=retries), spec("b", pool="gpu"), pools={"gpu": 1})
+    sched = Scheduler(engine)
+    sched.trigger("p/a")
+    deliver(engine, port)  # a's first attempt fails: it waits 10 s, in its place
+    sched.trigger("p/b")
+    assert rows(engine, "a")[0]["status"] == "STARTING"
+    assert rows(engine, "b")[0]["status"] == "WAITING"
+    clock.advance(11)
+    settle(engine, port)
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_a_backfill_goes_through_its_pool(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock, Scripted(HANG))
+    apply(engine, spec("a", pool="gpu"), spec("d", "0 3 * * *", pool="gpu"), pools={"gpu": 1})
+    sched = Scheduler(engine)
+    sched.trigger("p/a")
+    settle(engine, port)  # a holds the only place
+    first, last = datetime(2026, 2, 25, tzinfo=UTC), datetime(2026, 2, 27, 23, tzinfo=UTC)
+    sched.backfill("p/d", first, last, max_concurrent=2)
+    assert [(r["status"], r["reason"]) for r in rows(engine, "d")] == [
+        ("WAITING", "pool"),
+        ("WAITING", "pool"),
+        ("WAITING", None),
+    ]
+    engine.runs.finish_invocation(rows(engine, "a")[0]["id"], Outcome(S.SUCCEEDED), attempt=1)
+    settle(engine, port)
+    assert [r["status"] for r in rows(engine, "d")] == ["SUCCEEDED"] * 3
+    assert running(engine) == 0
+
+
+def test_the_watchdog_fills_a_place_freed_by_a_deleted_job(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock, Scripted(HANG))
+    apply(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 1})
+    sched = Scheduler(engine)
+    sched.trigger("p/a")
+    settle(engine, port)
+    sched.trigger("p/b")
+    apply(engine, spec("b", pool="gpu"))  # a is disabled: its run still holds the place
+    assert running(engine) == 1
+    sched.apply([spec("b", pool="gpu")], project="p", prune=True)  # a deleted with its run
+    assert rows(engine, "b")[0]["status"] == "WAITING"
+    watchdog.run_once(engine)
+    assert rows(engine, "b")[0]["status"] == "STARTING"
+
+
+def test_a_job_names_a_pool_that_exists(db: sqlalchemy.Engine, clock: Clock):
+    engine, _ = engine_with(db, clock)
+    with pytest.raises(SpecError, match="no pool named 'gpu'"):
+        apply(engine, spec("a", pool="gpu"))
+    Scheduler(engine).set_pool("gpu", 3)
+    apply(engine, spec("a", pool="gpu"))
+    assert Scheduler(engine).jobs()[0]["pool"] == "gpu"
+    declared = parse_job_file({"project": "p", "pools": {"cpu": 2}, "jobs": []})
+    assert declared.pools == {"cpu": 2}
+    for bad, message in (({"x": -1}, "pools.x: must be a whole number"), ([1], "mapping")):
+        with pytest.raises(SpecError, match=message):
+            parse_job_file({"project": "p", "pools": bad, "jobs": []})
