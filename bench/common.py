@@ -142,9 +142,27 @@ def job_specs(
     return specs
 
 
-def job_document(jobs: int, period: float, step: float = 0) -> dict:
-    """N no-op jobs of one period, spread over it (see ``bench.load.offset``)."""
-    return {"project": "bench", "jobs": job_specs(jobs, period, step)}
+def job_document(jobs: int, period: float, step: float = 0, requires: bool = False) -> dict:
+    """N no-op jobs of one period, spread over it (see ``bench.load.offset``); with
+    ``requires``, a third of them require three others each (``with_requirements``)."""
+    specs = job_specs(jobs, period, step)
+    if requires:
+        with_requirements(specs, within=f"{2 * period:g}s")
+    return {"project": "bench", "jobs": specs}
+
+
+def with_requirements(specs: list[dict], within: str) -> list[dict]:
+    """Every third job (0, 3, 6, ...) requires three of the others (the next two and the
+    fourth after it, or the first such ones near the end), each ``succeeded_within``:
+    with a window of two periods, each slot finds its upstreams' last success in it, so
+    what is measured is the cost of checking (and of the upstreams' releases), not of
+    waiting. Returns ``specs``, changed."""
+    plain = [i for i in range(len(specs)) if i % 3]
+    for i in range(0, len(specs), 3):
+        ups = [j for j in (i + 1, i + 2, i + 4) if j < len(specs)]
+        ups += [j for j in plain if j not in ups][: 3 - len(ups)]
+        specs[i]["requires"] = [{"job": specs[j]["name"], "succeeded_within": within} for j in ups]
+    return specs
 
 
 def settle(recent_lags: Callable[[], list[float]], period: float) -> float:

@@ -33,6 +33,10 @@ once. The ``herd`` lines divide cronchain's drain time by each other system's of
 same run (``bench.herds.print_comparison``: median over median, worst herd over worst
 herd, and cronchain's worst herd over the other's best): under 1, cronchain drains faster.
 
+``cronchain+requires`` is cronchain with a third of the jobs requiring three others
+each, met (``bench.common.with_requirements``): the ``requires`` line divides its lag p99
+by plain cronchain's of the same run.
+
 ``--rates 300,400,500`` finds a ceiling: for each rate, ascending, each system runs
 ``rate * period`` jobs (``--jobs`` is ignored), the systems taking turns at each rate, and
 a system stops at its first rate not sustained. Each run prints its figures; then one line
@@ -60,6 +64,7 @@ from bench.common import (
     cpu_seconds,
     deployment,
     figure,
+    job_document,
     percentile,
     recent_lags,
     settle,
@@ -78,7 +83,7 @@ from bench.herds import (
 from tests.e2e.harness import Cluster
 from tests.services import redis_server
 
-SYSTEMS = ("cronchain", "beat", "redbeat", "bare")
+SYSTEMS = ("cronchain", "beat", "redbeat", "bare", "cronchain+requires")
 CEILING_SYSTEMS = ("cronchain", "redbeat")
 SUSTAINED_P99 = 1.0  # seconds
 
@@ -141,7 +146,7 @@ def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str
     return t0, t1, {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
 
 
-def run_cronchain(folder: Path, load: Load) -> Run:
+def run_cronchain(folder: Path, load: Load, requires: bool = False) -> Run:
     with deployment(folder) as d:
         db, c = d.db, d.cluster
         # The workers run before the jobs exist: each job's first slot comes after its
@@ -149,7 +154,7 @@ def run_cronchain(folder: Path, load: Load) -> Run:
         # WARNING, as the baseline's worker: INFO writes two lines per task.
         d.start(loglevel="WARNING")
         d.wait_ready()
-        d.apply_jobs(load.jobs, load.period, step=load.step)
+        d.apply(job_document(load.jobs, load.period, load.step, requires=requires), timeout=120)
 
         try:
             warmup = settle(lambda: recent_lags(db), load.period)
@@ -284,8 +289,8 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
 
 def run_system(system: str, load: Load) -> Run:
     with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as tmp:
-        if system == "cronchain":
-            return run_cronchain(Path(tmp), load)
+        if system.startswith("cronchain"):
+            return run_cronchain(Path(tmp), load, requires=system == "cronchain+requires")
         return run_baseline(Path(tmp), load, system)
 
 
@@ -296,11 +301,15 @@ def label_of(load: Load) -> str:
 
 def run_load(systems: list[str], load: Load) -> None:
     """Each system in turn on the same load, then the ``herd`` line."""
-    label, tallies = label_of(load), {}
+    label, tallies, p99 = label_of(load), {}, {}
     for system in systems:
         run = run_system(system, load)
         report(label, system, run, load.window, load.jobs / load.period)
         tallies[system] = run.herds
+        p99[system] = percentile(run.lags, 0.99)
+    if {"cronchain", "cronchain+requires"} <= set(p99):
+        ratio = p99["cronchain+requires"] / p99["cronchain"]
+        figure(f"fire_rate[{label}] requires", "p99_over_plain", ratio)
     if load.step:
         print_comparison(f"fire_rate[{label}] herd", tallies)
 

@@ -366,7 +366,7 @@ class Engine:
             log.error("job %s counted a waiting run it does not have", job.ref)
             return self._follow_up(job, fed, Abandon(), now)
         fed.snapshot.invocation_id = waiting.id
-        may, checked = self._checked(conn, job, waiting.filed_at, waiting.log, now)
+        may, checked = self.checked(conn, job, waiting.filed_at, waiting.log, now)
         if not may:
             run_store.update_invocation(conn, waiting.id, **checked)
             return []
@@ -376,7 +376,7 @@ class Engine:
             fed.started = waiting.id
         return []
 
-    def _checked(
+    def checked(
         self,
         conn: Connection,
         job: JobRow,
@@ -411,7 +411,7 @@ class Engine:
         not yet claimed, and sent to its worker; else STARTING, for a start message to
         begin it. A run whose upstreams are not met is written WAITING for them
         (``scheduler.upstream``): the machine counts it as started all the same."""
-        may, checked = self._checked(conn, job, slot or now, None, now)
+        may, checked = self.checked(conn, job, slot or now, None, now)
         pool = controls_of(job).pool
         if not may:
             values = checked

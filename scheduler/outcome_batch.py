@@ -114,6 +114,9 @@ class HeldWrites:
     def __init__(self) -> None:
         self._runs: dict[frozenset[str], list[dict[str, Any]]] = {}
         self._jobs: list[dict[str, Any]] = []
+        # The group's successes of upstreams (``requires``) so far, where each is filed:
+        # their runs' updates may still be held when a downstream is checked.
+        self.fresh: dict[str, datetime] = {}
 
     def update_run(self, invocation_id: int, **values: Any) -> None:
         self._runs.setdefault(frozenset(values), []).append(values | {"b_id": invocation_id})

@@ -248,7 +248,7 @@ class Runs:
             if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE
             else []
         )
-        reads = revoke or inv.backfill or controls.triggers or job.downstream or inv.pool
+        reads = revoke or inv.backfill or controls.triggers or inv.pool
         if held is not None and reads:
             held.write(conn)  # what follows reads the rows as they now are
             held = None
@@ -301,7 +301,9 @@ class Runs:
         first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
         first += pools.freed(self.engine, conn, inv.pool, inv.status, now)
         if status == S.SUCCEEDED and job.downstream:  # runs that waited for this one
-            first += upstream.release_after(self.engine, conn, job, now)
+            fresh = {} if held is None else held.fresh  # successes not written yet
+            fresh[job.ref] = inv.filed_at
+            first += upstream.release_after(self.engine, conn, job, now, fresh)
         if inv.backfill:  # the next waiting slot of the backfill takes its place
             return Fed(job.snapshot, [*first, *backfill.promote(self.engine, conn, job, now)])
         finished = InvocationFinished(inv.id, now)

@@ -9,7 +9,7 @@ the jobs saved by one more.
 
 Only the common steps are held: a tick that starts a run, records skipped slots, or just
 re-arms. Any other step (a run to buffer, a run to abort, a slot whose run exists
-already, a run whose upstreams or pool must be checked) is fed by ``Engine.feed`` in the same
+already, a run of a pooled job) is fed by ``Engine.feed`` in the same
 transaction, after the held writes, just as a tick on its own is: the rows are the same
 either way (tests compare them).
 
@@ -60,6 +60,7 @@ class _Held:
     changed: bool
     rows: list[dict[str, Any]] = field(default_factory=list)
     slot: datetime | None = None  # the slot of the run it starts, if it starts one
+    waits: bool = False  # that run waits for its upstreams (``scheduler.upstream``)
 
 
 def feed_ticks(
@@ -113,7 +114,7 @@ def _hold_all(
         elif job_id in held:  # a second tick of one job: it steps the saved row
             later.append((job_id, nonce))
         else:
-            step = _hold(engine, job, nonce, now, start_here)
+            step = _hold(engine, conn, job, nonce, now, start_here)
             if step is None:
                 later.append((job_id, nonce))
             elif step.changed:  # else a stale tick: nothing to write, as ``feed`` writes
@@ -121,7 +122,9 @@ def _hold_all(
     return held, later
 
 
-def _hold(engine: Engine, job: JobRow, nonce: int, now: datetime, start_here: bool) -> _Held | None:
+def _hold(
+    engine: Engine, conn: Connection, job: JobRow, nonce: int, now: datetime, start_here: bool
+) -> _Held | None:
     """Step ``job``'s machine for the tick without writing; None if the step asks for
     more than a run to start, slots to skip and the next tick."""
     result = engine.step_of(job, job.snapshot, Tick(nonce), now)
@@ -135,17 +138,19 @@ def _hold(engine: Engine, job: JobRow, nonce: int, now: datetime, start_here: bo
                 rules and rules.ended(SKIPPED, final=True, reason=reason)
             ):
                 step.rows.append(_row(job, slot, now, status=SKIPPED, reason=reason))
-            # A run whose upstreams or pool must be checked is ``feed``'s to start.
+            # A pooled run is ``feed``'s to start: it takes its place under a lock.
             case StartInvocation(slot=slot, trigger_id=None) if (
-                step.slot is None and "requires" not in job.spec and "pool" not in job.spec
+                step.slot is None and "pool" not in job.spec
             ):
-                columns = (
-                    engine.runs.attempt_columns(job, 1, None, now)
-                    if start_here
-                    else dict(status=STARTING, deadline=now + engine.grace)
-                )
+                may, checked = engine.checked(conn, job, slot, None, now)
+                if not may:
+                    columns = checked
+                elif start_here:
+                    columns = engine.runs.attempt_columns(job, 1, None, now) | checked
+                else:
+                    columns = dict(status=STARTING, deadline=now + engine.grace, **checked)
                 step.rows.append(_row(job, slot, now, **columns))
-                step.slot = slot
+                step.slot, step.waits = slot, not may
             case _:
                 return None
     return step
@@ -161,8 +166,12 @@ def _started(
     engine: Engine, conn: Connection, step: _Held, inv_id: int, now: datetime, start_here: bool
 ) -> None:
     """The run of a held step was inserted as ``inv_id``: count it in, and with
-    ``start_here`` send it to its worker, as ``Engine.feed`` does."""
-    step.fed.snapshot.invocation_id = step.fed.started = inv_id
+    ``start_here`` send it to its worker, as ``Engine.feed`` does; unless it waits for
+    its upstreams."""
+    step.fed.snapshot.invocation_id = inv_id
+    if step.waits:
+        return
+    step.fed.started = inv_id
     if not start_here:
         step.fed.messages.append(SendStart(inv_id))
         return

@@ -18,10 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, delete, func, insert, literal, or_, select, text, tuple_
+from sqlalchemy import (
+    Connection,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy import update as sql_update
 
 from scheduler import debuglog, pools
@@ -40,6 +51,10 @@ if TYPE_CHECKING:
     from scheduler.spec import JobSpec
 
 REASON = "upstream"
+ZERO = timedelta(0)
+# How long after its window closes a waiting run is still looked for by a success: the
+# watchdog settles it long before (within an interval), unless it was stopped that long.
+LATE = timedelta(days=1)
 S = InvocationStatus
 
 
@@ -88,9 +103,20 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-def check(conn: Connection, job: JobRow, reference: datetime) -> list[Check]:
+def check(
+    conn: Connection,
+    job: JobRow,
+    reference: datetime,
+    fresh: Mapping[str, datetime] | None = None,
+) -> list[Check]:
     """Each upstream of ``job`` for a slot at ``reference`` (a triggered run: when it was
-    triggered), in one statement."""
+    triggered). ``fresh``: successes this transaction records and has not written yet,
+    by upstream (``project/name``) and where each is filed.
+
+    The upstreams' rows answer (``last_success_filed``, their newest success's filed
+    time): no success in the window if it is before the window, one if it is within it.
+    Only an upstream whose newest success is filed after the window (a backfill's slot,
+    or a run that waited long) has its runs read."""
     controls = controls_of(job)
     wanted = [
         (target_ref(job.ref, up.job), reference - up.within, reference + controls.max_wait)
@@ -98,44 +124,42 @@ def check(conn: Connection, job: JobRow, reference: datetime) -> list[Check]:
     ]
     if not wanted:  # it requires nothing (now): met
         return []
-    found = {row.n: row for row in conn.execute(_query(wanted))}
-    return [
-        Check(
-            ref,
-            since,
-            until,
-            found[n].success if n in found else None,
-            found[n].last_success_at if n in found else None,
-            exists=n in found,
+    refs = [tuple(ref.rpartition("/")[::2]) for ref, _, _ in wanted]
+    found = {f"{r.project}/{r.name}": r for r in conn.execute(_UPSTREAMS, {"refs": refs})}
+    checks = []
+    for ref, since, until in wanted:
+        row = found.get(ref)
+        if row is None:
+            checks.append(Check(ref, since, until, None, None, exists=False))
+            continue
+        latest = max(
+            (t for t in (row.last_success_filed, (fresh or {}).get(ref)) if t is not None),
+            default=None,
         )
-        for n, (ref, since, until) in enumerate(wanted)
-    ]
+        success = latest if latest is not None and since <= latest <= until else None
+        if latest is not None and latest > until:  # its newest is too new: read its runs
+            window = {"b_job": row.id, "b_since": since, "b_until": until}
+            success = conn.execute(_IN_WINDOW, window).scalar()
+        checks.append(Check(ref, since, until, success, row.last_success_at))
+    return checks
 
 
-def _query(wanted: Sequence[tuple[str, datetime, datetime]]) -> Any:
-    """One row per upstream that exists: its latest success in its window, if any. The
-    window bounds ``slot`` too, so that PostgreSQL reads the (job, slot) index and only
-    the partitions of those months; a triggered run has no slot."""
-    parts = []
-    for n, (ref, since, until) in enumerate(wanted):
-        project, _, name = ref.rpartition("/")
-        filed = invocations.c.filed_at
-        success = (
-            select(func.max(filed))
-            .where(
-                invocations.c.job_id == jobs.c.id,
-                invocations.c.status == S.SUCCEEDED.value,
-                filed.between(since, until),
-                or_(invocations.c.slot.between(since, until), invocations.c.slot.is_(None)),
-            )
-            .scalar_subquery()
-        )
-        parts.append(
-            select(literal(n).label("n"), success.label("success"), jobs.c.last_success_at).where(
-                jobs.c.project == project, jobs.c.name == name
-            )
-        )
-    return parts[0] if len(parts) == 1 else parts[0].union_all(*parts[1:])
+_UPSTREAMS = select(
+    jobs.c.id, jobs.c.project, jobs.c.name, jobs.c.last_success_at, jobs.c.last_success_filed
+).where(tuple_(jobs.c.project, jobs.c.name).in_(bindparam("refs", expanding=True)))
+# An upstream's latest success filed in a window. The window bounds ``slot`` too, so that
+# PostgreSQL reads the (job, slot) index and only the partitions of those months; a
+# triggered run has no slot.
+_FILED = invocations.c.filed_at
+_IN_WINDOW = select(func.max(_FILED)).where(
+    invocations.c.job_id == bindparam("b_job"),
+    invocations.c.status == S.SUCCEEDED.value,
+    _FILED.between(bindparam("b_since"), bindparam("b_until")),
+    or_(
+        invocations.c.slot.between(bindparam("b_since"), bindparam("b_until")),
+        invocations.c.slot.is_(None),
+    ),
+)
 
 
 def record(
@@ -176,10 +200,16 @@ def hold_columns(controls: Controls, checks: list[Check], log: str | None, now: 
 
 
 def release_after(
-    engine: Engine, conn: Connection, upstream: JobRow, now: datetime
+    engine: Engine,
+    conn: Connection,
+    upstream: JobRow,
+    now: datetime,
+    fresh: Mapping[str, datetime],
 ) -> list[Message]:
     """In the transaction that records a success of ``upstream``: start each run that
-    waited for it and now has every upstream met.
+    waited for it and now has every upstream met. ``fresh``: the successes this
+    transaction records and may not have written yet (a group of outcomes holds its
+    writes), by upstream and where each is filed; ``upstream``'s among them.
 
     Each waiting job is locked, after the upstream's, before its runs are read: a run
     that a transaction made WAITING without seeing this success is then committed and
@@ -187,34 +217,65 @@ def release_after(
     taken after this one's, could close a cycle with a tick batch that holds it and
     waits for this upstream): it is looked at again once this one commits
     (``Recheck``), and the watchdog looks at every waiting run each pass besides."""
-    query = select(requirements.c.job_id).where(
-        requirements.c.project == upstream.project, requirements.c.name == upstream.name
-    )
-    messages: list[Message] = []
-    for job_id in sorted(conn.execute(query).scalars()):
-        job = job_store.try_lock_job(conn, job_id)
-        if job is None:
-            messages.append(Recheck(job_id))
-        else:
-            messages += recheck(engine, conn, job, now)
+    query = {"b_project": upstream.project, "b_name": upstream.name}
+    downstreams = sorted(conn.execute(_DOWNSTREAMS, query).scalars())
+    if not downstreams:
+        return []
+    locked = job_store.try_lock_jobs(conn, downstreams)
+    messages: list[Message] = [Recheck(i) for i in downstreams if i not in locked]
+    # One whose window has closed (filed more than its max_wait ago) is the watchdog's.
+    busy = [job for job in locked.values() if may_wait(job)]
+    since = now - max((controls_of(job).max_wait for job in busy), default=ZERO) - LATE
+    for inv in run_store.held_runs(conn, [job.id for job in busy], REASON, since):
+        messages += _look_again(engine, conn, locked[inv.job_id], inv, now, fresh)
     return messages
+
+
+_DOWNSTREAMS = select(requirements.c.job_id).where(
+    requirements.c.project == bindparam("b_project"), requirements.c.name == bindparam("b_name")
+)
+
+
+def may_wait(job: JobRow) -> bool:
+    """Whether ``job`` may have a run that waits for its upstreams, from its row alone.
+    Such a run is one its machine counts as started (active) and that has not reported
+    its start: an idle job has none, nor has a job of one run at a time whose one
+    active run has reported its start (a machine counts reported starts only since it
+    was last idle, so with more than one at a time that tells nothing)."""
+    snap = job.snapshot
+    if snap.active == 0:
+        return False
+    return not (
+        snap.active == 1 and snap.invocation_running and controls_of(job).overlap.capacity == 1
+    )
 
 
 def recheck(engine: Engine, conn: Connection, job: JobRow, now: datetime) -> list[Message]:
     """Start each of ``job``'s (locked) runs that wait for their upstreams and now have
     them met; record what the others wait for now."""
     messages: list[Message] = []
-    for inv in run_store.held_runs(conn, job.id, REASON):
-        checks = check(conn, job, _reference(inv))
-        if all(c.met for c in checks):
-            met = {
-                "checks": record(checks, now, inv, released=True),
-                "log": debuglog.append(inv.log, now, "upstreams met"),
-            }
-            messages += pools.begin(engine, conn, controls_of(job).pool, inv.id, met, None, now)
-        else:
-            run_store.update_invocation(conn, inv.id, checks=record(checks, now, inv))
+    for inv in run_store.held_runs(conn, [job.id], REASON):
+        messages += _look_again(engine, conn, job, inv, now)
     return messages
+
+
+def _look_again(
+    engine: Engine,
+    conn: Connection,
+    job: JobRow,
+    inv: InvocationRow,
+    now: datetime,
+    fresh: Mapping[str, datetime] | None = None,
+) -> list[Message]:
+    checks = check(conn, job, _reference(inv), fresh)
+    if not all(c.met for c in checks):  # still waiting: what it waits for now
+        run_store.update_invocation(conn, inv.id, checks=record(checks, now, inv))
+        return []
+    met = {
+        "checks": record(checks, now, inv, released=True),
+        "log": debuglog.append(inv.log, now, "upstreams met"),
+    }
+    return pools.begin(engine, conn, controls_of(job).pool, inv.id, met, None, now)
 
 
 def waiting_jobs(conn: Connection, limit: int) -> list[int]:

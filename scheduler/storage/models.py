@@ -108,6 +108,9 @@ jobs = Table(
     # When the newest success finished: kept by a trigger on invocations (migration 0007)
     # for /metrics, which must not read the history to find it.
     Column("last_success_at", UTCDateTime),
+    # The slot (a triggered run: when it was made) of its latest success, for the jobs
+    # that require it (``scheduler.upstream``); kept by 0013's trigger.
+    Column("last_success_filed", UTCDateTime),
     # A failure alert awaits its ``recovered`` (scheduler.alerts.raising): a success
     # reads it from the row it locked, not from the alerts.
     Column("alert_failing", Boolean, nullable=False, server_default=false()),

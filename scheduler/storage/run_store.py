@@ -7,10 +7,12 @@ Every function takes an open connection inside the caller's transaction, like
 from __future__ import annotations
 
 import functools
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     LABEL_STYLE_TABLENAME_PLUS_COL,
     Connection,
     and_,
@@ -153,11 +155,14 @@ def _unnest(
     batch's CPU, and the server planned it anew; this one is the same text each time,
     parsed once and prepared by psycopg after a few uses."""
     arrays = [[row[c] for row in rows] for c in columns]
-    for column, values in zip(columns, arrays, strict=True):
-        if isinstance(invocations.c[column].type, UTCDateTime) and any(
+    for n, (column, values) in enumerate(zip(columns, arrays, strict=True)):
+        kind = invocations.c[column].type
+        if isinstance(kind, UTCDateTime) and any(
             v is not None and v.tzinfo is None for v in values
         ):
             raise ValueError(f"naive datetime in {column} cannot be stored")
+        if isinstance(kind, JSON):  # as text, which the server casts to json[]
+            arrays[n] = [None if v is None else json.dumps(v) for v in values]
     found = conn.exec_driver_sql(_unnest_insert(columns), tuple(arrays))
     return [((job_id, slot.astimezone(UTC)), id_) for id_, job_id, slot in found]
 
@@ -277,19 +282,26 @@ def oldest_waiting(
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
 
 
-def held_runs(conn: Connection, job_id: int, reason: str) -> list[InvocationRow]:
-    """A job's runs that wait for ``reason`` (``upstream``: scheduler.upstream), oldest
-    first, locked."""
+def held_runs(
+    conn: Connection, job_ids: list[int], reason: str, filed_since: datetime | None = None
+) -> list[InvocationRow]:
+    """The runs of ``job_ids`` (locked) that wait for ``reason`` (``upstream``:
+    scheduler.upstream), oldest first, locked; only those filed since ``filed_since``,
+    if given (PostgreSQL then reads the partitions of those months alone)."""
+    if not job_ids:
+        return []
     query = (
         select(invocations)
         .where(
-            invocations.c.job_id == job_id,
+            invocations.c.job_id.in_(job_ids),
             invocations.c.status == "WAITING",
             invocations.c.reason == reason,
         )
         .order_by(invocations.c.id)
         .with_for_update()
     )
+    if filed_since is not None:
+        query = query.where(invocations.c.filed_at >= filed_since)
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
 
 

@@ -17,6 +17,7 @@ from scheduler import watchdog
 from scheduler.api import Scheduler
 from scheduler.errors import SpecError
 from scheduler.invokers import Outcome
+from scheduler.outcome_batch import Report, finish_together
 from scheduler.spec import JobSpec, load_job_file
 from scheduler.storage import job_store
 from scheduler.storage.db import make_engine
@@ -170,13 +171,16 @@ def test_a_buffered_run_whose_turn_comes_waits_for_its_upstreams(
     assert rows(engine, "d")[1]["status"] == "SUCCEEDED"
 
 
-def test_scheduled_slots_wait_in_a_tick_batch_too(db: sqlalchemy.Engine, clock: Clock):
+def test_scheduled_slots_wait_in_a_tick_batch_too(
+    db: sqlalchemy.Engine, clock: Clock, caplog: pytest.LogCaptureFixture
+):
     engine, port = engine_with(db, clock)
     add(engine, spec("a", "every 60s"), spec("d", "every 60s", **needs("a")))
     clock.now = max(eta for _, _, eta in port.ticks)
     ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
     port.clear()
     engine.tick_many(ticks, start_here=True)
+    assert "one by one" not in caplog.text  # the batch took them both
     [d] = rows(engine, "d")
     assert (d["status"], d["reason"], d["slot"]) == ("WAITING", "upstream", clock.now)
     deliver(engine, port)  # a runs and succeeds: d starts
@@ -345,3 +349,22 @@ def test_prune_keeps_a_job_another_project_requires(db: sqlalchemy.Engine, clock
         sched.apply([], project="q", prune=True)
     sched.apply([JobSpec("q", "x", "triggered")], project="q", prune=True)  # y goes
     assert {j["id"] for j in sched.jobs()} == {"p/d", "q/x"}
+
+
+def test_upstreams_that_succeed_in_one_group_of_outcomes_release_their_downstream(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """A group holds its runs' updates until its end: the second success must still
+    find the first one's, unwritten."""
+    engine, port = engine_with(db, clock, Scripted(None, None))
+    add(engine, spec("a"), spec("b"), spec("d", **needs("a", "b")))
+    sched = Scheduler(engine)
+    sched.trigger("p/d")
+    sched.trigger("p/a")
+    sched.trigger("p/b")
+    deliver(engine, port)  # a and b claimed; their workers died
+    ok = Outcome(S.SUCCEEDED)
+    reports = [Report(rows(engine, n)[0]["id"], 1, ok) for n in ("a", "b")]
+    finish_together(engine.runs, reports)
+    assert [r.recorded for r in reports] == [True, True]
+    assert rows(engine, "d")[0]["status"] == "STARTING"
