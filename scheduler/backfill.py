@@ -149,6 +149,7 @@ def promote(engine: Engine, conn: Connection, job: JobRow, now: datetime, count:
                 run_store.update_invocation(conn, inv.id, **columns)
                 continue
             text = debuglog.append(columns.pop("log", inv.log), now, "backfill: starting")
-            messages += pools.begin(engine, conn, pool, inv.id, columns | {"log": text}, text, now)
+            columns |= {"log": text}
+            messages += pools.begin(conn, pool, inv.id, columns, text, now, engine.grace)
             count -= 1
     return messages

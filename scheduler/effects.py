@@ -88,8 +88,19 @@ class Recheck:
     job_id: int
 
 
-Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert | Recheck
-# What a port sends (``send``): all but a ``Recheck``, which the engine keeps.
+@dataclass(frozen=True)
+class Fill:
+    """Hand a pool's free places to its waiters: a run came to wait for one, or ended
+    holding one. Not sent: the engine fills the pool itself, in a transaction of its
+    own, once the one that asked has committed (``scheduler.pools``)."""
+
+    pool: str
+
+
+Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert | Recheck | Fill
+# What the engine keeps: carried out here, after commit, rather than sent.
+Kept = (Recheck, Fill)
+# What a port sends (``send``): all but what the engine keeps.
 Sent = SendTick | SendStart | SendRevoke | SendRun | SendAlert
 
 

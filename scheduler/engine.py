@@ -30,7 +30,18 @@ from scheduler import backfill as backfills
 from scheduler import debuglog, pools, tick_batch, upstream
 from scheduler.alerts import raising
 from scheduler.controls import controls_of
-from scheduler.effects import Fed, Message, Port, Recheck, SendRun, SendStart, SendTick, send
+from scheduler.effects import (
+    Fed,
+    Fill,
+    Kept,
+    Message,
+    Port,
+    Recheck,
+    SendRun,
+    SendStart,
+    SendTick,
+    send,
+)
 from scheduler.errors import TransientError
 from scheduler.invokers import Invoker
 from scheduler.leases import Leases
@@ -371,7 +382,7 @@ class Engine:
             run_store.update_invocation(conn, waiting.id, **checked)
             return []
         pool = controls_of(job).pool
-        fed.messages += pools.begin(self, conn, pool, waiting.id, checked, waiting.log, now)
+        fed.messages += pools.begin(conn, pool, waiting.id, checked, waiting.log, now, self.grace)
         if pool is None:
             fed.started = waiting.id
         return []
@@ -416,7 +427,7 @@ class Engine:
         if not may:
             values = checked
         elif pool is not None:  # a place first
-            values = checked | pools.waiting_columns(pool, None, now)
+            values = checked | pools.waiting_columns(pool, None, now, checked.get("checks"))
         elif start_here:
             values = self.runs.attempt_columns(job, 1, None, now) | checked
         else:
@@ -429,7 +440,7 @@ class Engine:
         if not may:
             return []
         if pool is not None:
-            fed.messages += pools.enter(self, conn, inv_id, pool, now)
+            fed.messages.append(Fill(pool))
             return []
         fed.started = inv_id
         if not start_here:
@@ -488,8 +499,8 @@ class Engine:
             )
             if inv.status == RUNNING and job.kind == "celery" and inv.worker is not None:
                 messages.append(self.runs.revoke(conn, inv, now))
-        for inv in ended:  # places freed in a pool: after every run is ended
-            messages += pools.freed(self, conn, inv.pool, inv.status, now)
+        for inv in ended:  # places freed in a pool
+            messages += pools.freed(inv.pool, inv.status)
         return messages
 
     def recheck(self, job_ids: list[int]) -> None:
@@ -508,12 +519,25 @@ class Engine:
                 continue
             self.send(messages)
 
+    def fill(self, names: list[str]) -> None:
+        """Fill each pool of ``names`` in a transaction of its own (``pools.fill``). A
+        failure is logged: the watchdog's pass fills every pool with waiters."""
+        for name in names:
+            try:
+                with self.transaction() as conn:
+                    messages = pools.fill(self, conn, name, self.clock())
+            except Exception:
+                log.exception("pool %s could not be filled; the watchdog will", name)
+                continue
+            self.send(messages)
+
     def send(self, messages: list[Message]) -> None:
         """Send after commit. A failed send is logged, not raised: the state is committed
         and the watchdog repeats the step when its deadline lapses (a revoke: when its
         row in ``revokes`` is due), so a revoke that was sent is forgotten."""
         rechecks = sorted({m.job_id for m in messages if isinstance(m, Recheck)})
-        revoked = send(self.port, [m for m in messages if not isinstance(m, Recheck)], self.batch)
+        fills = sorted({m.pool for m in messages if isinstance(m, Fill)})
+        revoked = send(self.port, [m for m in messages if not isinstance(m, Kept)], self.batch)
         if revoked:
             try:
                 with self.transaction() as conn:
@@ -522,3 +546,5 @@ class Engine:
                 log.warning("could not forget the revokes sent of %s: %s", revoked, err)
         if rechecks:
             self.recheck(rechecks)
+        if fills:
+            self.fill(fills)

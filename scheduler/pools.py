@@ -17,15 +17,14 @@ another job's transaction: the job whose run ends holds its own job, then the po
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scheduler import debuglog
-from scheduler.effects import Message, SendStart
+from scheduler.effects import Fill, Message, SendStart
 from scheduler.invokers.call import DEFAULT_PRIORITY
 from scheduler.storage.models import invocations, jobs, pools
 from statemachine import InvocationStatus
@@ -40,48 +39,28 @@ S = InvocationStatus
 _SHOWN_HOLDERS = 10  # the runs ``explain`` names as holding a full pool
 
 
-@dataclass(frozen=True)
-class Filled:
-    """What a fill did: the runs it started, and the pool as it left it."""
-
-    started: list[int]
-    size: int
-    taken: int
-    messages: list[Message]
-
-
-def waiting_columns(pool: str, log: str | None, now: datetime) -> dict[str, Any]:
-    """The columns of a run about to start that must first get a place in ``pool``."""
+def waiting_columns(
+    pool: str, log: str | None, now: datetime, checks: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The columns of a run about to start that must first get a place in ``pool``
+    (``checks``: what was checked of it before, kept); since when it waits is its rank's
+    age (``statemachine.pool``)."""
     return dict(
         status=S.WAITING.value,
         reason=REASON,
         pool=pool,
         deadline=None,
+        checks={**(checks or {}), REASON: {"name": pool, "since": _iso(now)}},
         log=debuglog.append(log, now, f"waits for a place in pool {pool}"),
     )
 
 
-def enter(engine: Engine, conn: Connection, inv_id: int, pool: str, now: datetime) -> list[Message]:
-    """A run written WAITING for ``pool`` (``waiting_columns``) takes a place if one is
-    free and its rank allows; if not, it records who holds the pool, for ``explain``."""
-    filled = fill(engine, conn, pool, now)
-    if inv_id not in filled.started:
-        holders = _holders(conn, pool)
-        checks = {
-            REASON: {
-                "name": pool,
-                "size": filled.size,
-                "taken": filled.taken,
-                "held_by": holders,
-                "checked_at": _iso(now),
-            }
-        }
-        _merge_checks(conn, inv_id, checks)
-    return filled.messages
-
-
-def fill(engine: Engine, conn: Connection, pool: str, now: datetime) -> Filled:
-    """Hand ``pool``'s free places to its waiters, under the pool's lock."""
+def fill(engine: Engine, conn: Connection, pool: str, now: datetime) -> list[Message]:
+    """Hand ``pool``'s free places to its waiters, under the pool's lock, in a
+    transaction that holds no job: ``Fill`` messages bring each run that waits for a
+    place or ends one here, once its own transaction has committed (``Engine.send``),
+    so that no lock is ever taken after a pool's. A waiter left waiting records, the
+    first time, how full the pool was and who held it (for ``explain``)."""
     size = conn.execute(
         select(pools.c.size).where(pools.c.name == pool).with_for_update()
     ).scalar_one_or_none()
@@ -91,35 +70,41 @@ def fill(engine: Engine, conn: Connection, pool: str, now: datetime) -> Filled:
         .select_from(invocations)
         .where(invocations.c.pool == pool, invocations.c.status.in_(HOLDING))
     ).scalar_one()
-    if taken >= size:
-        return Filled([], size, taken, [])
     rows: dict[int, Any] = {}
     waiting = _waiters(conn, pool, rows)
     chosen = choose(waiting, size - taken, now)
     for waiter in chosen:
         row = rows[waiter.id]
         checks = row.checks or {}
-        if REASON in checks:  # it waited: since when it has a place
-            checks = checks | {REASON: checks[REASON] | {"released_at": _iso(now)}}
-        conn.execute(
-            update(invocations)
-            .where(invocations.c.id == waiter.id)
-            .values(
-                status=S.STARTING.value,
-                reason=None,
-                deadline=now + engine.grace,
-                checks=checks or None,
-                log=debuglog.append(row.log, now, f"a place in pool {pool}: starting"),
-            )
+        place = checks.get(REASON, {}) | {"released_at": _iso(now)}
+        _update(
+            conn,
+            waiter.id,
+            {
+                "status": S.STARTING.value,
+                "reason": None,
+                "deadline": now + engine.grace,
+                "checks": checks | {REASON: place},
+                "log": debuglog.append(row.log, now, f"a place in pool {pool}: starting"),
+            },
         )
-    started = [w.id for w in chosen]
-    return Filled(started, size, taken + len(chosen), [SendStart(i) for i in started])
+    left = [w.id for w in waiting if w not in chosen and "held_by" not in _place(rows[w.id])]
+    if left:
+        full = {"size": size, "taken": taken + len(chosen), "held_by": _holders(conn, pool)}
+        for inv_id in left:
+            checks = rows[inv_id].checks or {}
+            _update(conn, inv_id, {"checks": checks | {REASON: _place(rows[inv_id]) | full}})
+    return [SendStart(w.id) for w in chosen]
+
+
+def _place(row: Any) -> dict[str, Any]:
+    return (row.checks or {}).get(REASON, {})
 
 
 def _waiters(conn: Connection, pool: str, rows: dict[int, Any]) -> list[Waiter]:
     """The runs waiting for ``pool``, locked unless another transaction holds them (it
     is ending them: an abort), with their jobs' priorities; their rows go to ``rows``.
-    A waiter waits since it was made (a buffered run's wait for its turn counts)."""
+    A waiter waits since it came to the pool (``waiting_columns``)."""
     priority = func.coalesce(jobs.c.spec["priority"].as_integer(), DEFAULT_PRIORITY)
     query = (
         select(
@@ -141,7 +126,9 @@ def _waiters(conn: Connection, pool: str, rows: dict[int, Any]) -> list[Waiter]:
     waiters = []
     for row in conn.execute(query):
         rows[row.id] = row
-        waiters.append(Waiter(row.id, row.priority, row.created_at, row.filed_at))
+        since = _place(row).get("since")
+        came = datetime.fromisoformat(since) if since else row.created_at
+        waiters.append(Waiter(row.id, row.priority, came, row.filed_at))
     return waiters
 
 
@@ -159,17 +146,6 @@ def _holders(conn: Connection, pool: str) -> list[dict[str, Any]]:
     ]
 
 
-def _merge_checks(conn: Connection, inv_id: int, more: dict[str, Any]) -> None:
-    current = conn.execute(
-        select(invocations.c.checks).where(invocations.c.id == inv_id)
-    ).scalar_one_or_none()
-    conn.execute(
-        update(invocations)
-        .where(invocations.c.id == inv_id)
-        .values(checks={**(current or {}), **more})
-    )
-
-
 def fill_waiting(engine: Engine, now: datetime) -> list[Message]:
     """The watchdog's: fill every pool that has waiters, each in its own transaction.
     A place freed without an end (a job deleted with its running run, a size raised by
@@ -184,7 +160,7 @@ def fill_waiting(engine: Engine, now: datetime) -> list[Message]:
     messages: list[Message] = []
     for name in names:
         with engine.transaction() as conn:
-            messages += fill(engine, conn, name, engine.clock()).messages
+            messages += fill(engine, conn, name, engine.clock())
     return messages
 
 
@@ -204,7 +180,7 @@ def set_sizes(engine: Engine, conn: Connection, sizes: Mapping[str, int], now: d
                 index_elements=[pools.c.name], set_={"size": size, "updated_at": now}
             )
         )
-        messages += fill(engine, conn, name, now).messages
+        messages += fill(engine, conn, name, now)
     return messages
 
 
@@ -238,31 +214,30 @@ def _iso(value: datetime) -> str:
 
 
 def begin(
-    engine: Engine,
     conn: Connection,
     pool: str | None,
     inv_id: int,
     columns: dict[str, Any],
     log: str | None,
     now: datetime,
+    grace: timedelta,
 ) -> list[Message]:
-    """Start a run that may start (its row is locked): at once, or through ``pool``.
-    ``columns`` are what else to write of it (what was checked, its log)."""
+    """Start a run that may start (its row is locked): at once, or, in ``pool``, as a
+    waiter for its place. ``columns`` are what else to write of it (what was checked,
+    its log)."""
     if pool is None:
         values = {**columns, "status": S.STARTING.value, "reason": None}
-        _update(conn, inv_id, values | {"deadline": now + engine.grace})
+        _update(conn, inv_id, values | {"deadline": now + grace})
         return [SendStart(inv_id)]
-    text = columns.get("log", log)
-    _update(conn, inv_id, {**columns, **waiting_columns(pool, text, now)})
-    return enter(engine, conn, inv_id, pool, now)
+    text = columns.pop("log", log)
+    _update(conn, inv_id, {**columns, **waiting_columns(pool, text, now, columns.get("checks"))})
+    return [Fill(pool)]
 
 
-def freed(engine: Engine, conn: Connection, pool: str | None, was: str, now: datetime):
+def freed(pool: str | None, was: str) -> list[Message]:
     """A run of ``pool`` that was ``was`` has ended: if it held a place, the pool's
     waiters may take it."""
-    if pool is None or was not in HOLDING:
-        return []
-    return fill(engine, conn, pool, now).messages
+    return [Fill(pool)] if pool is not None and was in HOLDING else []
 
 
 def _update(conn: Connection, inv_id: int, values: dict[str, Any]) -> None:

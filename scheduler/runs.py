@@ -248,7 +248,7 @@ class Runs:
             if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE
             else []
         )
-        reads = revoke or inv.backfill or controls.triggers or inv.pool
+        reads = revoke or inv.backfill or controls.triggers
         if held is not None and reads:
             held.write(conn)  # what follows reads the rows as they now are
             held = None
@@ -299,7 +299,7 @@ class Runs:
         error = f" ({outcome.error})" if outcome.error else ""
         log.info("%s %s: %s%s", job.ref, slot, status, error)
         first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
-        first += pools.freed(self.engine, conn, inv.pool, inv.status, now)
+        first += pools.freed(inv.pool, inv.status)
         if status == S.SUCCEEDED and job.downstream:  # runs that waited for this one
             fresh = {} if held is None else held.fresh  # successes not written yet
             fresh[job.ref] = inv.filed_at
@@ -390,7 +390,7 @@ class Runs:
             deadline=None,
             log=debuglog.append(inv.log, now, f"{outcome.status.value}: {outcome.error}"),
         )
-        freed = pools.freed(self.engine, conn, inv.pool, inv.status, now)
+        freed = pools.freed(inv.pool, inv.status)
         if inv.backfill:
             if inv.status == WAITING and not inv.held:  # it was not in flight
                 return Fed(job.snapshot, freed)

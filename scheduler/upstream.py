@@ -17,7 +17,7 @@ transaction that could not yet see that success commits first, and is then found
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from scheduler.spec import JobSpec
 
 REASON = "upstream"
-ZERO = timedelta(0)
 # How long after its window closes a waiting run is still looked for by a success: the
 # watchdog settles it long before (within an interval), unless it was stopped that long.
 LATE = timedelta(days=1)
@@ -70,6 +69,7 @@ class Check:
     success: datetime | None
     last_success: datetime | None
     exists: bool = True
+    busy: bool = False  # unmet, its row held by another transaction (see ``check``)
 
     @property
     def met(self) -> bool:
@@ -108,6 +108,8 @@ def check(
     job: JobRow,
     reference: datetime,
     fresh: Mapping[str, datetime] | None = None,
+    *,
+    wait: bool = True,
 ) -> list[Check]:
     """Each upstream of ``job`` for a slot at ``reference`` (a triggered run: when it was
     triggered). ``fresh``: successes this transaction records and has not written yet,
@@ -116,7 +118,18 @@ def check(
     The upstreams' rows answer (``last_success_filed``, their newest success's filed
     time): no success in the window if it is before the window, one if it is within it.
     Only an upstream whose newest success is filed after the window (a backfill's slot,
-    or a run that waited long) has its runs read."""
+    or a run that waited long), or that succeeded before 0013 kept the column, has its
+    runs read.
+
+    A run found unmet waits (or waits on): the unmet upstreams' rows are then read
+    again under a share lock, which waits for any transaction recording a success of
+    theirs (it holds the upstream's row) to commit, and sees that success. A success's
+    own transaction reads the waiting runs after its upstream's lock (``release_after``):
+    so either the waiting run sees the success, or the success sees the waiting run.
+    Without ``wait`` (a success's transaction, which holds an upstream's row itself and
+    must not wait for another's), an upstream whose row another transaction holds is
+    left unmet and marked ``busy``: the run is looked at again once this transaction
+    has committed (``Recheck``)."""
     controls = controls_of(job)
     wanted = [
         (target_ref(job.ref, up.job), reference - up.within, reference + controls.max_wait)
@@ -124,22 +137,43 @@ def check(
     ]
     if not wanted:  # it requires nothing (now): met
         return []
+    checks = _checked(conn, wanted, fresh or {}, _UPSTREAMS)
+    unmet = [(c.job, c.since, c.until) for c in checks if c.exists and not c.met]
+    if unmet:
+        shared = _UPSTREAMS_SHARED if wait else _UPSTREAMS_SHARED_FREE
+        again = {c.job: c for c in _checked(conn, unmet, fresh or {}, shared) if c.exists}
+        checks = [
+            c if c.met or not c.exists else again.get(c.job) or replace(c, busy=True)
+            for c in checks
+        ]
+    return checks
+
+
+def _checked(
+    conn: Connection,
+    wanted: Sequence[tuple[str, datetime, datetime]],
+    fresh: Mapping[str, datetime],
+    statement: Any,
+) -> list[Check]:
     refs = [tuple(ref.rpartition("/")[::2]) for ref, _, _ in wanted]
-    found = {f"{r.project}/{r.name}": r for r in conn.execute(_UPSTREAMS, {"refs": refs})}
+    found = {f"{r.project}/{r.name}": r for r in conn.execute(statement, {"refs": refs})}
     checks = []
     for ref, since, until in wanted:
         row = found.get(ref)
         if row is None:
             checks.append(Check(ref, since, until, None, None, exists=False))
             continue
-        latest = max(
-            (t for t in (row.last_success_filed, (fresh or {}).get(ref)) if t is not None),
-            default=None,
-        )
+        unwritten = fresh.get(ref)
+        stored = row.last_success_filed
+        latest = max((t for t in (stored, unwritten) if t is not None), default=None)
         success = latest if latest is not None and since <= latest <= until else None
-        if latest is not None and latest > until:  # its newest is too new: read its runs
+        too_new = latest is not None and latest > until
+        unknown = row.last_success_filed is None and row.last_success_at is not None
+        if success is None and (too_new or unknown):  # read its runs
             window = {"b_job": row.id, "b_since": since, "b_until": until}
             success = conn.execute(_IN_WINDOW, window).scalar()
+            if unwritten is not None and since <= unwritten <= until:
+                success = max(success or unwritten, unwritten)
         checks.append(Check(ref, since, until, success, row.last_success_at))
     return checks
 
@@ -147,6 +181,8 @@ def check(
 _UPSTREAMS = select(
     jobs.c.id, jobs.c.project, jobs.c.name, jobs.c.last_success_at, jobs.c.last_success_filed
 ).where(tuple_(jobs.c.project, jobs.c.name).in_(bindparam("refs", expanding=True)))
+_UPSTREAMS_SHARED = _UPSTREAMS.order_by(jobs.c.id).with_for_update(read=True)
+_UPSTREAMS_SHARED_FREE = _UPSTREAMS.order_by(jobs.c.id).with_for_update(read=True, skip_locked=True)
 # An upstream's latest success filed in a window. The window bounds ``slot`` too, so that
 # PostgreSQL reads the (job, slot) index and only the partitions of those months; a
 # triggered run has no slot.
@@ -206,53 +242,48 @@ def release_after(
     now: datetime,
     fresh: Mapping[str, datetime],
 ) -> list[Message]:
-    """In the transaction that records a success of ``upstream``: start each run that
-    waited for it and now has every upstream met. ``fresh``: the successes this
-    transaction records and may not have written yet (a group of outcomes holds its
-    writes), by upstream and where each is filed; ``upstream``'s among them.
+    """In the transaction that records a success of ``upstream`` (which holds its row):
+    start each run that waited for it and now has every upstream met. ``fresh``: the
+    successes this transaction records and may not have written yet (a group of
+    outcomes holds its writes), by upstream and where each is filed; ``upstream``'s
+    among them.
 
-    Each waiting job is locked, after the upstream's, before its runs are read: a run
-    that a transaction made WAITING without seeing this success is then committed and
-    found. A waiting job that another transaction holds is not waited for (its lock,
-    taken after this one's, could close a cycle with a tick batch that holds it and
-    waits for this upstream): it is looked at again once this one commits
-    (``Recheck``), and the watchdog looks at every waiting run each pass besides."""
+    The waiting runs are read after the upstream's lock, so a run made WAITING by a
+    transaction that checked this upstream under a share lock (``check``) is committed
+    and found; one that checked before this transaction locked the upstream sees this
+    success. A waiting run another transaction holds is skipped, not waited for: that
+    transaction looks at it with this upstream under a share lock, which waits for this
+    one, and sees this success. Nothing here waits for a downstream's locks."""
     query = {"b_project": upstream.project, "b_name": upstream.name}
-    downstreams = sorted(conn.execute(_DOWNSTREAMS, query).scalars())
+    downstreams = {r.job_id: r.spec for r in conn.execute(_DOWNSTREAMS, query)}
     if not downstreams:
         return []
-    locked = job_store.try_lock_jobs(conn, downstreams)
-    messages: list[Message] = [Recheck(i) for i in downstreams if i not in locked]
-    # One whose window has closed (filed more than its max_wait ago) is the watchdog's.
-    busy = [job for job in locked.values() if may_wait(job)]
-    since = now - max((controls_of(job).max_wait for job in busy), default=ZERO) - LATE
-    for inv in run_store.held_runs(conn, [job.id for job in busy], REASON, since):
-        messages += _look_again(engine, conn, locked[inv.job_id], inv, now, fresh)
+    # A run whose window has closed (filed more than its max_wait ago) is the watchdog's.
+    max_wait = max(Controls.of(spec).max_wait for spec in downstreams.values())
+    since = now - max_wait - LATE
+    waiting = run_store.held_runs(conn, list(downstreams), REASON, since, skip_locked=True)
+    if not waiting:
+        return []
+    jobs_of = {job.id: job for job in job_store.read_jobs(conn, {i.job_id for i in waiting})}
+    messages: list[Message] = []
+    for inv in waiting:
+        messages += _look_again(engine, conn, jobs_of[inv.job_id], inv, now, fresh)
     return messages
 
 
-_DOWNSTREAMS = select(requirements.c.job_id).where(
-    requirements.c.project == bindparam("b_project"), requirements.c.name == bindparam("b_name")
+_DOWNSTREAMS = (
+    select(requirements.c.job_id, jobs.c.spec)
+    .select_from(requirements.join(jobs, jobs.c.id == requirements.c.job_id))
+    .where(
+        requirements.c.project == bindparam("b_project"),
+        requirements.c.name == bindparam("b_name"),
+    )
 )
 
 
-def may_wait(job: JobRow) -> bool:
-    """Whether ``job`` may have a run that waits for its upstreams, from its row alone.
-    Such a run is one its machine counts as started (active) and that has not reported
-    its start: an idle job has none, nor has a job of one run at a time whose one
-    active run has reported its start (a machine counts reported starts only since it
-    was last idle, so with more than one at a time that tells nothing)."""
-    snap = job.snapshot
-    if snap.active == 0:
-        return False
-    return not (
-        snap.active == 1 and snap.invocation_running and controls_of(job).overlap.capacity == 1
-    )
-
-
 def recheck(engine: Engine, conn: Connection, job: JobRow, now: datetime) -> list[Message]:
-    """Start each of ``job``'s (locked) runs that wait for their upstreams and now have
-    them met; record what the others wait for now."""
+    """Start each of ``job``'s runs that wait for their upstreams and now have them met;
+    record what the others wait for now."""
     messages: list[Message] = []
     for inv in run_store.held_runs(conn, [job.id], REASON):
         messages += _look_again(engine, conn, job, inv, now)
@@ -267,15 +298,15 @@ def _look_again(
     now: datetime,
     fresh: Mapping[str, datetime] | None = None,
 ) -> list[Message]:
-    checks = check(conn, job, _reference(inv), fresh)
+    checks = check(conn, job, _reference(inv), fresh, wait=fresh is None)
     if not all(c.met for c in checks):  # still waiting: what it waits for now
         run_store.update_invocation(conn, inv.id, checks=record(checks, now, inv))
-        return []
+        return [Recheck(job.id)] if any(c.busy for c in checks) else []
     met = {
         "checks": record(checks, now, inv, released=True),
         "log": debuglog.append(inv.log, now, "upstreams met"),
     }
-    return pools.begin(engine, conn, controls_of(job).pool, inv.id, met, None, now)
+    return pools.begin(conn, controls_of(job).pool, inv.id, met, None, now, engine.grace)
 
 
 def waiting_jobs(conn: Connection, limit: int) -> list[int]:
@@ -298,7 +329,7 @@ def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now
     starts, columns, messages = settle(conn, job, inv, now, waited=True)
     if starts:
         pool = controls_of(job).pool
-        messages += pools.begin(engine, conn, pool, inv.id, columns, inv.log, now)
+        messages += pools.begin(conn, pool, inv.id, columns, inv.log, now, engine.grace)
         return Fed(job.snapshot, messages)
     run_store.update_invocation(conn, inv.id, **columns)
     fed = engine.feed(conn, job, InvocationFinished(inv.id, now), now)

@@ -53,11 +53,9 @@ def lock_job(conn: Connection, job_id: int) -> JobRow | None:
     return None if row is None else JobRow.from_row(row)
 
 
-def try_lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
-    """Lock those of ``job_ids`` that no other transaction holds, in id order."""
-    query = select(jobs).where(jobs.c.id.in_(job_ids)).order_by(jobs.c.id)
-    rows = conn.execute(query.with_for_update(skip_locked=True))
-    return {row.id: JobRow.from_row(row) for row in rows}
+def read_jobs(conn: Connection, job_ids: set[int]) -> list[JobRow]:
+    """Jobs as they are, not locked."""
+    return [JobRow.from_row(r) for r in conn.execute(select(jobs).where(jobs.c.id.in_(job_ids)))]
 
 
 def read_job(conn: Connection, job_id: int) -> JobRow:

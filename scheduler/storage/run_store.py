@@ -283,11 +283,17 @@ def oldest_waiting(
 
 
 def held_runs(
-    conn: Connection, job_ids: list[int], reason: str, filed_since: datetime | None = None
+    conn: Connection,
+    job_ids: list[int],
+    reason: str,
+    filed_since: datetime | None = None,
+    *,
+    skip_locked: bool = False,
 ) -> list[InvocationRow]:
-    """The runs of ``job_ids`` (locked) that wait for ``reason`` (``upstream``:
-    scheduler.upstream), oldest first, locked; only those filed since ``filed_since``,
-    if given (PostgreSQL then reads the partitions of those months alone)."""
+    """The runs of ``job_ids`` that wait for ``reason`` (``upstream``:
+    scheduler.upstream), oldest first, locked (with ``skip_locked``: those no other
+    transaction holds); only those filed since ``filed_since``, if given (PostgreSQL
+    then reads the partitions of those months alone)."""
     if not job_ids:
         return []
     query = (
@@ -298,7 +304,7 @@ def held_runs(
             invocations.c.reason == reason,
         )
         .order_by(invocations.c.id)
-        .with_for_update()
+        .with_for_update(skip_locked=skip_locked)
     )
     if filed_since is not None:
         query = query.where(invocations.c.filed_at >= filed_since)

@@ -336,6 +336,7 @@ def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
     assert engine.runs.finish_invocation(run["id"], Outcome(S.SUCCEEDED), attempt=1)
     thread.join()
     assert errors == []
+    print("DLOG", rows(engine, "d")[0]["log"])
     assert rows(engine, "d")[0]["status"] == "STARTING"
     engine.db.dispose()
 
@@ -368,3 +369,44 @@ def test_upstreams_that_succeed_in_one_group_of_outcomes_release_their_downstrea
     finish_together(engine.runs, reports)
     assert [r.recorded for r in reports] == [True, True]
     assert rows(engine, "d")[0]["status"] == "STARTING"
+
+
+def test_two_upstreams_succeeding_at_once_release_their_downstream(pg_url: str, clock: Clock):
+    """a's and b's successes are recorded at once, each transaction holding its own
+    upstream: a's finds b held by b's transaction and cannot know whether b succeeds,
+    and b's finds d's waiting run held by a's. a's looks at d again once it has
+    committed, under a share lock on b that waits for b's transaction."""
+    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None, None))
+    add(engine, spec("a"), spec("b"), spec("d", **needs("a", "b")))
+    sched = Scheduler(engine)
+    sched.trigger("p/d")
+    sched.trigger("p/a")
+    sched.trigger("p/b")
+    deliver(engine, port)  # a and b claimed; their workers died
+    [a_run], [b_run] = rows(engine, "a"), rows(engine, "b")
+    ok, checked, errors = Outcome(S.SUCCEEDED), threading.Event(), []
+
+    def a_succeeds() -> None:
+        try:
+            with engine.transaction() as conn:
+                locked = engine.lock(conn, a_run["id"])
+                assert locked is not None
+                fed = engine.runs.record_outcome(conn, *locked, ok, clock.now)
+                checked.set()  # d: b is held by b's transaction
+                time.sleep(0.5)
+            engine.send(fed.messages)
+        except Exception as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=a_succeeds)
+    with engine.transaction() as conn:
+        locked = engine.lock(conn, b_run["id"])
+        assert locked is not None
+        thread.start()
+        assert checked.wait(5)
+        fed = engine.runs.record_outcome(conn, *locked, ok, clock.now)  # d's run: a's holds it
+    engine.send(fed.messages)
+    thread.join()
+    assert errors == []
+    assert rows(engine, "d")[0]["status"] == "STARTING"
+    engine.db.dispose()
