@@ -152,14 +152,14 @@ def job_document(jobs: int, period: float, step: float = 0, requires: bool = Fal
 
 
 def with_requirements(specs: list[dict], within: str) -> list[dict]:
-    """Every third job (0, 3, 6, ...) requires three of the others (the next two and the
-    fourth after it, or the first such ones near the end), each ``succeeded_within``:
-    with a window of two periods, each slot finds its upstreams' last success in it, so
-    what is measured is the cost of checking (and of the upstreams' releases), not of
-    waiting. Returns ``specs``, changed."""
+    """Every third job (0, 3, 6, ...) requires three of the others (the two before it and
+    the fourth before it; at the start, the first such ones after it), each
+    ``succeeded_within``: with a window of two periods, each slot finds its upstreams'
+    last success in it, so what is measured is the cost of checking (and of the
+    upstreams' releases), not of waiting. Returns ``specs``, changed."""
     plain = [i for i in range(len(specs)) if i % 3]
     for i in range(0, len(specs), 3):
-        ups = [j for j in (i + 1, i + 2, i + 4) if j < len(specs)]
+        ups = [j for j in (i - 1, i - 2, i - 4) if j >= 0]
         ups += [j for j in plain if j not in ups][: 3 - len(ups)]
         specs[i]["requires"] = [{"job": specs[j]["name"], "succeeded_within": within} for j in ups]
     return specs

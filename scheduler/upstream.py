@@ -271,12 +271,17 @@ def release_after(
     return messages
 
 
+# The jobs that require an upstream and may have a run waiting for it: one that waits is
+# one its job's machine counts as started (``active``). A run made WAITING meanwhile
+# checked the upstream under a share lock, which this transaction's lock held off until
+# that one had committed: so its job's count is read as it committed.
 _DOWNSTREAMS = (
     select(requirements.c.job_id, jobs.c.spec)
     .select_from(requirements.join(jobs, jobs.c.id == requirements.c.job_id))
     .where(
         requirements.c.project == bindparam("b_project"),
         requirements.c.name == bindparam("b_name"),
+        jobs.c.active > 0,
     )
 )
 
