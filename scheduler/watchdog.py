@@ -190,38 +190,48 @@ def repair_run(engine: Engine, invocation_id: int) -> str | None:
     worker has claimed is sent again under the same attempt number ("resent") until
     schedule-to-start runs out; a claimed one whose lease or timeout lapsed is ended
     ("expired"), and the retry policy applies. None: renewed or ended meanwhile."""
-    with engine.transaction() as conn:
-        now = engine.clock()
-        locked = engine.lock(conn, invocation_id)
-        if locked is None:
-            return None
-        inv, job = locked
+
+    def repair(conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Repaired:
         if inv.status != RUNNING or inv.deadline is None or inv.deadline >= now:
             return None
         outcome = _lapsed(inv, job, now)
         if outcome is None:
-            messages = _resend(engine, conn, inv, job, now)
-        else:
-            messages = engine.runs.record_outcome(conn, inv, job, outcome, now).messages
-    engine.send(messages)
-    return "expired" if outcome else "resent"
+            return "resent", _resend(engine, conn, inv, job, now)
+        return "expired", engine.runs.record_outcome(conn, inv, job, outcome, now).messages
+
+    return _on_run(engine, invocation_id, repair)
 
 
 def settle_hold(engine: Engine, invocation_id: int) -> str | None:
     """A run that waited ``max_wait`` for its upstreams starts, or ends by ``on_unmet``
     (``scheduler.upstream.lapse``). None: released or aborted meanwhile."""
-    with engine.transaction() as conn:
-        now = engine.clock()
-        locked = engine.lock(conn, invocation_id)
-        if locked is None:
-            return None
-        inv, job = locked
+
+    def settle(conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Repaired:
         waiting = inv.held and inv.reason == upstream.REASON
         if not waiting or inv.deadline is None or inv.deadline >= now:
             return None
-        messages = upstream.lapse(engine, conn, inv, job, now).messages
-    engine.send(messages)
-    return "settled"
+        return "settled", upstream.lapse(engine, conn, inv, job, now).messages
+
+    return _on_run(engine, invocation_id, settle)
+
+
+# What a repair of one run did (its name) and what it sends; None: nothing to do.
+Repaired = tuple[str, list[Message]] | None
+
+
+def _on_run(
+    engine: Engine,
+    invocation_id: int,
+    act: Callable[[Connection, InvocationRow, JobRow, datetime], Repaired],
+) -> str | None:
+    """``act`` on a run and its job, both locked, in a transaction; then send."""
+    with engine.transaction() as conn:
+        locked = engine.lock(conn, invocation_id)
+        done = None if locked is None else act(conn, *locked, engine.clock())
+    if done is None:
+        return None
+    engine.send(done[1])
+    return done[0]
 
 
 def _resend(

@@ -352,20 +352,27 @@ def test_prune_keeps_a_job_another_project_requires(db: sqlalchemy.Engine, clock
     assert {j["id"] for j in sched.jobs()} == {"p/d", "q/x"}
 
 
+def d_waits_for_a_and_b_running(engine, port: RecordingPort) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
+    """d waits for a and b, whose runs are claimed and never report (the engine's
+    invoker hangs twice): their outcomes are the test's to record. Returns their rows."""
+    add(engine, spec("a"), spec("b"), spec("d", **needs("a", "b")))
+    sched = Scheduler(engine)
+    sched.trigger("p/d")
+    sched.trigger("p/a")
+    sched.trigger("p/b")
+    deliver(engine, port)
+    return rows(engine, "a")[0], rows(engine, "b")[0]
+
+
 def test_upstreams_that_succeed_in_one_group_of_outcomes_release_their_downstream(
     db: sqlalchemy.Engine, clock: Clock
 ):
     """A group holds its runs' updates until its end: the second success must still
     find the first one's, unwritten."""
     engine, port = engine_with(db, clock, Scripted(None, None))
-    add(engine, spec("a"), spec("b"), spec("d", **needs("a", "b")))
-    sched = Scheduler(engine)
-    sched.trigger("p/d")
-    sched.trigger("p/a")
-    sched.trigger("p/b")
-    deliver(engine, port)  # a and b claimed; their workers died
+    a_run, b_run = d_waits_for_a_and_b_running(engine, port)
     ok = Outcome(S.SUCCEEDED)
-    reports = [Report(rows(engine, n)[0]["id"], 1, ok) for n in ("a", "b")]
+    reports = [Report(run["id"], 1, ok) for run in (a_run, b_run)]
     finish_together(engine.runs, reports)
     assert [r.recorded for r in reports] == [True, True]
     assert rows(engine, "d")[0]["status"] == "STARTING"
@@ -377,13 +384,7 @@ def test_two_upstreams_succeeding_at_once_release_their_downstream(pg_url: str, 
     and b's finds d's waiting run held by a's. a's looks at d again once it has
     committed, under a share lock on b that waits for b's transaction."""
     engine, port = engine_with(make_engine(pg_url), clock, Scripted(None, None))
-    add(engine, spec("a"), spec("b"), spec("d", **needs("a", "b")))
-    sched = Scheduler(engine)
-    sched.trigger("p/d")
-    sched.trigger("p/a")
-    sched.trigger("p/b")
-    deliver(engine, port)  # a and b claimed; their workers died
-    [a_run], [b_run] = rows(engine, "a"), rows(engine, "b")
+    a_run, b_run = d_waits_for_a_and_b_running(engine, port)
     ok, checked, errors = Outcome(S.SUCCEEDED), threading.Event(), []
 
     def a_succeeds() -> None:
