@@ -377,9 +377,10 @@ class Engine:
             log.error("job %s counted a waiting run it does not have", job.ref)
             return self._follow_up(job, fed, Abandon(), now)
         fed.snapshot.invocation_id = waiting.id
-        may, checked = self.checked(conn, job, waiting.filed_at, waiting.log, now)
+        may, checked, again = self.checked(conn, job, waiting.filed_at, waiting.log, now)
         if not may:
             run_store.update_invocation(conn, waiting.id, **checked)
+            fed.messages += again
             return []
         pool = controls_of(job).pool
         fed.messages += pools.begin(conn, pool, waiting.id, checked, waiting.log, now, self.grace)
@@ -394,18 +395,20 @@ class Engine:
         reference: datetime | None,
         log_text: str | None,
         now: datetime,
-    ) -> tuple[bool, dict[str, Any]]:
-        """Whether a run about to start may start, and what to write of that: a job's
-        upstreams (``scheduler.upstream``) are checked, and a run they do not allow
-        waits for them instead, with the columns returned."""
+    ) -> tuple[bool, dict[str, Any], list[Message]]:
+        """Whether a run about to start may start, what to write of that, and what to
+        send: a job's upstreams (``scheduler.upstream``) are checked, and a run they do
+        not allow waits for them instead, with the columns returned (and a ``Recheck``
+        if an unmet upstream's success may be under way)."""
         controls = controls_of(job)
         if not controls.requires:
-            return True, {}
+            return True, {}, []
         assert reference is not None
         checks = upstream.check(conn, job, reference)
         if all(c.met for c in checks):
-            return True, {"checks": upstream.record(checks, now)}
-        return False, upstream.hold_columns(controls, checks, log_text, now)
+            return True, {"checks": upstream.record(checks, now)}, []
+        again = [Recheck(job.id)] if any(c.busy for c in checks) else []
+        return False, upstream.hold_columns(controls, checks, log_text, now), again
 
     def _start_new(
         self,
@@ -422,7 +425,7 @@ class Engine:
         not yet claimed, and sent to its worker; else STARTING, for a start message to
         begin it. A run whose upstreams are not met is written WAITING for them
         (``scheduler.upstream``): the machine counts it as started all the same."""
-        may, checked = self.checked(conn, job, slot or now, None, now)
+        may, checked, again = self.checked(conn, job, slot or now, None, now)
         pool = controls_of(job).pool
         if not may:
             values = checked
@@ -438,6 +441,7 @@ class Engine:
             return self._follow_up(job, fed, Abandon(), now)
         fed.snapshot.invocation_id = inv_id
         if not may:
+            fed.messages += again
             return []
         if pool is not None:
             fed.messages.append(Fill(pool))
@@ -503,21 +507,32 @@ class Engine:
             messages += pools.freed(inv.pool, inv.status)
         return messages
 
-    def recheck(self, job_ids: list[int]) -> None:
-        """Look again at the runs of ``job_ids`` that wait for their upstreams, each job
-        in a transaction of its own (``scheduler.upstream.release_after``). A failure is
-        logged: the watchdog's pass looks at them again."""
+    def recheck(self, job_ids: list[int], *, again: bool = True) -> None:
+        """Look again at the runs of ``job_ids`` that wait for their upstreams
+        (``scheduler.upstream``), each job in transactions of its own: first wait, holding
+        nothing, for any transaction that holds one of its upstreams (a success may be
+        under way), then lock the job and look. An upstream held again by then is looked
+        at once more (``again``), then left to the watchdog's pass, as is a failure."""
         for job_id in job_ids:
             try:
                 with self.transaction() as conn:
-                    job = job_store.lock_job(conn, job_id)
-                    messages = (
-                        [] if job is None else upstream.recheck(self, conn, job, self.clock())
-                    )
+                    job = job_store.read_jobs(conn, {job_id})
+                    if job:
+                        upstream.wait_for_upstreams(conn, job[0])
+                with self.transaction() as conn:
+                    locked = job_store.lock_job(conn, job_id)
+                    now = self.clock()
+                    messages = [] if locked is None else upstream.recheck(self, conn, locked, now)
             except Exception:
                 log.exception("job %s: its waiting runs could not be looked at again", job_id)
                 continue
-            self.send(messages)
+            pool = None if locked is None else controls_of(locked).pool
+            if pool is not None:  # a waiter's lock this held kept a fill from starting it
+                messages.append(Fill(pool))
+            busy = [m for m in messages if isinstance(m, Recheck)]
+            self.send([m for m in messages if not isinstance(m, Recheck)])
+            if busy and again:
+                self.recheck([job_id], again=False)
 
     def fill(self, names: list[str]) -> None:
         """Fill each pool of ``names`` in a transaction of its own (``pools.fill``). A

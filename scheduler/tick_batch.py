@@ -142,7 +142,8 @@ def _hold(
             case StartInvocation(slot=slot, trigger_id=None) if (
                 step.slot is None and "pool" not in job.spec
             ):
-                may, checked = engine.checked(conn, job, slot, None, now)
+                may, checked, again = engine.checked(conn, job, slot, None, now)
+                step.fed.messages += again
                 if not may:
                     columns = checked
                 elif start_here:

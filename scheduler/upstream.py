@@ -38,7 +38,7 @@ from sqlalchemy import update as sql_update
 from scheduler import debuglog, pools
 from scheduler.alerts import raising
 from scheduler.controls import Controls, controls_of
-from scheduler.effects import Fed, Message, Recheck
+from scheduler.effects import Fed, Fill, Message, Recheck
 from scheduler.invokers import Outcome
 from scheduler.storage import job_store, run_store
 from scheduler.storage.models import REQUIRING, invocations, jobs, requirements
@@ -108,8 +108,6 @@ def check(
     job: JobRow,
     reference: datetime,
     fresh: Mapping[str, datetime] | None = None,
-    *,
-    wait: bool = True,
 ) -> list[Check]:
     """Each upstream of ``job`` for a slot at ``reference`` (a triggered run: when it was
     triggered). ``fresh``: successes this transaction records and has not written yet,
@@ -122,14 +120,13 @@ def check(
     runs read.
 
     A run found unmet waits (or waits on): the unmet upstreams' rows are then read
-    again under a share lock, which waits for any transaction recording a success of
-    theirs (it holds the upstream's row) to commit, and sees that success. A success's
-    own transaction reads the waiting runs after its upstream's lock (``release_after``):
-    so either the waiting run sees the success, or the success sees the waiting run.
-    Without ``wait`` (a success's transaction, which holds an upstream's row itself and
-    must not wait for another's), an upstream whose row another transaction holds is
-    left unmet and marked ``busy``: the run is looked at again once this transaction
-    has committed (``Recheck``)."""
+    again under a share lock, which keeps any success of theirs from being recorded
+    until this transaction has committed; a success's transaction reads the waiting runs
+    after its upstream's lock (``release_after``), so it finds this one. An unmet
+    upstream whose row another transaction holds (a success may be under way) is not
+    waited for, since the caller holds job rows that transaction may want: it is marked
+    ``busy``, and the run is looked at again once the caller has committed
+    (``Recheck``, which first waits for such transactions holding nothing)."""
     controls = controls_of(job)
     wanted = [
         (target_ref(job.ref, up.job), reference - up.within, reference + controls.max_wait)
@@ -140,8 +137,8 @@ def check(
     checks = _checked(conn, wanted, fresh or {}, _UPSTREAMS)
     unmet = [(c.job, c.since, c.until) for c in checks if c.exists and not c.met]
     if unmet:
-        shared = _UPSTREAMS_SHARED if wait else _UPSTREAMS_SHARED_FREE
-        again = {c.job: c for c in _checked(conn, unmet, fresh or {}, shared) if c.exists}
+        shared = _checked(conn, unmet, fresh or {}, _UPSTREAMS_SHARED_FREE)
+        again = {c.job: c for c in shared if c.exists}
         checks = [
             c if c.met or not c.exists else again.get(c.job) or replace(c, busy=True)
             for c in checks
@@ -181,7 +178,7 @@ def _checked(
 _UPSTREAMS = select(
     jobs.c.id, jobs.c.project, jobs.c.name, jobs.c.last_success_at, jobs.c.last_success_filed
 ).where(tuple_(jobs.c.project, jobs.c.name).in_(bindparam("refs", expanding=True)))
-_UPSTREAMS_SHARED = _UPSTREAMS.order_by(jobs.c.id).with_for_update(read=True)
+_UPSTREAMS_SHARED = _UPSTREAMS.order_by(jobs.c.id).with_for_update(read=True)  # waits
 _UPSTREAMS_SHARED_FREE = _UPSTREAMS.order_by(jobs.c.id).with_for_update(read=True, skip_locked=True)
 # An upstream's latest success filed in a window. The window bounds ``slot`` too, so that
 # PostgreSQL reads the (job, slot) index and only the partitions of those months; a
@@ -264,8 +261,11 @@ def release_after(
     waiting = run_store.held_runs(conn, list(downstreams), REASON, since, skip_locked=True)
     if not waiting:
         return []
+    # A run that enters its pool here may be held meanwhile by another transaction that
+    # read it waiting for its upstreams: each pool of these jobs is filled again.
+    fills = {Controls.of(spec).pool for spec in downstreams.values()} - {None}
     jobs_of = {job.id: job for job in job_store.read_jobs(conn, {i.job_id for i in waiting})}
-    messages: list[Message] = []
+    messages: list[Message] = [Fill(pool) for pool in sorted(fills)]  # type: ignore[type-var]
     for inv in waiting:
         messages += _look_again(engine, conn, jobs_of[inv.job_id], inv, now, fresh)
     return messages
@@ -303,7 +303,7 @@ def _look_again(
     now: datetime,
     fresh: Mapping[str, datetime] | None = None,
 ) -> list[Message]:
-    checks = check(conn, job, _reference(inv), fresh, wait=fresh is None)
+    checks = check(conn, job, _reference(inv), fresh)
     if not all(c.met for c in checks):  # still waiting: what it waits for now
         run_store.update_invocation(conn, inv.id, checks=record(checks, now, inv))
         return [Recheck(job.id)] if any(c.busy for c in checks) else []
@@ -312,6 +312,16 @@ def _look_again(
         "log": debuglog.append(inv.log, now, "upstreams met"),
     }
     return pools.begin(conn, controls_of(job).pool, inv.id, met, None, now, engine.grace)
+
+
+def wait_for_upstreams(conn: Connection, job: JobRow) -> None:
+    """Wait, holding no other lock, until no transaction holds a row of ``job``'s
+    upstreams: a success of theirs under way has then committed (``Engine.recheck``)."""
+    refs = [
+        tuple(target_ref(job.ref, up.job).rpartition("/")[::2]) for up in controls_of(job).requires
+    ]
+    if refs:
+        conn.execute(_UPSTREAMS_SHARED, {"refs": refs}).all()
 
 
 def waiting_jobs(conn: Connection, limit: int) -> list[int]:
@@ -330,7 +340,10 @@ def waiting_jobs(conn: Connection, limit: int) -> list[int]:
 
 def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
     """``max_wait`` has passed for a waiting run (the watchdog, both rows locked): start
-    it if its upstreams are met after all, else as ``on_unmet`` says."""
+    it if its upstreams are met after all, else as ``on_unmet`` says; unless an unmet
+    upstream's success may be under way (``busy``): it is looked at again first."""
+    if any(c.busy for c in check(conn, job, _reference(inv))):
+        return Fed(job.snapshot, [Recheck(job.id)])
     starts, columns, messages = settle(conn, job, inv, now, waited=True)
     if starts:
         pool = controls_of(job).pool

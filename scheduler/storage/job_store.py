@@ -38,8 +38,11 @@ if TYPE_CHECKING:
 
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.
-_LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update()
-_TRY_LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update(skip_locked=True)
+# Jobs are locked FOR NO KEY UPDATE (``key_share``): writers of a job still exclude each
+# other, and share locks (``scheduler.upstream``) still wait for them, but the foreign
+# key checks of their runs' rows (FOR KEY SHARE) do not, so a run row written twice in
+# one transaction never waits on its job's lock.
+_LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update(key_share=True)
 _SAVE_JOB = update(jobs).where(
     jobs.c.id == bindparam("b_id"), jobs.c.generation == bindparam("b_generation")
 )
@@ -110,7 +113,7 @@ def lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
     ordered = sorted(job_ids)
     for i in range(0, len(ordered), _IDS_PER_STATEMENT):
         query = select(jobs).where(_id_in(conn, ordered[i : i + _IDS_PER_STATEMENT]))
-        rows = conn.execute(query.order_by(jobs.c.id).with_for_update())
+        rows = conn.execute(query.order_by(jobs.c.id).with_for_update(key_share=True))
         found |= {r.id: JobRow.from_row(r) for r in rows}
     return found
 
@@ -347,7 +350,7 @@ def claim_lapsed_jobs(conn: Connection, now: datetime, limit: int) -> list[JobRo
         .where(jobs.c.watchdog_at < now)
         .order_by(jobs.c.watchdog_at)
         .limit(limit)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     )
     return [JobRow.from_row(r) for r in conn.execute(query)]
 

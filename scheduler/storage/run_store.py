@@ -43,7 +43,7 @@ _LOCK_RUN = (
     select(jobs, invocations)
     .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
     .where(jobs.c.id == bindparam("b_job"), invocations.c.id == bindparam("b_inv"))
-    .with_for_update()
+    .with_for_update(key_share=True)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 # A worker's claim locks the run alone: it never waits on the job, so it cannot take the
@@ -64,7 +64,7 @@ _LOCK_RUNS = (
     .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
     .where(invocations.c.id.in_(bindparam("b_invs", expanding=True)))
     .order_by(jobs.c.id, invocations.c.id)
-    .with_for_update(skip_locked=True)
+    .with_for_update(skip_locked=True, key_share=True)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))

@@ -1,0 +1,236 @@
+"""Transactions of ``requires`` and pools that meet: none waits for another in a cycle
+(PostgreSQL would end one as a deadlock), and none leaves a run waiting that may start.
+Each test holds one side open in a thread while the other runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from scheduler import runs as runs_mod
+from scheduler import upstream
+from scheduler.api import Scheduler
+from scheduler.invokers import Outcome
+from scheduler.outcome_batch import Report, finish_together
+from scheduler.storage import job_store
+from scheduler.storage.db import make_engine
+from statemachine import InvocationStatus
+from tests.conftest import Clock
+from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
+from tests.integration.test_engine import job
+from tests.integration.test_pools import apply as papply
+from tests.integration.test_upstream import d_waits_for_a_and_b_running, needs
+
+pytestmark = pytest.mark.postgres
+S = InvocationStatus
+
+
+def test_recheck_vs_batch_deadlock(pg_url: str, clock: Clock):
+    """Engine.recheck(d): d's job row, d's waiting run, then FOR SHARE on unmet v
+    (blocking). A tick batch locks its jobs in id order: v, then d."""
+    engine, port = engine_with(make_engine(pg_url), clock)
+    add(engine, spec("v"), spec("d", **needs("v")))
+    v, d = job(engine, "p/v"), job(engine, "p/d")
+    assert v.id < d.id
+    Scheduler(engine).trigger("p/d")
+    assert rows(engine, "d")[0]["status"] == "WAITING"
+    holding, errors = threading.Event(), []
+
+    def batch():
+        try:
+            with engine.transaction() as conn:
+                job_store.lock_jobs(conn, [v.id])
+                holding.set()
+                time.sleep(0.5)
+                job_store.lock_jobs(conn, [d.id])
+        except Exception as err:
+            errors.append(err)
+
+    t = threading.Thread(target=batch)
+    t.start()
+    holding.wait(5)
+    try:  # the body of Engine.recheck's second transaction, which logs what it raises
+        with engine.transaction() as conn:
+            jd = job_store.lock_job(conn, d.id)
+            upstream.recheck(engine, conn, jd, clock.now)
+    except Exception as err:
+        errors.append(err)
+    t.join()
+    assert errors == []
+
+
+def test_two_batches_share_each_other(pg_url: str, clock: Clock):
+    """Batch 1 holds d1 and u2 and checks d1 (requires u1, unmet): FOR SHARE u1.
+    Batch 2 holds d2 and u1 and checks d2 (requires u2, unmet): FOR SHARE u2."""
+    engine, port = engine_with(make_engine(pg_url), clock)
+    add(engine, spec("u1"), spec("u2"), spec("d1", **needs("u1")), spec("d2", **needs("u2")))
+    u1, u2, d1, d2 = (job(engine, f"p/{n}") for n in ("u1", "u2", "d1", "d2"))
+    barrier, errors = threading.Barrier(2), []
+
+    def batch(ids, checked):
+        try:
+            with engine.transaction() as conn:
+                locked = job_store.lock_jobs(conn, ids)
+                barrier.wait(5)
+                engine.checked(conn, locked[checked], clock.now, None, clock.now)
+        except Exception as err:
+            errors.append(err)
+
+    ts = [
+        threading.Thread(target=batch, args=([d1.id, u2.id], d1.id)),
+        threading.Thread(target=batch, args=([d2.id, u1.id], d2.id)),
+    ]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+
+
+def test_epq_lock_kept_strands_pool_waiter(pg_url: str, clock: Clock):
+    """a's success releases d's run into pool gp (WAITING/pool). A recheck of d that read
+    the run WAITING/upstream before a's commit locks its new version (which no longer
+    matches) and keeps that lock: the Fill after a's commit skips it."""
+    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None))
+    papply(engine, spec("a"), spec("d", pool="gp", **needs("a")), pools={"gp": 1})
+    d = job(engine, "p/d")
+    Scheduler(engine).trigger("p/d")
+    Scheduler(engine).trigger("p/a")
+    deliver(engine, port)  # a claimed, worker died
+    [a_run] = rows(engine, "a")
+    [r] = rows(engine, "d")
+    assert (r["status"], r["reason"]) == ("WAITING", "upstream")
+    committed, errors = threading.Event(), []
+    a_locked = threading.Event()
+    release = threading.Event()
+
+    def a_succeeds():
+        try:
+            with engine.transaction() as conn:
+                locked = engine.lock(conn, a_run["id"])
+                fed = engine.runs.record_outcome(conn, *locked, Outcome(S.SUCCEEDED), clock.now)
+                a_locked.set()
+                release.wait(5)
+            committed.set()
+            engine.send(fed.messages)  # Fill(gp) here
+        except Exception as err:
+            errors.append(err)
+
+    def recheck():
+        try:
+            engine.recheck([d.id])  # waits for a's transaction, then looks
+        except Exception as err:
+            errors.append(err)
+
+    ta = threading.Thread(target=a_succeeds)
+    ta.start()
+    a_locked.wait(5)
+    tr = threading.Thread(target=recheck)
+    tr.start()
+    time.sleep(0.5)  # recheck is now waiting for r's lock
+    release.set()
+    ta.join()
+    tr.join()
+    [r] = rows(engine, "d")
+    assert errors == []
+    assert r["status"] == "STARTING", "stranded until the watchdog"
+
+
+def test_group_second_update_fk_vs_recheck(pg_url: str, clock: Clock, monkeypatch):
+    """The observed deadlock: a group records a's and b's successes (d requires both).
+    a's release_after updates d's run (checks); b's updates it again (released): the
+    second UPDATE of a row this transaction already wrote fires the FK check, FOR KEY
+    SHARE on d's jobs row. Meanwhile Engine.recheck(d) holds d FOR UPDATE and waits in
+    held_runs for d's run, which the group holds."""
+    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None, None))
+    a_run, b_run = d_waits_for_a_and_b_running(engine, port)
+    d = job(engine, "p/d")
+    first_done, go, errors = threading.Event(), threading.Event(), []
+    real = upstream.release_after
+    calls = []
+
+    def paused(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            first_done.set()
+            go.wait(5)
+        return out
+
+    monkeypatch.setattr(runs_mod.upstream, "release_after", paused)
+    reports = [Report(run["id"], 1, Outcome(S.SUCCEEDED)) for run in (a_run, b_run)]
+
+    def group():
+        try:
+            finish_together(engine.runs, reports)
+        except Exception as err:
+            errors.append(err)
+
+    def recheck():
+        try:
+            with engine.transaction() as conn:
+                jd = job_store.lock_job(conn, d.id)
+                upstream.recheck(engine, conn, jd, clock.now)
+        except Exception as err:
+            errors.append(err)
+
+    tg = threading.Thread(target=group)
+    tg.start()
+    first_done.wait(5)
+    tr = threading.Thread(target=recheck)
+    tr.start()
+    time.sleep(0.5)  # recheck holds d and waits for d's run
+    go.set()
+    tg.join()
+    tr.join()
+    assert errors == []
+    assert [r.recorded for r in reports] == [True, True]
+
+
+def test_group_second_update_fk_vs_batch(pg_url: str, clock: Clock, monkeypatch):
+    """Same group; a tick batch holds d (lock_jobs) and checks d's upstreams: FOR SHARE a,
+    which the group holds."""
+    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None, None))
+    a_run, b_run = d_waits_for_a_and_b_running(engine, port)
+    d = job(engine, "p/d")
+    first_done, go, errors = threading.Event(), threading.Event(), []
+    real = upstream.release_after
+    calls = []
+
+    def paused(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            first_done.set()
+            go.wait(5)
+        return out
+
+    monkeypatch.setattr(runs_mod.upstream, "release_after", paused)
+    reports = [Report(run["id"], 1, Outcome(S.SUCCEEDED)) for run in (a_run, b_run)]
+
+    def group():
+        try:
+            finish_together(engine.runs, reports)
+        except Exception as err:
+            errors.append(err)
+
+    def batch():
+        try:
+            with engine.transaction() as conn:
+                locked = job_store.lock_jobs(conn, [d.id])
+                engine.checked(conn, locked[d.id], clock.now, None, clock.now)
+        except Exception as err:
+            errors.append(err)
+
+    tg = threading.Thread(target=group)
+    tg.start()
+    first_done.wait(5)
+    tb = threading.Thread(target=batch)
+    tb.start()
+    time.sleep(0.5)
+    go.set()
+    tg.join()
+    tb.join()
+    assert errors == []
