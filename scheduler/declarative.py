@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from scheduler import pools, progress, upstream
-from scheduler.effects import Fed, Message, SendTick
+from scheduler.effects import Fed, Fill, Message, SendTick
 from scheduler.engine import Engine
 from scheduler.errors import CronchainError, SpecError, TransientError
 from scheduler.spec import JobFile, JobSpec, load_job_file
@@ -180,11 +180,13 @@ class _Steps:
             self.batch.write(self.conn)
 
     def write(self, label: str) -> list[Message]:
-        """Write what is held and delete the doomed jobs; the messages to send."""
+        """Write what is held and delete the doomed jobs; the messages to send (with a
+        fill of each pool a deleted job's runs held places in)."""
         with progress.stage(label, len(self.batch), "jobs") as advance:
             self.batch.write(self.conn, advance)
+        freed = pools.held_by(self.conn, self.doomed)
         job_store.delete_jobs(self.conn, self.doomed)
-        return self.messages
+        return [*self.messages, *(Fill(pool) for pool in freed)]
 
     def _lock(self, job_id: int) -> JobRow:
         job = job_store.lock_job(self.conn, job_id)

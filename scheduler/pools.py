@@ -213,6 +213,22 @@ def _iso(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
+def held_by(conn: Connection, job_ids: list[int]) -> list[str]:
+    """The pools in which runs of ``job_ids`` hold places."""
+    if not job_ids:
+        return []
+    query = (
+        select(invocations.c.pool)
+        .where(
+            invocations.c.job_id.in_(job_ids),
+            invocations.c.pool.isnot(None),
+            invocations.c.status.in_(HOLDING),
+        )
+        .distinct()
+    )
+    return sorted(conn.execute(query).scalars())
+
+
 def begin(
     conn: Connection,
     pool: str | None,

@@ -135,7 +135,7 @@ def test_a_backfill_goes_through_its_pool(db: sqlalchemy.Engine, clock: Clock):
     assert running(engine) == 0
 
 
-def test_the_watchdog_fills_a_place_freed_by_a_deleted_job(db: sqlalchemy.Engine, clock: Clock):
+def test_a_place_freed_by_a_deleted_job_is_filled(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(HANG))
     apply(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 1})
     sched = Scheduler(engine)
@@ -145,9 +145,7 @@ def test_the_watchdog_fills_a_place_freed_by_a_deleted_job(db: sqlalchemy.Engine
     apply(engine, spec("b", pool="gpu"))  # a is disabled: its run still holds the place
     assert running(engine) == 1
     sched.apply([spec("b", pool="gpu")], project="p", prune=True)  # a deleted with its run
-    assert rows(engine, "b")[0]["status"] == "WAITING"
-    watchdog.run_once(engine)
-    assert rows(engine, "b")[0]["status"] == "STARTING"
+    assert rows(engine, "b")[0]["status"] == "STARTING"  # filled once the apply committed
 
 
 def test_a_job_names_a_pool_that_exists(db: sqlalchemy.Engine, clock: Clock):
@@ -162,3 +160,14 @@ def test_a_job_names_a_pool_that_exists(db: sqlalchemy.Engine, clock: Clock):
     for bad, message in (({"x": -1}, "pools.x: must be a whole number"), ([1], "mapping")):
         with pytest.raises(SpecError, match=message):
             parse_job_file({"project": "p", "pools": bad, "jobs": []})
+
+
+def test_the_watchdog_fills_a_pool_whose_fill_was_lost(db: sqlalchemy.Engine, clock: Clock):
+    engine, _ = engine_with(db, clock)
+    apply(engine, spec("a", pool="gpu"), pools={"gpu": 0})
+    Scheduler(engine).trigger("p/a")
+    with engine.transaction() as conn:  # a place made without a fill (a worker died)
+        conn.execute(sqlalchemy.text("UPDATE pools SET size = 1 WHERE name = 'gpu'"))
+    assert rows(engine, "a")[0]["status"] == "WAITING"
+    watchdog.run_once(engine)
+    assert rows(engine, "a")[0]["status"] == "STARTING"
