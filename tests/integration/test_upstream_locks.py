@@ -138,20 +138,17 @@ def test_epq_lock_kept_strands_pool_waiter(pg_url: str, clock: Clock):
     assert r["status"] == "STARTING", "stranded until the watchdog"
 
 
-def test_group_second_update_fk_vs_recheck(pg_url: str, clock: Clock, monkeypatch):
-    """The observed deadlock: a group records a's and b's successes (d requires both).
-    a's release_after updates d's run (checks); b's updates it again (released): the
-    second UPDATE of a row this transaction already wrote fires the FK check, FOR KEY
-    SHARE on d's jobs row. Meanwhile Engine.recheck(d) holds d FOR UPDATE and waits in
-    held_runs for d's run, which the group holds."""
+def group_meets(pg_url: str, clock: Clock, monkeypatch, other) -> None:  # type: ignore[no-untyped-def]
+    """A group records a's and b's successes (d requires both) and pauses after the
+    first release, while ``other(engine, d)`` runs in a thread of its own; neither may
+    end in a deadlock, and the group records both."""
     engine, port = engine_with(make_engine(pg_url), clock, Scripted(None, None))
     a_run, b_run = d_waits_for_a_and_b_running(engine, port)
     d = job(engine, "p/d")
     first_done, go, errors = threading.Event(), threading.Event(), []
-    real = upstream.release_after
-    calls = []
+    real, calls = upstream.release_after, []
 
-    def paused(*args, **kwargs):
+    def paused(*args, **kwargs):  # type: ignore[no-untyped-def]
         out = real(*args, **kwargs)
         calls.append(1)
         if len(calls) == 1:
@@ -162,75 +159,45 @@ def test_group_second_update_fk_vs_recheck(pg_url: str, clock: Clock, monkeypatc
     monkeypatch.setattr(runs_mod.upstream, "release_after", paused)
     reports = [Report(run["id"], 1, Outcome(S.SUCCEEDED)) for run in (a_run, b_run)]
 
-    def group():
+    def run(act) -> None:  # type: ignore[no-untyped-def]
         try:
-            finish_together(engine.runs, reports)
+            act()
         except Exception as err:
             errors.append(err)
 
-    def recheck():
-        try:
-            with engine.transaction() as conn:
-                jd = job_store.lock_job(conn, d.id)
-                upstream.recheck(engine, conn, jd, clock.now)
-        except Exception as err:
-            errors.append(err)
-
-    tg = threading.Thread(target=group)
+    tg = threading.Thread(target=run, args=(lambda: finish_together(engine.runs, reports),))
     tg.start()
     first_done.wait(5)
-    tr = threading.Thread(target=recheck)
-    tr.start()
-    time.sleep(0.5)  # recheck holds d and waits for d's run
+    to = threading.Thread(target=run, args=(lambda: other(engine, d),))
+    to.start()
+    time.sleep(0.5)  # the other holds d
     go.set()
     tg.join()
-    tr.join()
+    to.join()
     assert errors == []
     assert [r.recorded for r in reports] == [True, True]
 
 
+def test_group_second_update_fk_vs_recheck(pg_url: str, clock: Clock, monkeypatch):
+    """The deadlock a benchmark met: a's release_after writes d's run (checks); b's writes
+    it again (released), and the second UPDATE of a row this transaction wrote checks its
+    foreign key, FOR KEY SHARE on d's jobs row. Meanwhile a recheck holds d and waits for
+    d's run, which the group holds."""
+
+    def recheck(engine, d) -> None:  # type: ignore[no-untyped-def]
+        with engine.transaction() as conn:
+            upstream.recheck(engine, conn, job_store.lock_job(conn, d.id), clock.now)
+
+    group_meets(pg_url, clock, monkeypatch, recheck)
+
+
 def test_group_second_update_fk_vs_batch(pg_url: str, clock: Clock, monkeypatch):
-    """Same group; a tick batch holds d (lock_jobs) and checks d's upstreams: FOR SHARE a,
-    which the group holds."""
-    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None, None))
-    a_run, b_run = d_waits_for_a_and_b_running(engine, port)
-    d = job(engine, "p/d")
-    first_done, go, errors = threading.Event(), threading.Event(), []
-    real = upstream.release_after
-    calls = []
+    """The same group; a tick batch holds d and checks d's upstreams (a share lock on a,
+    which the group holds)."""
 
-    def paused(*args, **kwargs):
-        out = real(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 1:
-            first_done.set()
-            go.wait(5)
-        return out
+    def batch(engine, d) -> None:  # type: ignore[no-untyped-def]
+        with engine.transaction() as conn:
+            locked = job_store.lock_jobs(conn, [d.id])
+            engine.checked(conn, locked[d.id], clock.now, None, clock.now)
 
-    monkeypatch.setattr(runs_mod.upstream, "release_after", paused)
-    reports = [Report(run["id"], 1, Outcome(S.SUCCEEDED)) for run in (a_run, b_run)]
-
-    def group():
-        try:
-            finish_together(engine.runs, reports)
-        except Exception as err:
-            errors.append(err)
-
-    def batch():
-        try:
-            with engine.transaction() as conn:
-                locked = job_store.lock_jobs(conn, [d.id])
-                engine.checked(conn, locked[d.id], clock.now, None, clock.now)
-        except Exception as err:
-            errors.append(err)
-
-    tg = threading.Thread(target=group)
-    tg.start()
-    first_done.wait(5)
-    tb = threading.Thread(target=batch)
-    tb.start()
-    time.sleep(0.5)
-    go.set()
-    tg.join()
-    tb.join()
-    assert errors == []
+    group_meets(pg_url, clock, monkeypatch, batch)
