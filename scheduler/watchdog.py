@@ -143,8 +143,8 @@ def run_once(
         starts = run_store.claim_lapsed_starts(conn, now - backlog, limit)
         run_store.extend_deadlines(conn, [inv.id for inv in starts], now + engine.repair_grace)
         messages += [SendStart(inv.id, inv.attempt + 1) for inv in starts]
-        lapsed = run_store.lapsed_runs(conn, now, limit)
-        holds = run_store.lapsed_holds(conn, now, limit)
+        lapsed = run_store.lapsed(conn, "RUNNING", now, limit)
+        holds = run_store.lapsed(conn, "WAITING", now, limit)
         # Revokes not sent yet: the send forgets each that goes out.
         due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
         messages += [SendRevoke(task_id) for task_id in due]

@@ -311,18 +311,6 @@ def held_runs(
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
 
 
-def lapsed_holds(conn: Connection, now: datetime, limit: int) -> list[int]:
-    """Runs that waited for their upstreams past ``max_wait`` (read only: each is then
-    settled in a transaction that locks its job first)."""
-    query = (
-        select(invocations.c.id)
-        .where(invocations.c.deadline < now, invocations.c.status == "WAITING")
-        .order_by(invocations.c.deadline)
-        .limit(limit)
-    )
-    return list(conn.execute(query).scalars())
-
-
 def invocation_of_trigger(conn: Connection, job_id: int, trigger_id: str) -> dict[str, Any] | None:
     """The run a trigger made (started, WAITING or SKIPPED), by its unique trigger id."""
     query = select(invocations).where(
@@ -415,12 +403,13 @@ def claim_lapsed_starts(conn: Connection, now: datetime, limit: int) -> list[Inv
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
 
 
-def lapsed_runs(conn: Connection, now: datetime, limit: int) -> list[int]:
-    """RUNNING invocations whose lease or timeout lapsed (read only: each is then ended
-    in a transaction that locks its job first)."""
+def lapsed(conn: Connection, status: str, now: datetime, limit: int) -> list[int]:
+    """Invocations of ``status`` past their deadline, the oldest first: RUNNING ones whose
+    lease or timeout lapsed, WAITING ones past their upstreams' ``max_wait`` (read only:
+    each is then settled in a transaction that locks its job first)."""
     query = (
         select(invocations.c.id)
-        .where(invocations.c.deadline < now, invocations.c.status == "RUNNING")
+        .where(invocations.c.deadline < now, invocations.c.status == status)
         .order_by(invocations.c.deadline)
         .limit(limit)
     )
