@@ -172,6 +172,7 @@ class Scheduler:
                 "priority": controls_of(job).priority,
                 "requires": job.spec.get("requires", []),
                 "pool": controls_of(job).pool,
+                "gates": [_gate_shown(g) for g in controls_of(job).gates],
             }
             for job in rows
         ]
@@ -344,3 +345,9 @@ def _summary(r: Any) -> dict[str, Any]:
         # (``requires``: scheduler.upstream); None for a job that requires nothing.
         "checks": r["checks"],
     }
+
+
+def _gate_shown(gate: dict[str, Any]) -> dict[str, Any]:
+    """A gate as ``jobs --json`` shows it: what it asks, not its headers (secrets)."""
+    asks = {"http": gate["http"]["url"]} if "http" in gate else {"celery": gate["celery"]["task"]}
+    return {"name": gate["name"], **asks, "every": gate["every"]}

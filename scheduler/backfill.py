@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
-from scheduler import debuglog, pools, progress, upstream
-from scheduler.controls import controls_of
+from scheduler import debuglog, gates, progress, upstream
 from scheduler.effects import Message, SendStart
 from scheduler.errors import SpecError
 from scheduler.explain import iso
@@ -133,7 +132,6 @@ def promote(engine: Engine, conn: Connection, job: JobRow, now: datetime, count:
     not allow is settled there and then by ``on_unmet`` (the next one takes its place):
     a backfill is of the past, whose upstream runs are there or not."""
     messages: list[Message] = []
-    pool = controls_of(job).pool
     while count > 0:
         waiting = run_store.oldest_waiting(conn, job.id, backfill=True, limit=count)
         if not waiting:
@@ -150,6 +148,6 @@ def promote(engine: Engine, conn: Connection, job: JobRow, now: datetime, count:
                 continue
             text = debuglog.append(columns.pop("log", inv.log), now, "backfill: starting")
             columns |= {"log": text}
-            messages += pools.begin(conn, pool, inv.id, columns, text, now, engine.grace)
+            messages += gates.begin(conn, job, inv, columns, now, engine.grace)
             count -= 1
     return messages

@@ -190,11 +190,20 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _with_wait(row: dict[str, Any]) -> dict[str, Any]:
-    """A run that waited for its upstreams and then started says so in ``reason``."""
-    released = (row["checks"] or {}).get("released_at")
-    if row["reason"] or not released:
+    """A run that waited for its upstreams or gates and then started says so in
+    ``reason``."""
+    checks = row["checks"] or {}
+    waits = [
+        f"{what} (waited until {released})"
+        for what, released in (
+            ("upstream", checks.get("released_at")),
+            ("gate", checks.get("gate", {}).get("released_at")),
+        )
+        if released
+    ]
+    if row["reason"] or not waits:
         return row
-    return row | {"reason": f"upstream (waited until {released})"}
+    return row | {"reason": ", ".join(waits)}
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:

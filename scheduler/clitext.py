@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from scheduler import gates
 from scheduler.upstream import said
 
 
@@ -51,6 +52,16 @@ def invocation_text(d: dict[str, Any]) -> str:
         until = checks.get("released_at") or "still waiting"
         lines.append(f"waited for upstreams: {checks['held_at']} -> {until}")
     lines += [f"upstream {said(c)}" for c in checks.get("upstream", ())]
+    if gates.REASON in checks:
+        state = checks[gates.REASON]
+        until = state.get("released_at") or "still waiting"
+        lines.append(f"waited for gates: {state['since']} -> {until}")
+        for gate in state["gates"]:
+            lines += [
+                f"gate {gate['name']} check {a['check']} at {a['at']}:"
+                f" {'yes' if a['yes'] else 'no'}, {a['said']}"
+                for a in gate["answers"]
+            ] or [gates.said(gate)]
     for a in d["attempts"]:
         reason = f" ({a['reason']})" if a.get("reason") else ""
         lines.append(

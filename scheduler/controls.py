@@ -27,7 +27,7 @@ KEYS = tuple(k for k in JobFields.model_fields if k not in ("name", "schedule", 
 DEFAULT_LEASE = 60.0
 # Long enough that a worker outage of minutes, or a deep queue, never fails a run.
 DEFAULT_SCHEDULE_TO_START = 3600.0
-# How long a slot waits for its upstreams (``requires``) before ``on_unmet``.
+# How long a slot waits for its upstreams (``requires``) and gates before ``on_unmet``.
 DEFAULT_MAX_WAIT = 3600.0
 
 
@@ -58,6 +58,9 @@ class Controls:
     max_wait: timedelta = timedelta(seconds=DEFAULT_MAX_WAIT)
     on_unmet: str = "skip"
     pool: str | None = None
+    # The readiness checks (``scheduler.gates``), each as normalized: name, every and
+    # one of http or celery.
+    gates: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Controls:
@@ -91,6 +94,7 @@ class Controls:
             max_wait=timedelta(seconds=spec.get("max_wait", DEFAULT_MAX_WAIT)),
             on_unmet=spec.get("on_unmet", "skip"),
             pool=spec.get("pool"),
+            gates=tuple(spec.get("gates", ())),
             misfire=MisfirePolicy(
                 Misfire(spec.get("misfire", Misfire.LATEST.value)),
                 grace=None if grace is None else timedelta(seconds=grace),
@@ -144,6 +148,8 @@ def normalized(job: JobModel) -> dict[str, Any]:
         out["retries"] = retries
     if job.triggers:
         out["triggers"] = sorted(set(job.triggers))
+    if job.gates:
+        out["gates"] = [g.normalized() for g in job.gates]
     if job.requires:
         out["requires"] = sorted((r.normalized() for r in job.requires), key=lambda r: r["job"])
     if job.paused:

@@ -41,6 +41,11 @@ class Port(Protocol):
     def alert(self, alert_id: int, eta: datetime | None = None) -> None:
         """Send an alert's delivery to the work path."""
 
+    def gate(
+        self, invocation_id: int, gate: int, number: int, job_id: int, eta: datetime | None
+    ) -> None:
+        """Send a check of a run's gate to the work path."""
+
 
 @dataclass(frozen=True)
 class SendTick:
@@ -97,11 +102,23 @@ class Fill:
     pool: str
 
 
-Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert | Recheck | Fill
+@dataclass(frozen=True)
+class CheckGate:
+    """Ask a run's gate (its index in the job's ``gates``) once more, on the work path:
+    check ``number`` of it, at ``eta`` (``scheduler.gates``)."""
+
+    invocation_id: int
+    gate: int
+    number: int
+    job_id: int
+    eta: datetime | None = None
+
+
+Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert | CheckGate | Recheck | Fill
 # What the engine keeps: carried out here, after commit, rather than sent.
 Kept = (Recheck, Fill)
 # What a port sends (``send``): all but what the engine keeps.
-Sent = SendTick | SendStart | SendRevoke | SendRun | SendAlert
+Sent = SendTick | SendStart | SendRevoke | SendRun | SendAlert | CheckGate
 
 
 @dataclass
@@ -129,7 +146,7 @@ def send(port: Port, messages: list[Sent], batch: int) -> list[str]:
                 ticks.setdefault(eta, []).append((job_id, nonce))
             case SendRun(call=call) if call.kind != "celery":
                 work.append(call)
-            case SendStart() | SendRun() | SendRevoke() | SendAlert():
+            case SendStart() | SendRun() | SendRevoke() | SendAlert() | CheckGate():
                 if _send_one(port, message) and isinstance(message, SendRevoke):
                     revoked.append(message.task_id)
             case _:
@@ -145,7 +162,9 @@ def send(port: Port, messages: list[Sent], batch: int) -> list[str]:
     return revoked
 
 
-def _send_one(port: Port, message: SendStart | SendRun | SendRevoke | SendAlert) -> bool:
+def _send_one(
+    port: Port, message: SendStart | SendRun | SendRevoke | SendAlert | CheckGate
+) -> bool:
     try:
         match message:
             case SendStart(invocation_id=invocation_id, attempt=attempt, eta=eta):
@@ -156,6 +175,8 @@ def _send_one(port: Port, message: SendStart | SendRun | SendRevoke | SendAlert)
                 port.revoke(task_id)
             case SendAlert(alert_id=alert_id, eta=eta):
                 port.alert(alert_id, eta)
+            case CheckGate(invocation_id=inv_id, gate=gate, number=number, job_id=job_id, eta=eta):
+                port.gate(inv_id, gate, number, job_id, eta)
     except Exception:
         log.exception("could not send %s; the watchdog will repeat it", message)
         return False

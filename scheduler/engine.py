@@ -27,7 +27,7 @@ from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
 from scheduler import backfill as backfills
-from scheduler import debuglog, pools, tick_batch, upstream
+from scheduler import debuglog, gates, pools, tick_batch, upstream
 from scheduler.alerts import raising
 from scheduler.controls import controls_of
 from scheduler.effects import (
@@ -382,9 +382,9 @@ class Engine:
             run_store.update_invocation(conn, waiting.id, **checked)
             fed.messages += again
             return []
-        pool = controls_of(job).pool
-        fed.messages += pools.begin(conn, pool, waiting.id, checked, waiting.log, now, self.grace)
-        if pool is None:
+        fed.messages += gates.begin(conn, job, waiting, checked, now, self.grace)
+        controls = controls_of(job)
+        if controls.pool is None and not controls.gates:
             fed.started = waiting.id
         return []
 
@@ -426,9 +426,14 @@ class Engine:
         begin it. A run whose upstreams are not met is written WAITING for them
         (``scheduler.upstream``): the machine counts it as started all the same."""
         may, checked, again = self.checked(conn, job, slot or now, None, now)
-        pool = controls_of(job).pool
+        controls = controls_of(job)
+        pool = controls.pool
         if not may:
             values = checked
+        elif controls.gates:  # its gates' yes first
+            values = checked | gates.waiting_columns(
+                controls, slot or now, None, now, checked.get("checks")
+            )
         elif pool is not None:  # a place first
             values = checked | pools.waiting_columns(pool, None, now, checked.get("checks"))
         elif start_here:
@@ -442,6 +447,9 @@ class Engine:
         fed.snapshot.invocation_id = inv_id
         if not may:
             fed.messages += again
+            return []
+        if controls.gates:
+            fed.messages += gates.first_checks(job, inv_id)
             return []
         if pool is not None:
             fed.messages.append(Fill(pool))

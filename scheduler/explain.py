@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from scheduler import gates
 from scheduler.storage import alert_store, history_days, job_store, run_store
 from scheduler.storage.alert_store import AlertRow
 from scheduler.timing.schedules import Schedule, stored_schedule
@@ -119,6 +120,8 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
     checks = inv.get("checks") or {}
     if "upstream" in checks:
         fields["upstreams"] = checks["upstream"]
+    if gates.REASON in checks:
+        fields["gates"] = checks[gates.REASON]["gates"]
     if inv["status"] == "SKIPPED":
         why = {
             "misfire": "it was missed by more than the misfire grace and the misfire policy "
@@ -126,6 +129,7 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
             "overlap": "another run was active and the overlap policy skipped it",
             "paused": "the job was paused and resumed without catch-up",
             "upstream": inv["error"],
+            "gate": inv["error"],
         }.get(inv["reason"], inv["reason"])
         return _answer("skipped", f"the slot was SKIPPED ({inv['reason']}): {why}", **fields)
     how = " by a backfill" if inv["backfill"] else ""
@@ -134,6 +138,13 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
         text = (
             f"the slot's invocation {inv['id']} waits for its upstreams until"
             f" {iso(inv['deadline'])}: " + "; ".join(said(c) for c in waiting)
+        )
+        return _answer("waiting", text, deadline=iso(inv["deadline"]), **fields)
+    if inv["status"] == "WAITING" and inv["reason"] == gates.REASON:
+        state = checks[gates.REASON]
+        text = (
+            f"the slot's invocation {inv['id']} waits for its gates until"
+            f" {iso(inv['deadline'])}: {gates.unmet_text(state)}"
         )
         return _answer("waiting", text, deadline=iso(inv["deadline"]), **fields)
     if inv["status"] == "WAITING" and inv["reason"] == "pool":
@@ -153,11 +164,24 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
         return _answer(code, f"the slot's invocation {inv['id']}{whose} {what}", **fields)
     tail = f": {inv['error']}" if inv["error"] else ""
     text = f"the slot ran{how} as invocation {inv['id']}, {inv['status']}{tail}"
+    return _answer("ran", text + _waited(checks), **fields)
+
+
+def _waited(checks: dict[str, Any]) -> str:
+    """What a run that ran had waited for, in words: a place, its gates, upstreams."""
+    text = ""
     if checks.get("pool", {}).get("released_at"):
         full = checks["pool"]
         text += (
-            f"; it waited for a place in pool {full['name']} from {full['checked_at']} until"
+            f"; it waited for a place in pool {full['name']} from {full['since']} until"
             f" {full['released_at']}"
+        )
+    if checks.get(gates.REASON, {}).get("released_at"):
+        state = checks[gates.REASON]
+        passed = "; ".join(gates.said(g) for g in state["gates"])
+        text += (
+            f"; it waited for its gates from {state['since']} until"
+            f" {state['released_at']}: {passed}"
         )
     if checks.get("released_at"):
         met = ", ".join(said(c) for c in checks["upstream"])
@@ -165,7 +189,7 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
             f"; it waited for its upstreams from {checks['held_at']} until"
             f" {checks['released_at']}: {met}"
         )
-    return _answer("ran", text, **fields)
+    return text
 
 
 # An invocation that has not ended has not run yet: what it is doing instead.

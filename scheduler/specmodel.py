@@ -155,6 +155,43 @@ Secret = Annotated[
 ]
 
 
+def _http_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s) URL")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "must not hold credentials (user:password@): send them in a header "
+            "with {secret: ...} or {env: NAME}, which history never shows"
+        )
+    try:
+        port = parts.port  # raises for a port out of range
+        parts.hostname.encode("idna")  # an international name, as HTTP will send it
+    except (ValueError, UnicodeError):
+        port = 0
+    if port == 0 or not _NETLOC.fullmatch(parts.netloc):
+        raise ValueError(f"{url!r} has no valid host and port")
+    if not _URL.fullmatch(parts._replace(netloc="host").geturl()):
+        raise ValueError("must be printable ASCII without spaces: percent-encode the path")
+    return url
+
+
+def _http_headers(headers: Any, field: str) -> Any:
+    if not isinstance(headers, Mapping):
+        return headers  # pydantic says it must be a mapping
+    for name, value in sorted(headers.items(), key=lambda item: str(item[0])):
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a header name")
+        text = value if isinstance(value, str) else ""
+        if isinstance(value, Mapping) and isinstance(value.get("secret"), str):
+            text = value["secret"]
+        if "\r" in text or "\n" in text:
+            raise SpecError(f"{field}.{name}", "must not contain line breaks")
+        if not _HEADER_VALUE.fullmatch(text):
+            raise SpecError(f"{field}.{name}", "must be printable ASCII text")
+    return headers
+
+
 class HttpOptions(_Strict):
     url: Annotated[str, Field(max_length=MAX_URL)]
     method: str = "GET"
@@ -164,27 +201,7 @@ class HttpOptions(_Strict):
     accept: Annotated[list[int | str], Field(min_length=1)] | None = None
     max_redirects: _count(0, 20) | None = None  # type: ignore[valid-type]
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url!r} is not an http(s) URL")
-        if parts.username is not None or parts.password is not None:
-            raise ValueError(
-                "must not hold credentials (user:password@): send them in a header "
-                "with {secret: ...} or {env: NAME}, which history never shows"
-            )
-        try:
-            port = parts.port  # raises for a port out of range
-            parts.hostname.encode("idna")  # an international name, as HTTP will send it
-        except (ValueError, UnicodeError):
-            port = 0
-        if port == 0 or not _NETLOC.fullmatch(parts.netloc):
-            raise ValueError(f"{url!r} has no valid host and port")
-        if not _URL.fullmatch(parts._replace(netloc="host").geturl()):
-            raise ValueError("must be printable ASCII without spaces: percent-encode the path")
-        return url
+    _url = field_validator("url")(staticmethod(_http_url))
 
     @field_validator("method")
     @classmethod
@@ -193,22 +210,9 @@ class HttpOptions(_Strict):
             raise ValueError(f"{method!r} is not one of {', '.join(HTTP_METHODS)}")
         return method.upper()
 
-    @field_validator("headers", mode="before")
-    @classmethod
-    def _headers(cls, headers: Any) -> Any:
-        if not isinstance(headers, Mapping):
-            return headers  # pydantic says it must be a mapping
-        for name, value in sorted(headers.items(), key=lambda item: str(item[0])):
-            if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not a header name")
-            text = value if isinstance(value, str) else ""
-            if isinstance(value, Mapping) and isinstance(value.get("secret"), str):
-                text = value["secret"]
-            if "\r" in text or "\n" in text:
-                raise SpecError(f"http.headers.{name}", "must not contain line breaks")
-            if not _HEADER_VALUE.fullmatch(text):
-                raise SpecError(f"http.headers.{name}", "must be printable ASCII text")
-        return headers
+    _headers = field_validator("headers", mode="before")(
+        staticmethod(lambda headers: _http_headers(headers, "http.headers"))
+    )
 
     @field_validator("accept")
     @classmethod
@@ -234,6 +238,14 @@ class HttpOptions(_Strict):
         return out
 
 
+def _json_values(value: Any) -> Any:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise ValueError("must hold JSON values only (finite numbers, no dates)") from None
+    return value
+
+
 class CeleryOptions(_Strict):
     task: Annotated[str, Field(min_length=1, max_length=255)]
     queue: Annotated[str, Field(min_length=1, max_length=255)] = "celery"
@@ -242,14 +254,7 @@ class CeleryOptions(_Strict):
     priority: _count(0, 255) | None = None  # type: ignore[valid-type]
     expires: _duration(0.0, above=True) | None = None  # type: ignore[valid-type]
 
-    @field_validator("args", "kwargs")
-    @classmethod
-    def _json(cls, value: Any) -> Any:
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            raise ValueError("must hold JSON values only (finite numbers, no dates)") from None
-        return value
+    _json = field_validator("args", "kwargs")(staticmethod(_json_values))
 
     def normalized(self) -> dict[str, Any]:
         out = {"task": self.task, "queue": self.queue, "args": self.args, "kwargs": self.kwargs}
@@ -340,6 +345,86 @@ class Requirement(_Strict):
         return {"job": self.job, "succeeded_within": self.succeeded_within}
 
 
+MAX_GATES = 10
+DEFAULT_GATE_EVERY = 60.0
+
+
+class GateHttp(_Strict):
+    """An ``http`` gate: a GET that says yes with a 2xx answer within ``timeout``
+    (default: 10s, or the gate's ``every`` if shorter)."""
+
+    url: Annotated[str, Field(max_length=MAX_URL)]
+    timeout: _duration(0.0, above=True) | None = None  # type: ignore[valid-type]
+    headers: Annotated[dict[str, str | Secret] | None, BeforeValidator(_empty_as_none)] = None
+
+    _url = field_validator("url")(staticmethod(_http_url))
+    _headers = field_validator("headers", mode="before")(
+        staticmethod(lambda headers: _http_headers(headers, "gates.http.headers"))
+    )
+
+    def normalized(self, every: float) -> dict[str, Any]:
+        timeout = min(10.0, every) if self.timeout is None else self.timeout
+        return {"url": self.url, "timeout": timeout, "headers": dict(self.headers or {})}
+
+
+class GateCelery(_Strict):
+    """A ``celery`` gate: a task on the user's workers that says yes by returning True."""
+
+    task: Annotated[str, Field(min_length=1, max_length=255)]
+    queue: Annotated[str, Field(min_length=1, max_length=255)] = "celery"
+    args: list[Any] = []
+    kwargs: Annotated[dict[str, Any], BeforeValidator(_empty_as_empty_mapping)] = {}
+
+    _json = field_validator("args", "kwargs")(staticmethod(_json_values))
+
+    def normalized(self) -> dict[str, Any]:
+        return {"task": self.task, "queue": self.queue, "args": self.args, "kwargs": self.kwargs}
+
+
+def _gate_target(value: Any, key: str) -> Any:
+    """``http: URL`` and ``celery: TASK`` are short for ``{url: URL}``, ``{task: TASK}``."""
+    return {key: value} if isinstance(value, str) else value
+
+
+class Gate(_Strict):
+    """One readiness check of ``gates`` (``scheduler.gates``): exactly one of ``http``
+    and ``celery``, asked every ``every`` while the slot waits."""
+
+    name: Name | None = None
+    http: Annotated[GateHttp, BeforeValidator(lambda v: _gate_target(v, "url"))] | None = None
+    celery: Annotated[GateCelery, BeforeValidator(lambda v: _gate_target(v, "task"))] | None = None
+    every: _duration(1.0) = DEFAULT_GATE_EVERY  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Gate:
+        if (self.http is None) == (self.celery is None):
+            raise SpecError("gates", "each gate is exactly one of http: or celery:")
+        timeout = self.http.timeout if self.http is not None else None
+        if timeout is not None and timeout > self.every:
+            raise SpecError("gates.http.timeout", "must not be longer than the gate's every")
+        return self
+
+    @property
+    def label(self) -> str:
+        """Its name, else what it asks: the URL's host, or the task."""
+        if self.name is not None:
+            return self.name
+        if self.http is not None:
+            return urlsplit(self.http.url).hostname or "http"
+        assert self.celery is not None
+        return self.celery.task
+
+    def normalized(self) -> dict[str, Any]:
+        if self.http is not None:
+            return {
+                "name": self.label,
+                "http": self.http.normalized(self.every),
+                "every": self.every,
+            }
+        assert self.celery is not None
+        return {"name": self.label, "celery": self.celery.normalized(), "every": self.every}
+
+
 Overlap = Literal["skip", "buffer_one", "buffer_all", "allow", "cancel_other"]
 Misfire = Literal["skip", "latest", "all"]
 OnUnmet = Literal["skip", "fail", "run"]
@@ -374,6 +459,10 @@ class JobFields(_Strict):
         Annotated[list[Requirement], Field(max_length=MAX_REQUIRES)] | None,
         BeforeValidator(_empty_as_none),
     ] = None
+    gates: Annotated[
+        Annotated[list[Gate], Field(max_length=MAX_GATES)] | None,
+        BeforeValidator(_empty_as_none),
+    ] = None
     max_wait: _duration() | None = None  # type: ignore[valid-type]
     on_unmet: OnUnmet | None = None
     pool: Name | None = None
@@ -394,12 +483,16 @@ class JobFields(_Strict):
             if getattr(self, key) is not None and (self.overlap or "skip") != mode:
                 raise SpecError(key, f"only applies with overlap: {mode}")
         for key in ("max_wait", "on_unmet"):
-            if getattr(self, key) is not None and not self.requires:
-                raise SpecError(key, "only applies with requires")
+            if getattr(self, key) is not None and not (self.requires or self.gates):
+                raise SpecError(key, "only applies with requires or gates")
         upstreams = [r.job for r in self.requires or ()]
         twice = sorted({ref for ref in upstreams if upstreams.count(ref) > 1})
         if twice:
             raise SpecError("requires", f"{twice[0]!r} is listed twice")
+        labels = [g.label for g in self.gates or ()]
+        twice = sorted({label for label in labels if labels.count(label) > 1})
+        if twice:
+            raise SpecError("gates", f"two gates are named {twice[0]!r}: give each a name")
         if self.catchup_limit is not None and self.misfire != "all":
             raise SpecError("catchup_limit", "only applies with misfire: all")
         if self.misfire == "skip" and self.misfire_grace is not None and self.misfire_grace < 1:

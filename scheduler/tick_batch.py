@@ -138,9 +138,10 @@ def _hold(
                 rules and rules.ended(SKIPPED, final=True, reason=reason)
             ):
                 step.rows.append(_row(job, slot, now, status=SKIPPED, reason=reason))
-            # A pooled run is ``feed``'s to start: it takes its place under a lock.
+            # A pooled run is ``feed``'s to start: it takes its place under a lock; so
+            # is a gated one, whose gates are asked first.
             case StartInvocation(slot=slot, trigger_id=None) if (
-                step.slot is None and "pool" not in job.spec
+                step.slot is None and "pool" not in job.spec and "gates" not in job.spec
             ):
                 may, checked, again = engine.checked(conn, job, slot, None, now)
                 step.fed.messages += again

@@ -35,15 +35,15 @@ from sqlalchemy import (
 )
 from sqlalchemy import update as sql_update
 
-from scheduler import debuglog, pools
+from scheduler import debuglog, gates
 from scheduler.alerts import raising
 from scheduler.controls import Controls, controls_of
 from scheduler.effects import Fed, Fill, Message, Recheck
-from scheduler.invokers import Outcome
 from scheduler.storage import job_store, run_store
 from scheduler.storage.models import REQUIRING, invocations, jobs, requirements
 from scheduler.storage.rows import InvocationRow, JobRow
 from scheduler.triggergraph import target_ref
+from scheduler.unmet import settle as unmet_settle
 from statemachine import InvocationFinished, InvocationStatus
 
 if TYPE_CHECKING:
@@ -311,7 +311,7 @@ def _look_again(
         "checks": record(checks, now, inv, released=True),
         "log": debuglog.append(inv.log, now, "upstreams met"),
     }
-    return pools.begin(conn, controls_of(job).pool, inv.id, met, None, now, engine.grace)
+    return gates.begin(conn, job, inv, met, now, engine.grace)
 
 
 def wait_for_upstreams(conn: Connection, job: JobRow) -> None:
@@ -346,8 +346,7 @@ def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now
         return Fed(job.snapshot, [Recheck(job.id)])
     starts, columns, messages = settle(conn, job, inv, now, waited=True)
     if starts:
-        pool = controls_of(job).pool
-        messages += pools.begin(conn, pool, inv.id, columns, inv.log, now, engine.grace)
+        messages += gates.begin(conn, job, inv, columns, now, engine.grace)
         return Fed(job.snapshot, messages)
     run_store.update_invocation(conn, inv.id, **columns)
     fed = engine.feed(conn, job, InvocationFinished(inv.id, now), now)
@@ -367,28 +366,14 @@ def settle(
     starting: dict[str, Any] = dict(checks=record(checks, now, inv, released=True))
     if not unmet:
         return True, starting | {"log": debuglog.append(inv.log, now, "upstreams met")}, []
-    controls = controls_of(job)
     alerts = raising.on_upstream_stale(conn, job, inv, unmet, now)
-    if controls.on_unmet == "run":
-        why = f"starts anyway (on_unmet: run): {unmet}"
-        return True, starting | {"log": debuglog.append(inv.log, now, why)}, alerts
-    status = S.FAILED if controls.on_unmet == "fail" else S.SKIPPED
-    within = f" within max_wait ({controls.max_wait})" if waited else ""
-    error = f"upstream not met{within}: {unmet}"
-    if status == S.FAILED:
-        alerts += raising.on_end(conn, job, inv, Outcome(status, error, REASON), True, now)
-    else:
-        alerts += raising.on_skipped(conn, job, inv.id, inv.slot, REASON, now)
-    ended = dict(
-        status=status.value,
-        reason=REASON,
-        error=error,
-        finished_at=now,
-        deadline=None,
-        checks=record(checks, now, inv),
-        log=debuglog.append(inv.log, now, f"{status.value}: {error}"),
+    within = f" within max_wait ({controls_of(job).max_wait})" if waited else ""
+    starts, columns, ended = unmet_settle(
+        conn, job, inv, REASON, f"upstream not met{within}: {unmet}", now
     )
-    return False, ended, alerts
+    if starts:
+        return True, starting | columns, alerts
+    return False, columns | {"checks": record(checks, now, inv)}, alerts + ended
 
 
 def _reference(inv: InvocationRow) -> datetime:

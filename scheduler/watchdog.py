@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
-from scheduler import pools, upstream
+from scheduler import gates, pools, upstream
 from scheduler.alerts import raising
 from scheduler.alerts.delivery import resend_due
 from scheduler.controls import controls_of
@@ -49,8 +49,10 @@ class WatchdogReport:
     expired: int = 0
     resent: int = 0
     revokes: int = 0
-    # Runs that waited ``max_wait`` for their upstreams, settled: not a repair.
+    # Runs that waited ``max_wait`` for their upstreams or gates, settled: not a repair.
     settled: int = 0
+    # Gate checks asked again, their message lost.
+    asked: int = 0
 
     @property
     def repairs(self) -> int:
@@ -64,6 +66,7 @@ class WatchdogReport:
             self.resent + other.resent,
             self.revokes + other.revokes,
             self.settled + other.settled,
+            self.asked + other.asked,
         )
 
 
@@ -90,6 +93,7 @@ def sweep(
             report.expired + report.resent,
             report.revokes,
             report.settled,
+            report.asked,
         )
         full = most >= limit
         if not full or time.monotonic() >= deadline:
@@ -148,6 +152,9 @@ def run_once(
         # Revokes not sent yet: the send forgets each that goes out.
         due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
         messages += [SendRevoke(task_id) for task_id in due]
+        # Gates whose next check is overdue (its message lost) are asked again.
+        asked = gates.overdue(conn, now - backlog - engine.repair_grace, limit)
+        messages += asked
     with engine.transaction() as conn:  # its own: it locks no job nor run
         # Runs of alerted jobs that are late to start or run too long.
         messages += raising.overdue(conn, now, limit)
@@ -168,6 +175,7 @@ def run_once(
         resent=repaired["resent"],
         revokes=len(due),
         settled=repaired["settled"],
+        asked=len(asked),
     )
 
 
@@ -203,14 +211,15 @@ def repair_run(engine: Engine, invocation_id: int) -> str | None:
 
 
 def settle_hold(engine: Engine, invocation_id: int) -> str | None:
-    """A run that waited ``max_wait`` for its upstreams starts, or ends by ``on_unmet``
-    (``scheduler.upstream.lapse``). None: released or aborted meanwhile."""
+    """A run that waited ``max_wait`` for its upstreams or its gates starts, or ends by
+    ``on_unmet`` (``upstream.lapse``, ``gates.lapse``). None: released or aborted
+    meanwhile."""
 
     def settle(conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Repaired:
-        waiting = inv.held and inv.reason == upstream.REASON
-        if not waiting or inv.deadline is None or inv.deadline >= now:
+        lapse = {upstream.REASON: upstream.lapse, gates.REASON: gates.lapse}.get(inv.reason)
+        if lapse is None or not inv.held or inv.deadline is None or inv.deadline >= now:
             return None
-        return "settled", upstream.lapse(engine, conn, inv, job, now).messages
+        return "settled", lapse(engine, conn, inv, job, now).messages
 
     return _on_run(engine, invocation_id, settle)
 

@@ -23,6 +23,7 @@ from scheduler.invokers import Outcome
 from scheduler.runs import AttemptRef
 from scheduler.settings import Settings
 from scheduler.watchdog import sweep, waited
+from scheduler.workers.gatecheck import check as check_gate
 from scheduler.workers.runtime import Runtime
 from scheduler.workers.work import execute, execute_batch
 from statemachine import InvocationStatus
@@ -105,6 +106,15 @@ def alert(alert_id: int) -> None:
         log.error("malformed alert message dropped: %.200r", alert_id)
         return
     deliver_alert(runtime().engine, alert_id)
+
+
+@app.task(name="cronchain.gate", **RETRY)
+def gate(invocation_id: int, index: int, number: int, job_id: int) -> None:
+    """The work path: ask a run's gate (``scheduler.gates``)."""
+    if not _ints(invocation_id, index, number, job_id):
+        log.error("malformed gate message dropped: %.200r", (invocation_id, index, number, job_id))
+        return
+    check_gate(runtime().engine, app, invocation_id, index, number, job_id)
 
 
 def _attempt_ref(value: Any) -> bool:

@@ -74,6 +74,7 @@ class RecordingPort:
     run_batches: list[list[Call]] = field(default_factory=list)
     revoked: list[str] = field(default_factory=list)
     alerts: list[tuple[int, datetime | None]] = field(default_factory=list)
+    gates: list[tuple[int, int, int, int, datetime | None]] = field(default_factory=list)
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self.ticks.append((job_id, nonce, eta))
@@ -106,6 +107,11 @@ class RecordingPort:
     def alert(self, alert_id: int, eta: datetime | None = None) -> None:
         self.alerts.append((alert_id, eta))
 
+    def gate(
+        self, invocation_id: int, gate: int, number: int, job_id: int, eta: datetime | None
+    ) -> None:
+        self.gates.append((invocation_id, gate, number, job_id, eta))
+
     def clear(self) -> None:
         self.ticks.clear()
         self.batches.clear()
@@ -116,6 +122,7 @@ class RecordingPort:
         self.run_batches.clear()
         self.revoked.clear()
         self.alerts.clear()
+        self.gates.clear()
 
 
 @pytest.fixture(scope="session")

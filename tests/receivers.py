@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -86,3 +87,50 @@ def smtp_server() -> Iterator[Mailbox]:
         yield box
     finally:
         controller.stop()
+
+
+@dataclass
+class GateEndpoint:
+    """A readiness endpoint: each GET is answered with the next of ``answers`` (then
+    ``then``); an answer of 0 hangs for ``hang`` seconds without a word. ``asked`` holds
+    the time of each request, by the server's clock."""
+
+    url: str = ""
+    answers: list[int] = field(default_factory=list)
+    then: int = 200
+    hang: float = 30.0
+    asked: list[float] = field(default_factory=list)
+
+
+@contextmanager
+def gate_endpoint(*answers: int, then: int = 200) -> Iterator[GateEndpoint]:
+    gate = GateEndpoint(answers=list(answers), then=then)
+    quit_ = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            gate.asked.append(time.time())
+            status = gate.answers.pop(0) if gate.answers else gate.then
+            if status == 0:
+                quit_.wait(gate.hang)
+                return
+            body = b"ready" if status < 300 else b"not ready"
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    gate.url = f"http://127.0.0.1:{server.server_address[1]}/ready"
+    try:
+        yield gate
+    finally:
+        quit_.set()
+        server.shutdown()
+        server.server_close()

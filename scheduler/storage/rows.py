@@ -12,7 +12,7 @@ from scheduler.errors import TransientError
 from statemachine import JobSnapshot, JobState
 
 # Why a run the machine started may still wait before its first attempt.
-HOLDS = ("upstream", "pool")
+HOLDS = ("upstream", "gate", "pool")
 
 
 class ConcurrentUpdate(TransientError):

@@ -14,6 +14,9 @@ attempt (its epoch) and the job. On the worker that runs it:
   call :func:`heartbeat` to report progress (and learn that it should stop);
 - when it ends, its success or failure (with the exception text) finishes the attempt.
 
+A ``celery`` gate's task (``scheduler.gates``) comes with a ``cronchain_gate`` header
+instead: it runs as it is, and what it returned is recorded as the gate's answer.
+
 cronchain's own Celery app installs this through ``celeryconfig``. A worker built on
 another Celery app calls :func:`install` on it, before its tasks are registered.
 """
@@ -28,9 +31,11 @@ import celery
 from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
+from scheduler import gates
 from scheduler.invokers import Outcome
 from scheduler.invokers.celery import HEADER
 from scheduler.leases import Lease
+from scheduler.workers.gatecheck import HEADER as GATE
 from scheduler.workers.runtime import Runtime
 from statemachine import InvocationStatus
 
@@ -112,6 +117,9 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
 def _report(
     task_id: str, task: celery.Task, retval: Any = None, state: str | None = None, **_: Any
 ) -> None:
+    gate = getattr(task.request, GATE, None)
+    if gate is not None:
+        _answer_gate(task, gate, retval, state)
     lease = getattr(task.request, LEASE, None)
     if lease is None:  # not a cronchain run, or a copy that claimed nothing
         return
@@ -125,6 +133,20 @@ def _report(
         outcome = Outcome.failed(f"the task ended as {state}; use the job's retries", "error")
     engine.runs.record_patiently(lease.invocation_id, lease.attempt, outcome, job_id=lease.job_id)
     engine.leases.release(lease)  # after the outcome: until then the run is still held
+
+
+def _answer_gate(task: celery.Task, header: Any, retval: Any, state: str | None) -> None:
+    """A ``celery`` gate's task ended: it says yes by returning True, nothing else."""
+    fields = header if isinstance(header, dict) else {}
+    ids = [fields.get(key) for key in ("invocation", "gate", "check", "job")]
+    if not _ints(*ids):
+        log.error("task %s has a malformed %s header %r: not recorded", task.name, GATE, header)
+        return
+    if state == "SUCCESS":
+        yes, said = retval is True, f"returned {retval!r}"
+    else:
+        yes, said = False, f"{state}: {type(retval).__name__}: {retval}"
+    gates.answer(Runtime.current(task.app).engine, *ids, yes, said)
 
 
 def heartbeat(note: str | None = None) -> bool:

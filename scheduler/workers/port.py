@@ -125,6 +125,16 @@ class CeleryPort:
         server, which the control path never does."""
         self.app.send_task("cronchain.alert", args=(alert_id,), eta=eta, queue=self.work_queue)
 
+    def gate(
+        self, invocation_id: int, gate: int, number: int, job_id: int, eta: datetime | None
+    ) -> None:
+        self.app.send_task(
+            "cronchain.gate",
+            args=(invocation_id, gate, number, job_id),
+            eta=eta,
+            queue=self.work_queue,
+        )
+
 
 def _pipelined(producer: Any) -> contextlib.AbstractContextManager[Any]:
     """kombu's ``Producer.batch`` (kombu 5.7 on): sends into a pipeline, flushed each

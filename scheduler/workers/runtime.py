@@ -153,6 +153,11 @@ class CommandPort:
     def alert(self, alert_id: int, eta: datetime | None = None) -> None:
         self._send(self.port.alert, alert_id, eta)
 
+    def gate(
+        self, invocation_id: int, gate: int, number: int, job_id: int, eta: datetime | None
+    ) -> None:
+        self._send(self.port.gate, invocation_id, gate, number, job_id, eta)
+
     def _send(self, send: Callable[..., None], *args: Any) -> None:
         if self.unsent is not None:
             raise TransientError(str(self.unsent))

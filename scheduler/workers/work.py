@@ -68,7 +68,7 @@ def _run(engine: Engine, call: Call) -> Outcome:
     lease = Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost, job_id=call.job_id)
     engine.leases.hold(lease)
     try:  # held until the outcome is recorded, so that the watchdog leaves the run alone
-        outcome = _call(engine.invokers.get(call.kind), call)
+        outcome = make_call(engine.invokers.get(call.kind), call)
         engine.runs.record_patiently(call.invocation_id, call.attempt, outcome, job_id=call.job_id)
     finally:
         engine.leases.release(lease)
@@ -88,7 +88,7 @@ def _calls_pool(threads: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def _call(invoker: Invoker | None, call: Call) -> Outcome:
+def make_call(invoker: Invoker | None, call: Call) -> Outcome:
     if invoker is None:  # a celery run's message on the work queue: a bug, recorded
         return Outcome.failed(f"the work path does not run the {call.kind} kind")
     try:

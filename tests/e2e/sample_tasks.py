@@ -26,3 +26,14 @@ def slow_once(folder: str, seconds: float) -> None:
         f.write(f"{os.getpid()}\n")
     if first:
         time.sleep(seconds)
+
+
+@app.task(name="sample.ready_on")
+def ready_on(folder: str, yes_at: int) -> bool | str:
+    """A gate: counts its calls in a file and returns True from call ``yes_at`` on;
+    before that a text, which is not True, so a no."""
+    calls = Path(folder) / "gate-calls"
+    number = len(calls.read_text().splitlines()) + 1 if calls.exists() else 1
+    with calls.open("a") as f:
+        f.write(f"{number} {time.time()}\n")
+    return True if number >= yes_at else "not yet"

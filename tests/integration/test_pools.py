@@ -171,3 +171,27 @@ def test_the_watchdog_fills_a_pool_whose_fill_was_lost(db: sqlalchemy.Engine, cl
     assert rows(engine, "a")[0]["status"] == "WAITING"
     watchdog.run_once(engine)
     assert rows(engine, "a")[0]["status"] == "STARTING"
+
+
+def test_explain_says_how_long_a_run_that_ran_waited_for_its_place(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = engine_with(db, clock)
+    apply(
+        engine,
+        spec("a", "every 60s", pool="gpu"),
+        spec("b", "every 60s", pool="gpu"),
+        pools={"gpu": 1},
+    )
+    clock.now = max(eta for _, _, eta in port.ticks)
+    ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
+    port.clear()
+    engine.tick_many(ticks, start_here=True)
+    clock.advance(5)
+    settle(engine, port)  # one runs, then the other takes its place
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED", "SUCCEEDED"]
+    waited = max(rows(engine), key=lambda r: r["checks"]["pool"]["released_at"])
+    name = "a" if waited["job_id"] == job(engine, "p/a").id else "b"
+    answer = Scheduler(engine).explain(f"p/{name}", waited["slot"])
+    since, until = waited["checks"]["pool"]["since"], waited["checks"]["pool"]["released_at"]
+    assert f"it waited for a place in pool gpu from {since} until {until}" in answer["text"]

@@ -1,0 +1,274 @@
+"""``gates``: readiness checks a slot must pass before it starts.
+
+A gate is an ``http`` GET that must answer 2xx, or a ``celery`` task on the user's
+workers that must return True. A run whose upstreams allow it (``scheduler.upstream``)
+and whose job has gates is written WAITING with reason ``gate``; to the job's machine
+it is the run it started, as a run waiting for its upstreams is. Every gate is then
+asked on the work path (``cronchain.gate``), never on the control path: a gate's
+endpoint, however slow, delays only its own slot.
+
+Each gate is asked every ``every``, each ask a numbered check. A check is taken in a
+transaction (a repeated or late message finds it taken and does nothing), which sends
+the next one with an ETA before the check is made; so a check that hangs or never
+answers does not stop the gate being asked again. The run starts in the transaction
+that records the answer which makes every gate's latest answer a yes. Answers are kept
+on the run (``invocations.checks``, the last ``KEPT`` of each gate) for ``explain`` and
+``history``.
+
+The slot waits until ``max_wait`` after it (as for upstreams), but always for at least
+one ``every``: a backfill's slot, or one that waited long for its upstreams, gets one
+check. Then ``on_unmet`` applies: at the last check's answer, or by the watchdog's pass
+if no answer comes; the watchdog also asks again a gate whose check message was lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, select
+
+from scheduler import debuglog, pools
+from scheduler.controls import Controls, controls_of
+from scheduler.effects import CheckGate, Fed, Message
+from scheduler.invokers import Call, Outcome
+from scheduler.storage import run_store
+from scheduler.storage.models import invocations
+from scheduler.storage.rows import InvocationRow, JobRow
+from scheduler.unmet import settle as unmet_settle
+from statemachine import InvocationFinished, InvocationStatus
+
+if TYPE_CHECKING:
+    from scheduler.engine import Engine
+
+REASON = "gate"
+KEPT = 20  # the answers of each gate kept on the run, the latest
+SAID = 300  # characters of an answer kept
+S = InvocationStatus
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+# --- holding --------------------------------------------------------------------------
+
+
+def waiting_columns(
+    controls: Controls,
+    reference: datetime,
+    log: str | None,
+    now: datetime,
+    checks: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The columns of a run that may start once its gates say yes (``checks``: what was
+    checked of it before, kept). ``reference`` is its slot, or when it was triggered."""
+    shortest = min(timedelta(seconds=g["every"]) for g in controls.gates)
+    deadline = max(reference + controls.max_wait, now + shortest)
+    state = {
+        "since": _iso(now),
+        "until": _iso(deadline),
+        "gates": [{"name": g["name"], "checks": 0, "answers": []} for g in controls.gates],
+    }
+    names = ", ".join(g["name"] for g in controls.gates)
+    return dict(
+        status=S.WAITING.value,
+        reason=REASON,
+        deadline=deadline,
+        checks={**(checks or {}), REASON: state},
+        log=debuglog.append(log, now, f"waits for its gates ({names}) until {_iso(deadline)}"),
+    )
+
+
+def first_checks(job: JobRow, invocation_id: int) -> list[Message]:
+    return [CheckGate(invocation_id, i, 1, job.id) for i in range(len(controls_of(job).gates))]
+
+
+def begin(
+    conn: Connection,
+    job: JobRow,
+    inv: InvocationRow,
+    columns: dict[str, Any],
+    now: datetime,
+    grace: timedelta,
+) -> list[Message]:
+    """Start a run that may start (its row is locked): first through its gates, if its
+    job has any, then into its pool or at once (``pools.begin``). ``columns`` are what
+    else to write of it (what was checked, its log)."""
+    controls = controls_of(job)
+    if not controls.gates:
+        return pools.begin(conn, controls.pool, inv.id, columns, inv.log, now, grace)
+    text = columns.pop("log", inv.log)
+    assert inv.filed_at is not None
+    held = waiting_columns(controls, inv.filed_at, text, now, columns.get("checks"))
+    run_store.update_invocation(conn, inv.id, **{**columns, **held})
+    return first_checks(job, inv.id)
+
+
+# --- checks ---------------------------------------------------------------------------
+
+
+def claim(
+    engine: Engine, invocation_id: int, index: int, number: int, job_id: int
+) -> tuple[JobRow, dict[str, Any], list[Message]] | None:
+    """Take check ``number`` of the run's gate ``index``: returns its job, the gate as
+    the job declares it, and the next check to send (after commit, before this check
+    is made). None if the run no longer waits for its gates, or the check was taken."""
+    with engine.transaction() as conn:
+        locked = engine.lock(conn, invocation_id, job_id)
+        if locked is None:
+            return None
+        inv, job = locked
+        gate = _gate(inv, job, index)
+        if gate is None or gate["checks"] >= number:
+            return None
+        now = engine.clock()
+        declared = _declared(job, gate["name"])
+        assert inv.deadline is not None
+        next_at = now + timedelta(seconds=declared["every"]) if declared else None
+        last = next_at is None or next_at >= inv.deadline
+        gate["checks"] = number
+        gate["next_at"] = None if last else _iso(next_at)  # type: ignore[arg-type]
+        run_store.update_invocation(conn, inv.id, checks=inv.checks)
+    following = [] if last else [CheckGate(invocation_id, index, number + 1, job_id, next_at)]
+    return job, declared or {"name": gate["name"]}, following
+
+
+def _gate(inv: InvocationRow, job: JobRow, index: int) -> dict[str, Any] | None:
+    """The state of gate ``index`` on a run that waits for its gates."""
+    if inv.status != S.WAITING.value or inv.reason != REASON:
+        return None
+    gates = (inv.checks or {}).get(REASON, {}).get("gates", [])
+    return gates[index] if 0 <= index < len(gates) else None
+
+
+def _declared(job: JobRow, name: str) -> dict[str, Any] | None:
+    """The gate named ``name`` as the job declares it now; None if it no longer does."""
+    return next((g for g in controls_of(job).gates if g["name"] == name), None)
+
+
+def http_call(job: JobRow, invocation_id: int, number: int, gate: dict[str, Any]) -> Call:
+    """A gate's GET as the ``http`` invoker makes it (its guard, deadline, redaction)."""
+    options = {**gate["http"], "method": "GET", "body": None}
+    return Call(invocation_id, number, job.ref, None, options, kind="http", job_id=job.id)
+
+
+def answer_of(outcome: Outcome) -> tuple[bool, str]:
+    """A GET's outcome as a gate's answer: a yes, and what it said (its status and the
+    start of its body, or why there was none; the gate names the URL)."""
+    # Without an answer the error is "http: GET URL: why", the URL without spaces.
+    said = outcome.log[0] if outcome.log else (outcome.error or "no answer").split(" ", 3)[-1]
+    return outcome.status == S.SUCCEEDED, said[:SAID]
+
+
+def answer(
+    engine: Engine,
+    invocation_id: int,
+    index: int,
+    number: int,
+    job_id: int,
+    yes: bool,
+    said: str,
+) -> None:
+    """Record check ``number``'s answer (an older check's, come after a newer one's, is
+    dropped). The answer that makes every gate's latest a yes starts the run; a no to
+    the last check there will be applies ``on_unmet`` at once."""
+    with engine.transaction() as conn:
+        locked = engine.lock(conn, invocation_id, job_id)
+        if locked is None:
+            return
+        inv, job = locked
+        gate = _gate(inv, job, index)
+        if gate is None or number <= gate.get("answered", 0):
+            return
+        now = engine.clock()
+        said = said[:SAID]
+        gate["answered"] = number
+        gate["answers"] = [
+            *gate["answers"],
+            {"check": number, "at": _iso(now), "yes": yes, "said": said},
+        ][-KEPT:]
+        line = f"gate {gate['name']} check {number}: {'yes' if yes else 'no'}, {said}"
+        log = debuglog.append(inv.log, now, line)
+        state = inv.checks[REASON]
+        if all(_passed(g) for g in state["gates"]):
+            state["released_at"] = _iso(now)
+            columns = {"checks": inv.checks, "log": debuglog.append(log, now, "gates said yes")}
+            pool = controls_of(job).pool
+            messages = pools.begin(conn, pool, inv.id, columns, log, now, engine.grace)
+        elif not yes and gate.get("next_at") is None:  # no check of it is coming
+            inv = replace(inv, checks=inv.checks, log=log)
+            messages = lapse(engine, conn, inv, job, now).messages
+        else:
+            run_store.update_invocation(conn, inv.id, checks=inv.checks, log=log)
+            messages = []
+    engine.send(messages)
+
+
+def _passed(gate: dict[str, Any]) -> bool:
+    return bool(gate["answers"]) and gate["answers"][-1]["yes"]
+
+
+def said(gate: dict[str, Any]) -> str:
+    """A gate as a run recorded it, in words: its latest answer."""
+    if not gate["answers"]:
+        asked = gate["checks"]
+        return f"gate {gate['name']}: no answer" + (f" to {asked} check(s)" if asked else " yet")
+    last = gate["answers"][-1]
+    word = "yes" if last["yes"] else "no"
+    return (
+        f"gate {gate['name']} said {word} at check {last['check']} ({last['at']}): {last['said']}"
+    )
+
+
+def unmet_text(state: dict[str, Any]) -> str:
+    return "; ".join(said(g) for g in state.get("gates", ()) if not _passed(g))
+
+
+# --- when the wait ends ---------------------------------------------------------------
+
+
+def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
+    """The run may wait for its gates no longer (both rows locked): it starts if
+    ``on_unmet: run``, else ends SKIPPED or FAILED with reason ``gate``."""
+    state = (inv.checks or {}).get(REASON, {})
+    unmet = unmet_text(state) or "no gate said yes"
+    controls = controls_of(job)
+    error = f"gates not passed by {state.get('until')}: {unmet}"
+    starts, columns, alerts = unmet_settle(conn, job, inv, REASON, error, now)
+    columns["checks"] = inv.checks
+    if starts:
+        alerts += pools.begin(conn, controls.pool, inv.id, columns, inv.log, now, engine.grace)
+        return Fed(job.snapshot, alerts)
+    run_store.update_invocation(conn, inv.id, **columns)
+    if inv.backfill:  # not the machine's: the backfill's next slot takes its turn
+        from scheduler import backfill  # which starts its runs through ``begin``
+
+        return Fed(job.snapshot, alerts + backfill.promote(engine, conn, job, now))
+    fed = engine.feed(conn, job, InvocationFinished(inv.id, now), now)
+    fed.messages[:0] = alerts
+    return fed
+
+
+def overdue(conn: Connection, now: datetime, limit: int) -> list[Message]:
+    """The watchdog's: each gate of a waiting run whose next check is past due by
+    ``now`` (its message lost) is asked again; a check taken meanwhile drops it."""
+    query = (
+        select(invocations.c.id, invocations.c.job_id, invocations.c.checks)
+        .where(invocations.c.status == S.WAITING.value, invocations.c.reason == REASON)
+        .order_by(invocations.c.id)
+        .limit(limit)
+    )
+    messages: list[Message] = []
+    for row in conn.execute(query):
+        state = (row.checks or {}).get(REASON, {})
+        for index, gate in enumerate(state.get("gates", ())):
+            due = gate.get("next_at") if gate["checks"] else state.get("since")
+            if due is not None and _time(due) < now:
+                messages.append(CheckGate(row.id, index, gate["checks"] + 1, row.job_id))
+    return messages

@@ -1,0 +1,247 @@
+"""``gates``: a slot whose upstreams allow it waits (WAITING, ``gate``) until every gate's
+latest answer is a yes; each gate is asked every ``every`` on the work path, its answers
+kept on the run; ``on_unmet`` applies when no check is left to say yes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy
+
+from scheduler import gates, watchdog
+from scheduler.api import Scheduler
+from scheduler.cli import _with_wait
+from scheduler.clitext import invocation_text
+from scheduler.errors import SpecError
+from scheduler.invokers import HttpInvoker
+from scheduler.invokers.netguard import parse_allow
+from scheduler.workers import gatecheck
+from statemachine import InvocationStatus
+from tests.conftest import Clock, RecordingPort
+from tests.integration.test_control import add, engine_with, rows, spec
+from tests.integration.test_engine import job
+from tests.integration.test_upstream import needs, run_now, settle
+from tests.receivers import gate_endpoint
+
+pytestmark = pytest.mark.postgres
+S = InvocationStatus
+
+
+def gated(db: sqlalchemy.Engine, clock: Clock):  # type: ignore[no-untyped-def]
+    engine, port = engine_with(db, clock)
+    engine.invokers["http"] = HttpInvoker(parse_allow("127.0.0.1/32"))
+    return engine, port
+
+
+class SentTasks:
+    """Where a ``celery`` gate's task goes: kept, as the broker would keep it."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send_task(self, name: str, **options: Any) -> None:
+        self.sent.append({"task": name, **options})
+
+
+def ask_due(engine, port: RecordingPort, clock: Clock, app: Any = None) -> int:  # type: ignore[no-untyped-def]
+    """Deliver the gate checks whose ETA has come, as the work path does."""
+    due = [g for g in port.gates if g[4] is None or g[4] <= clock.now]
+    for g in due:
+        port.gates.remove(g)
+        gatecheck.check(engine, app, *g[:4])
+    return len(due)
+
+
+def answers(row: dict[str, Any], gate: int = 0) -> list[bool]:
+    return [a["yes"] for a in row["checks"]["gate"]["gates"][gate]["answers"]]
+
+
+def test_a_gate_that_says_no_twice_then_yes_starts_the_run_after_the_third_check(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = gated(db, clock)
+    with gate_endpoint(503, 503) as endpoint:
+        gate = {"name": "cluster", "http": endpoint.url, "every": "10s"}
+        add(engine, spec("d", "every 60s", gates=[gate], max_wait="10m"))
+        clock.now = max(eta for _, _, eta in port.ticks)
+        ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
+        port.clear()
+        engine.tick_many(ticks, start_here=True)
+        [d] = rows(engine, "d")
+        assert (d["status"], d["reason"]) == ("WAITING", "gate")
+        slot = d["slot"]
+        assert ask_due(engine, port, clock) == 1 and answers(rows(engine, "d")[0]) == [False]
+        assert ask_due(engine, port, clock) == 0  # the next check is due in 10 s
+        waiting = Scheduler(engine).explain("p/d", slot)
+        assert waiting["answer"] == "waiting"
+        assert "gate cluster said no at check 1" in waiting["text"], waiting["text"]
+        assert "answered 503" in waiting["text"]
+        clock.advance(10)
+        assert ask_due(engine, port, clock) == 1
+        assert rows(engine, "d")[0]["status"] == "WAITING"
+        clock.advance(10)
+        assert ask_due(engine, port, clock) == 1  # the third check: yes
+        [d] = rows(engine, "d")
+        assert d["status"] == "STARTING" and answers(d) == [False, False, True]
+        assert len(endpoint.asked) == 3
+        settle(engine, port)
+        clock.advance(10)
+        assert ask_due(engine, port, clock) == 1  # check 4, sent before 3 said yes
+    [d] = rows(engine, "d")
+    assert d["status"] == "SUCCEEDED" and len(endpoint.asked) == 3  # not asked again
+    state = d["checks"]["gate"]
+    assert state["gates"][0]["checks"] == 3 and state["released_at"] is not None
+    assert [a["check"] for a in state["gates"][0]["answers"]] == [1, 2, 3]
+    assert _with_wait(d)["reason"] == f"gate (waited until {state['released_at']})"
+    ran = Scheduler(engine).explain("p/d", slot)
+    assert ran["answer"] == "ran" and "it waited for its gates from" in ran["text"]
+    assert "gate cluster said yes at check 3" in ran["text"]
+    assert [a["yes"] for a in ran["gates"][0]["answers"]] == [False, False, True]
+    text = invocation_text(Scheduler(engine).invocation(d["id"]))
+    assert "gate cluster check 2 at" in text and "no, answered 503: not ready" in text
+
+
+@pytest.mark.parametrize("on_unmet", ["skip", "fail", "run"])
+def test_a_gate_that_never_answers_in_time_ends_the_slot_by_on_unmet(
+    db: sqlalchemy.Engine, clock: Clock, on_unmet: str
+):
+    engine, port = gated(db, clock)
+    with gate_endpoint(then=0) as endpoint:  # every GET hangs
+        gate = {"http": {"url": endpoint.url, "timeout": "0.3s"}, "every": "2s"}
+        add(engine, spec("d", gates=[gate], max_wait="5s", on_unmet=on_unmet))
+        Scheduler(engine).trigger("p/d")
+        for _ in range(3):  # checks at 0, 2 and 4 s: the one at 6 s would be too late
+            assert ask_due(engine, port, clock) == 1
+            clock.advance(2)
+        assert port.gates == []
+    [d] = rows(engine, "d")
+    assert answers(d) == [False, False, False]
+    assert "no answer within 0.3s" in d["checks"]["gate"]["gates"][0]["answers"][-1]["said"]
+    if on_unmet == "run":
+        settle(engine, port)
+        assert rows(engine, "d")[0]["status"] == "SUCCEEDED"
+        return
+    ended = {"skip": "SKIPPED", "fail": "FAILED"}[on_unmet]
+    assert (d["status"], d["reason"]) == (ended, "gate")
+    assert "gates not passed by" in d["error"] and "no answer within 0.3s" in d["error"]
+    assert job(engine, "p/d").snapshot.active == 0
+
+
+def test_a_celery_gate_says_yes_by_returning_true(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = gated(db, clock)
+    tasks = SentTasks()
+    gate = {"celery": {"task": "app.ready", "queue": "checks", "args": [8]}, "every": "5s"}
+    add(engine, spec("d", gates=[gate]))
+    Scheduler(engine).trigger("p/d")
+    assert ask_due(engine, port, clock, tasks) == 1
+    [sent] = tasks.sent
+    header = sent["headers"]["cronchain_gate"]
+    d = rows(engine, "d")[0]
+    assert (sent["task"], sent["queue"], sent["args"]) == ("app.ready", "checks", [8])
+    assert header == {"invocation": d["id"], "gate": 0, "check": 1, "job": d["job_id"]}
+    # What the hooks record of the task's return (scheduler.workers.hooks): not True, no.
+    gates.answer(engine, d["id"], 0, 1, d["job_id"], False, "returned 'ok'")
+    clock.advance(5)
+    assert ask_due(engine, port, clock, tasks) == 1
+    gates.answer(engine, d["id"], 0, 2, d["job_id"], True, "returned True")
+    gates.answer(engine, d["id"], 0, 1, d["job_id"], True, "late")  # older: dropped
+    [d] = rows(engine, "d")
+    assert d["status"] == "STARTING" and answers(d) == [False, True]
+
+
+def test_a_celery_gate_that_never_answers_is_settled_by_the_watchdog(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = gated(db, clock)
+    tasks = SentTasks()
+    add(engine, spec("d", gates=[{"celery": "app.ready", "every": "2s"}], max_wait="3s"))
+    Scheduler(engine).trigger("p/d")
+    assert ask_due(engine, port, clock, tasks) == 1
+    clock.advance(2)
+    assert ask_due(engine, port, clock, tasks) == 1  # the last: the next is past max_wait
+    assert port.gates == [] and rows(engine, "d")[0]["status"] == "WAITING"
+    clock.advance(1.5)
+    report = watchdog.run_once(engine)
+    assert report.settled == 1
+    [d] = rows(engine, "d")
+    assert (d["status"], d["reason"]) == ("SKIPPED", "gate")
+    assert "gate app.ready: no answer to 2 check(s)" in d["error"]
+    gates.answer(engine, d["id"], 0, 2, d["job_id"], True, "returned True")  # too late
+    assert rows(engine, "d")[0]["status"] == "SKIPPED"
+
+
+def test_a_lost_check_is_asked_again_by_the_watchdog(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = gated(db, clock)
+    with gate_endpoint(503) as endpoint:
+        add(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}]))
+        Scheduler(engine).trigger("p/d")
+        port.gates.clear()  # the first check's message is lost
+        clock.advance(engine.repair_grace.total_seconds() + 1)
+        report = watchdog.run_once(engine)
+        assert report.asked == 1 and [g[2] for g in port.gates] == [1]
+        assert ask_due(engine, port, clock) == 1  # no
+        port.gates.clear()  # and so is the second's
+        assert watchdog.run_once(engine).asked == 0  # not due yet
+        clock.advance(10 + engine.repair_grace.total_seconds() + 1)
+        watchdog.run_once(engine)
+        port.gates.append(port.gates[0])  # the lost one turns up as well: a copy
+        assert ask_due(engine, port, clock) == 2
+    assert answers(rows(engine, "d")[0]) == [False, True]
+    assert len(endpoint.asked) == 2 and rows(engine, "d")[0]["status"] == "STARTING"
+
+
+def test_gates_are_asked_once_the_upstreams_are_met(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = gated(db, clock)
+    with gate_endpoint() as endpoint:
+        gate = {"http": endpoint.url, "every": "10s"}
+        add(engine, spec("a"), spec("d", gates=[gate], **needs("a", max_wait="1h")))
+        Scheduler(engine).trigger("p/d")
+        assert rows(engine, "d")[0]["reason"] == "upstream" and port.gates == []
+        run_now(engine, port, "a")
+        assert rows(engine, "d")[0]["reason"] == "gate"
+        assert ask_due(engine, port, clock) == 1
+        settle(engine, port)
+    [d] = rows(engine, "d")
+    assert d["status"] == "SUCCEEDED"
+    assert d["checks"]["upstream"][0]["met"] and d["checks"]["gate"]["released_at"]
+
+
+def test_abort_ends_a_run_waiting_for_its_gates(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = gated(db, clock)
+    with gate_endpoint() as endpoint:
+        add(engine, spec("d", gates=[{"http": endpoint.url}]))
+        Scheduler(engine).trigger("p/d")
+        aborted = Scheduler(engine).abort("p/d")
+        assert len(aborted["WAITING"]) == 1
+        assert ask_due(engine, port, clock) == 1  # the check finds nothing to ask for
+        assert endpoint.asked == []
+    assert rows(engine, "d")[0]["status"] == "ABORTED"
+    assert job(engine, "p/d").snapshot.active == 0
+
+
+def test_a_backfill_slot_is_asked_once(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = gated(db, clock)
+    with gate_endpoint(503) as endpoint:
+        add(engine, spec("d", "0 3 * * *", gates=[{"http": endpoint.url, "every": "1m"}]))
+        first, last = datetime(2026, 2, 25, tzinfo=UTC), datetime(2026, 2, 26, 23, tzinfo=UTC)
+        Scheduler(engine).backfill("p/d", first, last, max_concurrent=2)
+        assert ask_due(engine, port, clock) == 2  # one says no, one yes
+        assert port.gates == []  # a slot long past gets one check, its last
+    settle(engine, port)
+    by_day = {r["slot"].day: (r["status"], r["reason"]) for r in rows(engine, "d")}
+    assert sorted(by_day.values()) == [("SKIPPED", "gate"), ("SUCCEEDED", None)]
+
+
+def test_gates_are_validated_naming_the_field() -> None:
+    with pytest.raises(SpecError, match="gates: each gate is exactly one of http: or celery:"):
+        spec("d", gates=[{"every": "1m"}])
+    with pytest.raises(SpecError, match="gates.http.timeout: must not be longer than"):
+        spec("d", gates=[{"http": {"url": "http://a/", "timeout": "2m"}, "every": "1m"}])
+    with pytest.raises(SpecError, match="two gates are named 'a'"):
+        spec("d", gates=[{"http": "http://a/x"}, {"http": "http://a/y"}])
+    with pytest.raises(SpecError, match="gates.every: must be at least 1s"):
+        spec("d", gates=[{"http": "http://a/", "every": "0.5s"}])
+    with pytest.raises(SpecError, match="max_wait: only applies with requires or gates"):
+        spec("d", max_wait="1h")
