@@ -26,6 +26,7 @@ from scheduler.pools import set_sizes as set_pool_sizes
 from scheduler.spec import JobSpec, load_job_file, validate_pools
 from scheduler.storage import alert_store, job_store, run_store
 from scheduler.storage.db import explained_failures
+from scheduler.storage.rows import HOLDS
 from statemachine import Pause, Resume
 
 # The times cronchain takes from a person: far enough either way for any schedule,
@@ -236,13 +237,14 @@ class Scheduler:
     def trigger(self, job: str) -> dict[str, Any]:
         """Run the job now, under its overlap policy, and say what happened: ``result``
         is ``started``, ``buffered`` (the run is WAITING for the active one), ``waiting``
-        (WAITING for its upstreams: ``requires``) or ``skipped`` (recorded SKIPPED,
-        ``skipped`` giving the reason); ``invocation`` and ``status`` are the run the
-        trigger made, whichever it was."""
+        (WAITING for its upstreams, its gates or a place in its pool) or ``skipped``
+        (recorded SKIPPED, ``skipped`` giving the reason; ``waiting`` gives what it waits
+        for); ``invocation`` and ``status`` are the run the trigger made, whichever it
+        was."""
         trigger_id = uuid.uuid4().hex
         made = self.engine.trigger(job, trigger_id)
         result = _TRIGGER_RESULTS.get(made["status"], "skipped")
-        if made["status"] == "WAITING" and made["reason"] == "upstream":
+        if made["status"] == "WAITING" and made["reason"] in HOLDS:
             result = "waiting"
         return {
             "trigger_id": trigger_id,
@@ -250,6 +252,7 @@ class Scheduler:
             "invocation": made["id"],
             "status": made["status"],
             "skipped": made["reason"] if result == "skipped" else None,
+            "waiting": made["reason"] if result == "waiting" else None,
         }
 
     @_explained

@@ -240,6 +240,9 @@ def _ids(ids: list[int], most: int = 10) -> str:
     return shown + (f", ... {len(ids) - most} more" if len(ids) > most else "")
 
 
+_WAITS_FOR = {"upstream": "its upstreams", "gate": "its gates", "pool": "a place in its pool"}
+
+
 def cmd_trigger(args: argparse.Namespace) -> int:
     r = _scheduler(args).trigger(args.job)
     match r["result"]:
@@ -251,8 +254,9 @@ def cmd_trigger(args: argparse.Namespace) -> int:
                 " it starts in its turn"
             )
         case "waiting":
+            what = _WAITS_FOR.get(r["waiting"], r["waiting"])
             print(
-                f"{args.job}: invocation {r['invocation']} is WAITING for its upstreams;"
+                f"{args.job}: invocation {r['invocation']} is WAITING for {what};"
                 f" cronchain history --invocation {r['invocation']} says which"
             )
         case _:

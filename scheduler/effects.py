@@ -42,7 +42,7 @@ class Port(Protocol):
         """Send an alert's delivery to the work path."""
 
     def gate(
-        self, invocation_id: int, gate: int, number: int, job_id: int, eta: datetime | None
+        self, invocation_id: int, gate: str, number: int, job_id: int, eta: datetime | None
     ) -> None:
         """Send a check of a run's gate to the work path."""
 
@@ -104,11 +104,11 @@ class Fill:
 
 @dataclass(frozen=True)
 class CheckGate:
-    """Ask a run's gate (its index in the job's ``gates``) once more, on the work path:
-    check ``number`` of it, at ``eta`` (``scheduler.gates``)."""
+    """Ask a run's gate (by its name) once more, on the work path: check ``number`` of
+    it, at ``eta`` (``scheduler.gates``)."""
 
     invocation_id: int
-    gate: int
+    gate: str
     number: int
     job_id: int
     eta: datetime | None = None

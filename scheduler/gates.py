@@ -86,7 +86,7 @@ def waiting_columns(
 
 
 def first_checks(job: JobRow, invocation_id: int) -> list[Message]:
-    return [CheckGate(invocation_id, i, 1, job.id) for i in range(len(controls_of(job).gates))]
+    return [CheckGate(invocation_id, g["name"], 1, job.id) for g in controls_of(job).gates]
 
 
 def begin(
@@ -114,42 +114,64 @@ def begin(
 
 
 def claim(
-    engine: Engine, invocation_id: int, index: int, number: int, job_id: int
-) -> tuple[JobRow, dict[str, Any], list[Message]] | None:
-    """Take check ``number`` of the run's gate ``index``: returns its job, the gate as
-    the job declares it, and the next check to send (after commit, before this check
-    is made). None if the run no longer waits for its gates, or the check was taken."""
+    engine: Engine, invocation_id: int, name: str, number: int, job_id: int
+) -> tuple[tuple[JobRow, dict[str, Any]] | None, list[Message]]:
+    """Take check ``number`` of the run's gate ``name``. Returns its job and the gate as
+    the job declares it, None if the run no longer waits for its gates or the check
+    was taken; and what to send after commit, before this check is made: the next
+    check, and (the job's gates having changed) the first checks of its new gates."""
     with engine.transaction() as conn:
         locked = engine.lock(conn, invocation_id, job_id)
-        if locked is None:
-            return None
+        if locked is None or _state(locked[0]) is None:
+            return None, []
         inv, job = locked
-        gate = _gate(inv, job, index)
-        if gate is None or gate["checks"] >= number:
-            return None
         now = engine.clock()
-        declared = _declared(job, gate["name"])
-        assert inv.deadline is not None
-        next_at = now + timedelta(seconds=declared["every"]) if declared else None
-        last = next_at is None or next_at >= inv.deadline
+        messages = _follow(inv, job)
+        gate = _entry(inv, name)
+        if gate is None or gate["checks"] >= number:
+            if messages or not _state(inv)["gates"]:  # the job's gates changed
+                messages += _record(engine, conn, inv, job, inv.log, now)
+            return None, messages
+        declared = _declared(job, name)
+        assert inv.deadline is not None and declared is not None
+        next_at = now + timedelta(seconds=declared["every"])
+        last = next_at >= inv.deadline
         gate["checks"] = number
-        gate["next_at"] = None if last else _iso(next_at)  # type: ignore[arg-type]
+        gate["next_at"] = None if last else _iso(next_at)
         run_store.update_invocation(conn, inv.id, checks=inv.checks)
-    following = [] if last else [CheckGate(invocation_id, index, number + 1, job_id, next_at)]
-    return job, declared or {"name": gate["name"]}, following
+    if not last:
+        messages.append(CheckGate(invocation_id, name, number + 1, job_id, next_at))
+    return (job, declared), messages
 
 
-def _gate(inv: InvocationRow, job: JobRow, index: int) -> dict[str, Any] | None:
-    """The state of gate ``index`` on a run that waits for its gates."""
+def _state(inv: InvocationRow) -> dict[str, Any] | None:
+    """The gates' state of a run that waits for them; None for any other run."""
     if inv.status != S.WAITING.value or inv.reason != REASON:
         return None
-    gates = (inv.checks or {}).get(REASON, {}).get("gates", [])
-    return gates[index] if 0 <= index < len(gates) else None
+    return (inv.checks or {}).get(REASON)
+
+
+def _entry(inv: InvocationRow, name: str) -> dict[str, Any] | None:
+    return next((g for g in _state(inv)["gates"] if g["name"] == name), None)  # type: ignore[index]
 
 
 def _declared(job: JobRow, name: str) -> dict[str, Any] | None:
     """The gate named ``name`` as the job declares it now; None if it no longer does."""
     return next((g for g in controls_of(job).gates if g["name"] == name), None)
+
+
+def _follow(inv: InvocationRow, job: JobRow) -> list[Message]:
+    """Make the run's gates the job's (an apply changed them while it waited): a gate
+    gone is no longer asked, a new one is asked from its first check; the answers of
+    those kept stay. Returns the first checks of the new ones."""
+    state = _state(inv)
+    assert state is not None
+    kept = {g["name"]: g for g in state["gates"]}
+    names = [g["name"] for g in controls_of(job).gates]
+    if names == list(kept):
+        return []
+    state["gates"] = [kept.get(n) or {"name": n, "checks": 0, "answers": []} for n in names]
+    return [CheckGate(inv.id, n, 1, job.id) for n in names if n not in kept]
 
 
 def http_call(job: JobRow, invocation_id: int, number: int, gate: dict[str, Any]) -> Call:
@@ -169,7 +191,7 @@ def answer_of(outcome: Outcome) -> tuple[bool, str]:
 def answer(
     engine: Engine,
     invocation_id: int,
-    index: int,
+    name: str,
     number: int,
     job_id: int,
     yes: bool,
@@ -180,34 +202,50 @@ def answer(
     the last check there will be applies ``on_unmet`` at once."""
     with engine.transaction() as conn:
         locked = engine.lock(conn, invocation_id, job_id)
-        if locked is None:
+        if locked is None or _state(locked[0]) is None:
             return
         inv, job = locked
-        gate = _gate(inv, job, index)
-        if gate is None or number <= gate.get("answered", 0):
-            return
         now = engine.clock()
+        messages = _follow(inv, job)
+        gate = _entry(inv, name)
+        if gate is None or number <= gate.get("answered", 0):  # not this gate's, or old
+            if messages:  # but the job's gates changed
+                messages += _record(engine, conn, inv, job, inv.log, now)
+            return engine.send(messages)
         said = said[:SAID]
         gate["answered"] = number
-        gate["answers"] = [
-            *gate["answers"],
-            {"check": number, "at": _iso(now), "yes": yes, "said": said},
-        ][-KEPT:]
-        line = f"gate {gate['name']} check {number}: {'yes' if yes else 'no'}, {said}"
-        log = debuglog.append(inv.log, now, line)
-        state = inv.checks[REASON]
-        if all(_passed(g) for g in state["gates"]):
-            state["released_at"] = _iso(now)
-            columns = {"checks": inv.checks, "log": debuglog.append(log, now, "gates said yes")}
-            pool = controls_of(job).pool
-            messages = pools.begin(conn, pool, inv.id, columns, log, now, engine.grace)
-        elif not yes and gate.get("next_at") is None:  # no check of it is coming
-            inv = replace(inv, checks=inv.checks, log=log)
-            messages = lapse(engine, conn, inv, job, now).messages
+        answered = {"check": number, "at": _iso(now), "yes": yes, "said": said}
+        gate["answers"] = [*gate["answers"], answered][-KEPT:]
+        word = "yes" if yes else "no"
+        log = debuglog.append(inv.log, now, f"gate {name} check {number}: {word}, {said}")
+        # No check of it is coming: this was its last, and the slot cannot pass.
+        final = not yes and gate.get("next_at") is None and number >= gate["checks"]
+        if final:
+            messages += lapse(engine, conn, replace(inv, log=log), job, now).messages
         else:
-            run_store.update_invocation(conn, inv.id, checks=inv.checks, log=log)
-            messages = []
+            messages += _record(engine, conn, inv, job, log, now)
     engine.send(messages)
+
+
+def _record(
+    engine: Engine,
+    conn: Connection,
+    inv: InvocationRow,
+    job: JobRow,
+    log: str | None,
+    now: datetime,
+) -> list[Message]:
+    """Write the run's gates' state; if every gate's latest answer is a yes, the run
+    starts (into its pool, or at once)."""
+    state = _state(inv)
+    assert state is not None
+    if not all(_passed(g) for g in state["gates"]):
+        run_store.update_invocation(conn, inv.id, checks=inv.checks, log=log)
+        return []
+    state["released_at"] = _iso(now)
+    columns = {"checks": inv.checks, "log": debuglog.append(log, now, "gates said yes")}
+    pool = controls_of(job).pool
+    return pools.begin(conn, pool, inv.id, columns, log, now, engine.grace)
 
 
 def _passed(gate: dict[str, Any]) -> bool:
@@ -257,18 +295,21 @@ def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now
 
 def overdue(conn: Connection, now: datetime, limit: int) -> list[Message]:
     """The watchdog's: each gate of a waiting run whose next check is past due by
-    ``now`` (its message lost) is asked again; a check taken meanwhile drops it."""
+    ``now`` (its message lost) is asked again, at most ``limit``; a check taken
+    meanwhile drops it. Every waiting run is read, so that those past the first
+    ``limit`` are looked at too (their rows are small)."""
     query = (
         select(invocations.c.id, invocations.c.job_id, invocations.c.checks)
         .where(invocations.c.status == S.WAITING.value, invocations.c.reason == REASON)
         .order_by(invocations.c.id)
-        .limit(limit)
     )
     messages: list[Message] = []
     for row in conn.execute(query):
         state = (row.checks or {}).get(REASON, {})
-        for index, gate in enumerate(state.get("gates", ())):
+        for gate in state.get("gates", ()):
             due = gate.get("next_at") if gate["checks"] else state.get("since")
             if due is not None and _time(due) < now:
-                messages.append(CheckGate(row.id, index, gate["checks"] + 1, row.job_id))
+                messages.append(CheckGate(row.id, gate["name"], gate["checks"] + 1, row.job_id))
+        if len(messages) >= limit:
+            break
     return messages

@@ -93,8 +93,7 @@ def sweep(
             report.expired + report.resent,
             report.revokes,
             report.settled,
-            report.asked,
-        )
+        )  # not ``asked``: those checks are taken by the work path, not by this pass
         full = most >= limit
         if not full or time.monotonic() >= deadline:
             break

@@ -109,12 +109,12 @@ def alert(alert_id: int) -> None:
 
 
 @app.task(name="cronchain.gate", **RETRY)
-def gate(invocation_id: int, index: int, number: int, job_id: int) -> None:
+def gate(invocation_id: int, name: str, number: int, job_id: int) -> None:
     """The work path: ask a run's gate (``scheduler.gates``)."""
-    if not _ints(invocation_id, index, number, job_id):
-        log.error("malformed gate message dropped: %.200r", (invocation_id, index, number, job_id))
+    if not (_ints(invocation_id, number, job_id) and isinstance(name, str)):
+        log.error("malformed gate message dropped: %.200r", (invocation_id, name, number, job_id))
         return
-    check_gate(runtime().engine, app, invocation_id, index, number, job_id)
+    check_gate(runtime().engine, app, invocation_id, name, number, job_id)
 
 
 def _attempt_ref(value: Any) -> bool:

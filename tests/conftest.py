@@ -74,7 +74,7 @@ class RecordingPort:
     run_batches: list[list[Call]] = field(default_factory=list)
     revoked: list[str] = field(default_factory=list)
     alerts: list[tuple[int, datetime | None]] = field(default_factory=list)
-    gates: list[tuple[int, int, int, int, datetime | None]] = field(default_factory=list)
+    gates: list[tuple[int, str, int, int, datetime | None]] = field(default_factory=list)
 
     def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
         self.ticks.append((job_id, nonce, eta))
@@ -108,7 +108,7 @@ class RecordingPort:
         self.alerts.append((alert_id, eta))
 
     def gate(
-        self, invocation_id: int, gate: int, number: int, job_id: int, eta: datetime | None
+        self, invocation_id: int, gate: str, number: int, job_id: int, eta: datetime | None
     ) -> None:
         self.gates.append((invocation_id, gate, number, job_id, eta))
 

@@ -342,10 +342,11 @@ def slots_taken(conn: Connection, job_id: int, first: datetime, last: datetime) 
 
 
 def count_backfill(conn: Connection, job_id: int) -> int:
-    """A job's backfill runs in flight: started, or waiting for a place in its pool."""
+    """A job's backfill runs in flight: started, or waiting for their gates or a place
+    in their pool."""
     in_flight = or_(
         invocations.c.status.in_(("STARTING", "RUNNING")),
-        and_(invocations.c.status == "WAITING", invocations.c.reason == "pool"),
+        and_(invocations.c.status == "WAITING", invocations.c.reason.in_(("gate", "pool"))),
     )
     query = select(func.count()).where(
         invocations.c.job_id == job_id, invocations.c.backfill.is_(True), in_flight

@@ -3,18 +3,23 @@
 An ``http`` gate is asked here, with the ``http`` kind's invoker (its network guard,
 deadline and redaction), and its answer recorded at once. A ``celery`` gate's task is
 sent to the user's queue with a ``cronchain_gate`` header; the hooks on the worker that
-runs it record what it returned (:mod:`scheduler.workers.hooks`).
+runs it record what it returned (:mod:`scheduler.workers.hooks`). An answer exists only
+in the process that got it: if the database is away, it is recorded patiently, as an
+outcome is, since the check it answers is taken and will not be asked again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import Celery
 
 from scheduler import gates
 from scheduler.engine import Engine
+from scheduler.errors import TransientError
+from scheduler.runs import OUTCOME_RETRY_DELAYS
 from scheduler.workers.work import make_call
 
 log = logging.getLogger("cronchain.work")
@@ -22,32 +27,42 @@ HEADER = "cronchain_gate"
 
 
 def check(
-    engine: Engine, app: Celery, invocation_id: int, index: int, number: int, job_id: int
+    engine: Engine, app: Celery, invocation_id: int, name: str, number: int, job_id: int
 ) -> None:
-    claimed = gates.claim(engine, invocation_id, index, number, job_id)
-    if claimed is None:
+    asked, messages = gates.claim(engine, invocation_id, name, number, job_id)
+    engine.send(messages)  # the next check is asked even if this one never answers
+    if asked is None:
         log.info(
-            "invocation %s gate %s check %s: not waiting, or taken", invocation_id, index, number
+            "invocation %s gate %s check %s: not waiting, or taken", invocation_id, name, number
         )
         return
-    job, gate, following = claimed
-    engine.send(following)  # the next check is asked even if this one never answers
+    job, gate = asked
     if "celery" in gate:
-        _send_task(
-            app,
-            gate["celery"],
-            {"invocation": invocation_id, "gate": index, "check": number, "job": job_id},
-        )
+        header = {"invocation": invocation_id, "gate": name, "check": number, "job": job_id}
+        _send_task(app, gate["celery"], header)
         return
-    if "http" in gate:
-        call = gates.http_call(job, invocation_id, number, gate)
-        yes, said = gates.answer_of(make_call(engine.invokers.get("http"), call))
-    else:  # the job no longer declares it
-        yes, said = True, "no longer a gate of the job"
-    gates.answer(engine, invocation_id, index, number, job_id, yes, said)
+    call = gates.http_call(job, invocation_id, number, gate)
+    yes, said = gates.answer_of(make_call(engine.invokers.get("http"), call))
+    record(engine, invocation_id, name, number, job_id, yes, said)
 
 
-def _send_task(app: Celery, options: dict[str, Any], header: dict[str, int]) -> None:
+def record(
+    engine: Engine, invocation_id: int, name: str, number: int, job_id: int, yes: bool, said: str
+) -> None:
+    for delay in (*OUTCOME_RETRY_DELAYS, None):
+        try:
+            gates.answer(engine, invocation_id, name, number, job_id, yes, said)
+            return
+        except TransientError as err:
+            if delay is None:
+                raise
+            log.warning(
+                "gate %s of invocation %s: %s; again in %s s", name, invocation_id, err, delay
+            )
+            time.sleep(delay)
+
+
+def _send_task(app: Celery, options: dict[str, Any], header: dict[str, Any]) -> None:
     app.send_task(
         options["task"],
         args=options["args"],

@@ -31,10 +31,10 @@ import celery
 from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
-from scheduler import gates
 from scheduler.invokers import Outcome
 from scheduler.invokers.celery import HEADER
 from scheduler.leases import Lease
+from scheduler.workers import gatecheck
 from scheduler.workers.gatecheck import HEADER as GATE
 from scheduler.workers.runtime import Runtime
 from statemachine import InvocationStatus
@@ -138,15 +138,21 @@ def _report(
 def _answer_gate(task: celery.Task, header: Any, retval: Any, state: str | None) -> None:
     """A ``celery`` gate's task ended: it says yes by returning True, nothing else."""
     fields = header if isinstance(header, dict) else {}
-    ids = [fields.get(key) for key in ("invocation", "gate", "check", "job")]
-    if not _ints(*ids):
+    invocation_id, name, number, job_id = (
+        fields.get(k) for k in ("invocation", "gate", "check", "job")
+    )
+    if not (_ints(invocation_id, number, job_id) and isinstance(name, str)):
         log.error("task %s has a malformed %s header %r: not recorded", task.name, GATE, header)
         return
     if state == "SUCCESS":
         yes, said = retval is True, f"returned {retval!r}"
     else:
         yes, said = False, f"{state}: {type(retval).__name__}: {retval}"
-    gates.answer(Runtime.current(task.app).engine, *ids, yes, said)
+    engine = Runtime.current(task.app).engine
+    try:
+        gatecheck.record(engine, invocation_id, name, number, job_id, yes, said)
+    except Exception:  # the task's own outcome and the worker must not suffer for it
+        log.exception("gate %s of invocation %s: answer not recorded", name, invocation_id)
 
 
 def heartbeat(note: str | None = None) -> bool:

@@ -126,7 +126,7 @@ class CeleryPort:
         self.app.send_task("cronchain.alert", args=(alert_id,), eta=eta, queue=self.work_queue)
 
     def gate(
-        self, invocation_id: int, gate: int, number: int, job_id: int, eta: datetime | None
+        self, invocation_id: int, gate: str, number: int, job_id: int, eta: datetime | None
     ) -> None:
         self.app.send_task(
             "cronchain.gate",

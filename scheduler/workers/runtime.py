@@ -154,7 +154,7 @@ class CommandPort:
         self._send(self.port.alert, alert_id, eta)
 
     def gate(
-        self, invocation_id: int, gate: int, number: int, job_id: int, eta: datetime | None
+        self, invocation_id: int, gate: str, number: int, job_id: int, eta: datetime | None
     ) -> None:
         self._send(self.port.gate, invocation_id, gate, number, job_id, eta)
 

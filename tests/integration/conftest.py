@@ -5,6 +5,8 @@ from datetime import timedelta
 
 import pytest
 
+import scheduler.cli
+from scheduler.api import Scheduler
 from scheduler.engine import Engine
 from scheduler.invokers import default_invokers
 from scheduler.storage.db import make_engine
@@ -18,3 +20,16 @@ def pg_engine(pg_url: str, port: RecordingPort, clock: Clock) -> Iterator[Engine
     db = make_engine(pg_url)
     yield Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
     db.dispose()
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    """``cronchain ARGV`` on a test's engine: (exit status, stdout, stderr)."""
+
+    def run(engine: Engine, *argv: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(scheduler.cli, "_scheduler", lambda args: Scheduler(engine))
+        code = scheduler.cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-import scheduler.cli
 from scheduler.api import Scheduler
 from scheduler.engine import Engine
 from scheduler.errors import SpecError
@@ -28,19 +27,6 @@ from tests.integration.test_time import T0, at, history, run_until, settle
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
 OK = "SUCCEEDED"
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
-    """``cronchain ARGV`` on a test's engine: (exit status, stdout, stderr)."""
-
-    def run(engine: Engine, *argv: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(scheduler.cli, "_scheduler", lambda args: Scheduler(engine))
-        code = scheduler.cli.main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def statuses(engine: Engine) -> list[tuple[str, str | None]]:
@@ -195,6 +181,7 @@ def test_trigger_says_whether_its_run_started_waits_or_was_skipped(
         "invocation": rows(engine)[0]["id"],
         "status": "STARTING",
         "skipped": None,
+        "waiting": None,
     }
     assert (waiting["status"], waiting["trigger_id"]) == ("WAITING", buffered["trigger_id"])
     assert buffered | {"trigger_id": None} == {
@@ -203,6 +190,7 @@ def test_trigger_says_whether_its_run_started_waits_or_was_skipped(
         "invocation": waiting["id"],
         "status": "WAITING",
         "skipped": None,
+        "waiting": None,
     }
     code, out, _ = cli(engine, "trigger", "p/a")  # buffer_one: one waits already
     skipped = rows(engine)[2]

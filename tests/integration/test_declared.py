@@ -424,8 +424,12 @@ def test_a_real_beat_sends_the_reconcile_at_start_with_cronchain_apps_alone(tmp_
     try:
         sent = "Sending due task cronchain-reconcile (cronchain.reconcile)"
         wait_until(lambda: sent in log.read_text(), 30, "beat to send the reconcile")
-        messages = list((home / "broker" / "queue").iterdir())
-        assert any("cronchain.reconcile" in m.read_text() for m in messages)
+
+        def queued() -> bool:  # beat logs the send before the message is written
+            messages = list((home / "broker" / "queue").iterdir())
+            return any("cronchain.reconcile" in m.read_text() for m in messages)
+
+        wait_until(queued, 10, "the reconcile message in the broker's folder")
     finally:
         process.terminate()
         process.wait(timeout=30)

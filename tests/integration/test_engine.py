@@ -322,6 +322,7 @@ def test_trigger_pause_resume(engine: Engine, port: RecordingPort, clock: Clock)
         "invocation": first["invocation"] + 1,
         "status": "SKIPPED",
         "skipped": "overlap",
+        "waiting": None,
     }
     deliver_starts(engine, port)
     sched.pause("p/a", "maintenance")

@@ -14,7 +14,7 @@ from scheduler import gates, watchdog
 from scheduler.api import Scheduler
 from scheduler.cli import _with_wait
 from scheduler.clitext import invocation_text
-from scheduler.errors import SpecError
+from scheduler.errors import SpecError, TransientError
 from scheduler.invokers import HttpInvoker
 from scheduler.invokers.netguard import parse_allow
 from scheduler.workers import gatecheck
@@ -140,13 +140,13 @@ def test_a_celery_gate_says_yes_by_returning_true(db: sqlalchemy.Engine, clock: 
     header = sent["headers"]["cronchain_gate"]
     d = rows(engine, "d")[0]
     assert (sent["task"], sent["queue"], sent["args"]) == ("app.ready", "checks", [8])
-    assert header == {"invocation": d["id"], "gate": 0, "check": 1, "job": d["job_id"]}
+    assert header == {"invocation": d["id"], "gate": "app.ready", "check": 1, "job": d["job_id"]}
     # What the hooks record of the task's return (scheduler.workers.hooks): not True, no.
-    gates.answer(engine, d["id"], 0, 1, d["job_id"], False, "returned 'ok'")
+    gates.answer(engine, d["id"], "app.ready", 1, d["job_id"], False, "returned 'ok'")
     clock.advance(5)
     assert ask_due(engine, port, clock, tasks) == 1
-    gates.answer(engine, d["id"], 0, 2, d["job_id"], True, "returned True")
-    gates.answer(engine, d["id"], 0, 1, d["job_id"], True, "late")  # older: dropped
+    gates.answer(engine, d["id"], "app.ready", 2, d["job_id"], True, "returned True")
+    gates.answer(engine, d["id"], "app.ready", 1, d["job_id"], True, "late")  # older: dropped
     [d] = rows(engine, "d")
     assert d["status"] == "STARTING" and answers(d) == [False, True]
 
@@ -168,7 +168,7 @@ def test_a_celery_gate_that_never_answers_is_settled_by_the_watchdog(
     [d] = rows(engine, "d")
     assert (d["status"], d["reason"]) == ("SKIPPED", "gate")
     assert "gate app.ready: no answer to 2 check(s)" in d["error"]
-    gates.answer(engine, d["id"], 0, 2, d["job_id"], True, "returned True")  # too late
+    gates.answer(engine, d["id"], "app.ready", 2, d["job_id"], True, "returned True")  # too late
     assert rows(engine, "d")[0]["status"] == "SKIPPED"
 
 
@@ -245,3 +245,125 @@ def test_gates_are_validated_naming_the_field() -> None:
         spec("d", gates=[{"http": "http://a/", "every": "0.5s"}])
     with pytest.raises(SpecError, match="max_wait: only applies with requires or gates"):
         spec("d", max_wait="1h")
+
+
+def test_an_older_check_s_late_no_does_not_end_the_slot_while_the_last_is_asked(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = gated(db, clock)
+    tasks = SentTasks()
+    add(engine, spec("d", gates=[{"celery": "app.ready", "every": "2s"}], max_wait="3s"))
+    Scheduler(engine).trigger("p/d")
+    assert ask_due(engine, port, clock, tasks) == 1
+    clock.advance(2)
+    assert ask_due(engine, port, clock, tasks) == 1  # the last check is sent
+    d = rows(engine, "d")[0]
+    gates.answer(engine, d["id"], "app.ready", 1, d["job_id"], False, "returned False")  # late
+    assert rows(engine, "d")[0]["status"] == "WAITING"
+    gates.answer(engine, d["id"], "app.ready", 2, d["job_id"], True, "returned True")
+    assert rows(engine, "d")[0]["status"] == "STARTING"
+
+
+def test_a_waiting_run_follows_its_job_s_gates_when_they_change(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = gated(db, clock)
+    with gate_endpoint(then=503) as endpoint:
+        add(engine, spec("d", gates=[{"name": "ready", "http": endpoint.url, "every": "10s"}]))
+        Scheduler(engine).trigger("p/d")
+        assert ask_due(engine, port, clock) == 1  # no
+        renamed = {"name": "ready2", "http": endpoint.url, "every": "10s"}
+        add(engine, spec("d", gates=[renamed]))
+        clock.advance(10)
+        assert ask_due(engine, port, clock) == 1  # "ready" is gone; "ready2" asked first
+        assert ask_due(engine, port, clock) == 1
+        [d] = rows(engine, "d")
+        assert d["status"] == "WAITING" and len(endpoint.asked) == 2
+        assert [g["name"] for g in d["checks"]["gate"]["gates"]] == ["ready2"]
+        assert answers(d) == [False]
+        endpoint.then = 200
+        add(engine, spec("d", gates=[renamed, {"name": "more", "http": endpoint.url}]))
+        clock.advance(10)
+        assert ask_due(engine, port, clock) == 1  # ready2 says yes; more is asked first
+        assert rows(engine, "d")[0]["status"] == "WAITING"
+        assert ask_due(engine, port, clock) == 1
+    assert rows(engine, "d")[0]["status"] == "STARTING"
+
+
+def test_a_gate_removed_from_the_job_releases_a_run_that_waited_only_for_it(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = gated(db, clock)
+    with gate_endpoint(then=503) as endpoint:
+        add(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}]))
+        Scheduler(engine).trigger("p/d")
+        assert ask_due(engine, port, clock) == 1
+        add(engine, spec("d"))  # no gates any more
+        clock.advance(10)
+        assert ask_due(engine, port, clock) == 1
+    assert rows(engine, "d")[0]["status"] == "STARTING" and len(endpoint.asked) == 1
+
+
+def test_the_watchdog_finds_a_lost_check_past_its_first_limit_of_runs(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = gated(db, clock)
+    with gate_endpoint(then=503) as endpoint:
+        every = [{"http": endpoint.url, "every": "1h"}]
+        add(engine, spec("a", gates=every, max_wait="1d"), spec("b", gates=every, max_wait="1d"))
+        Scheduler(engine).trigger("p/a")
+        assert ask_due(engine, port, clock) == 1  # a is asked again in an hour
+        port.gates.clear()
+        Scheduler(engine).trigger("p/b")
+        port.gates.clear()  # b's first check is lost
+        clock.advance(engine.repair_grace.total_seconds() + 1)
+        assert watchdog.run_once(engine, limit=1).asked == 1
+
+
+def test_an_answer_is_recorded_patiently_when_the_database_blips(
+    db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    engine, port = gated(db, clock)
+    real, failures = gates.answer, [TransientError("database unavailable")]
+
+    def blip(*args: Any) -> None:
+        if failures:
+            raise failures.pop()
+        real(*args)
+
+    monkeypatch.setattr(gatecheck, "OUTCOME_RETRY_DELAYS", (0,))
+    monkeypatch.setattr(gates, "answer", blip)
+    with gate_endpoint() as endpoint:
+        add(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}], max_wait="5s"))
+        Scheduler(engine).trigger("p/d")
+        assert ask_due(engine, port, clock) == 1
+    assert rows(engine, "d")[0]["status"] == "STARTING" and not failures
+
+
+def test_a_second_backfill_counts_the_first_s_gated_run_as_in_flight(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = gated(db, clock)
+    with gate_endpoint(then=503) as endpoint:
+        gate = [{"http": endpoint.url, "every": "1m"}]
+        add(engine, spec("d", "0 3 * * *", gates=gate, max_wait="1d"))
+        sched = Scheduler(engine)
+        for day in (25, 26):
+            first, last = datetime(2026, 2, day, tzinfo=UTC), datetime(2026, 2, day, 23, tzinfo=UTC)
+            sched.backfill("p/d", first, last, max_concurrent=1)
+    assert [r["reason"] for r in rows(engine, "d")].count("gate") == 1
+
+
+def test_a_trigger_of_a_gated_job_says_waiting(db: sqlalchemy.Engine, clock: Clock):
+    engine, _ = gated(db, clock)
+    add(engine, spec("d", gates=[{"http": "http://127.0.0.1:9/", "every": "10s"}]))
+    assert Scheduler(engine).trigger("p/d")["result"] == "waiting"
+
+
+def test_the_command_line_says_what_a_triggered_run_waits_for(
+    db: sqlalchemy.Engine, clock: Clock, cli: Any
+):
+    engine, _ = gated(db, clock)
+    add(engine, spec("d", gates=[{"http": "http://127.0.0.1:9/", "every": "10s"}]))
+    code, out, _ = cli(engine, "trigger", "p/d")
+    assert code == 0 and "is WAITING for its gates;" in out
