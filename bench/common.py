@@ -165,19 +165,44 @@ def with_requirements(specs: list[dict], within: str) -> list[dict]:
     return specs
 
 
-def settle(recent_lags: Callable[[], list[float]], period: float) -> float:
+def settle(
+    recent_lags: Callable[[], list[float]],
+    period: float,
+    ready: Callable[[], bool] = lambda: True,
+) -> float:
     """Wait for steady state: every fire of the last two seconds less than a second late
-    (startup leaves a backlog: the slots that passed while the worker started). Gives up
-    after a period and a minute, and measures whatever state that is."""
+    (startup leaves a backlog: the slots that passed while the worker started), and
+    ``ready``. Gives up after a period and a minute, and measures whatever state that
+    is."""
     started = time.monotonic()
     deadline = started + period + 60
     time.sleep(min(period, 10))
     while time.monotonic() < deadline:
         lags = recent_lags()
-        if lags and max(lags) < 1.0:
+        if lags and max(lags) < 1.0 and ready():
             break
         time.sleep(1)
     return time.monotonic() - started
+
+
+def first_waits_over(db: sqlalchemy.Engine) -> bool:
+    """No run waits for its upstreams since more than a second after its slot. A fleet
+    of dependent jobs applied together starts with such waits: a job's first slot can
+    come before its upstreams' first (a period later at most), and waits for it. Those
+    are the first period's, not the steady state's; measured in the window, a few of
+    them set its maximum (about a period) and its p99."""
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    query = (
+        select(invocations.c.id)
+        .where(
+            invocations.c.status == "WAITING",
+            invocations.c.reason == "upstream",
+            invocations.c.slot < since,
+        )
+        .limit(1)
+    )
+    with db.connect() as conn:
+        return conn.execute(query).first() is None
 
 
 def recent_lags(db: sqlalchemy.Engine) -> list[float]:

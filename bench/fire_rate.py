@@ -64,6 +64,7 @@ from bench.common import (
     cpu_seconds,
     deployment,
     figure,
+    first_waits_over,
     job_document,
     percentile,
     recent_lags,
@@ -157,7 +158,8 @@ def run_cronchain(folder: Path, load: Load, requires: bool = False) -> Run:
         d.apply(job_document(load.jobs, load.period, load.step, requires=requires), timeout=120)
 
         try:
-            warmup = settle(lambda: recent_lags(db), load.period)
+            ready = (lambda: first_waits_over(db)) if requires else (lambda: True)
+            warmup = settle(lambda: recent_lags(db), load.period, ready)
             load.align()
             pids = {**d.worker_pids, "beat": c.processes["beat"].pid}
             with (
