@@ -45,6 +45,7 @@ from scheduler.effects import (
 from scheduler.errors import TransientError
 from scheduler.invokers import Invoker
 from scheduler.leases import Leases
+from scheduler.rechecks import Rechecks
 from scheduler.runs import RUNNING, STARTING, WAITING, Runs
 from scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
 from scheduler.spec import JobSpec
@@ -116,6 +117,7 @@ class Engine:
         clock: Callable[[], datetime] = utcnow,
         nonces: Callable[[], int] = random_nonce,
         rand: Callable[[], float] = random.random,
+        background_rechecks: bool = False,
     ):
         self.db = db
         self.port = port
@@ -129,6 +131,10 @@ class Engine:
         self.rand = rand
         self.leases = Leases(db, clock)
         self.runs = Runs(self)
+        # A worker looks again at waiting runs in a thread (``scheduler.rechecks``); a
+        # command, which exits when it is done, and the tests, which drive every step,
+        # do it before ``send`` returns.
+        self.rechecks = Rechecks(self.recheck) if background_rechecks else None
 
     @property
     def repair_grace(self) -> timedelta:
@@ -567,7 +573,9 @@ class Engine:
                     revokes.forget(conn, revoked)
             except TransientError as err:  # sent again when due: a second one is harmless
                 log.warning("could not forget the revokes sent of %s: %s", revoked, err)
-        if rechecks:
+        if rechecks and self.rechecks is not None:
+            self.rechecks.put(rechecks)
+        elif rechecks:
             self.recheck(rechecks)
         if fills:
             self.fill(fills)

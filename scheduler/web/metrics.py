@@ -49,7 +49,7 @@ from scheduler.storage.models import JOB_STATES
 
 # The reasons a WAITING run has today, reported at 0 when none waits, so that a rate or
 # an alert on them has a series to read.
-WAITING_REASONS = ("buffered", "backfill", "upstream", "pool")
+WAITING_REASONS = ("buffered", "backfill", "upstream", "gate", "pool")
 # Outcomes reported at 0 before any run had them, for the same reason.
 OUTCOMES = (("SUCCEEDED", ""), ("FAILED", ""))
 JOB = ("project", "job")
@@ -207,7 +207,8 @@ def _overall_metrics(seen: Observed) -> Iterator[Metric]:
     )
     reasons = GaugeMetricFamily(
         "cronchain_runs_waiting",
-        "Runs WAITING for their turn, their upstreams or a place in their pool, by reason",
+        "Runs WAITING for their turn, their upstreams, their gates or a place in their pool,"
+        " by reason",
         labels=["reason"],
     )
     for reason in sorted(set(WAITING_REASONS) | set(seen.waiting)):

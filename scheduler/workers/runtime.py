@@ -52,7 +52,7 @@ class Runtime:
         sends give up on a broker that does not answer within a few seconds."""
         settings = Settings.from_env()
         port = CeleryPort(app or sending_app(), settings.queue, settings.work_queue)
-        return cls._wire(settings, port)
+        return cls._wire(settings, port, worker=app is not None)
 
     @classmethod
     def for_command(cls) -> Runtime:
@@ -64,12 +64,12 @@ class Runtime:
         return cls._wire(settings, CommandPort(port, settings.broker_url))
 
     @classmethod
-    def _wire(cls, settings: Settings, port: Port) -> Runtime:
+    def _wire(cls, settings: Settings, port: Port, *, worker: bool = False) -> Runtime:
         try:
             db = make_engine(settings.database_url)
         except SpecError as err:
             raise ConfigError("CRONCHAIN_DATABASE_URL", err.reason) from None
-        return cls(settings, engine_of(db, port, settings))
+        return cls(settings, engine_of(db, port, settings, background_rechecks=worker))
 
     @property
     def unsent(self) -> TransientError | None:
@@ -79,9 +79,12 @@ class Runtime:
         return port.unsent if isinstance(port, CommandPort) else None
 
 
-def engine_of(db: SqlEngine, port: Port, settings: Settings) -> Engine:
+def engine_of(
+    db: SqlEngine, port: Port, settings: Settings, *, background_rechecks: bool = False
+) -> Engine:
     """The engine on ``db`` that sends through ``port``, as ``settings`` configure it:
-    every process's (workers, commands, ``cronchain serve``'s controls) alike."""
+    every process's (workers, commands, ``cronchain serve``'s controls) alike; a
+    worker's looks again at waiting runs in a thread (``scheduler.rechecks``)."""
     return Engine(
         db,
         port,
@@ -89,6 +92,7 @@ def engine_of(db: SqlEngine, port: Port, settings: Settings) -> Engine:
         grace=settings.watchdog_grace,
         batch=settings.tick_batch,
         slack=settings.tick_slack,
+        background_rechecks=background_rechecks,
     )
 
 

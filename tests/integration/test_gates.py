@@ -22,6 +22,7 @@ from statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import add, engine_with, rows, spec
 from tests.integration.test_engine import job
+from tests.integration.test_observed import samples
 from tests.integration.test_upstream import needs, run_now, settle
 from tests.receivers import gate_endpoint
 
@@ -354,10 +355,13 @@ def test_a_second_backfill_counts_the_first_s_gated_run_as_in_flight(
     assert [r["reason"] for r in rows(engine, "d")].count("gate") == 1
 
 
-def test_a_trigger_of_a_gated_job_says_waiting(db: sqlalchemy.Engine, clock: Clock):
+def test_a_trigger_of_a_gated_job_says_waiting_and_metrics_count_it(
+    db: sqlalchemy.Engine, clock: Clock
+):
     engine, _ = gated(db, clock)
     add(engine, spec("d", gates=[{"http": "http://127.0.0.1:9/", "every": "10s"}]))
     assert Scheduler(engine).trigger("p/d")["result"] == "waiting"
+    assert samples(engine.db, clock)["cronchain_runs_waiting", (("reason", "gate"),)] == 1
 
 
 def test_the_command_line_says_what_a_triggered_run_waits_for(

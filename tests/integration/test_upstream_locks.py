@@ -14,10 +14,12 @@ from scheduler import upstream
 from scheduler.api import Scheduler
 from scheduler.invokers import Outcome
 from scheduler.outcome_batch import Report, finish_together
+from scheduler.rechecks import Rechecks
 from scheduler.storage import job_store
 from scheduler.storage.db import make_engine
 from statemachine import InvocationStatus
 from tests.conftest import Clock
+from tests.e2e.harness import wait_until
 from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
 from tests.integration.test_engine import job
 from tests.integration.test_pools import apply as papply
@@ -201,3 +203,43 @@ def test_group_second_update_fk_vs_batch(pg_url: str, clock: Clock, monkeypatch)
             engine.checked(conn, locked[d.id], clock.now, None, clock.now)
 
     group_meets(pg_url, clock, monkeypatch, batch)
+
+
+def test_a_worker_s_tick_does_not_wait_for_an_upstream_s_success_under_way(
+    pg_url: str, clock: Clock
+):
+    """d is triggered while a's success is being recorded (a's row held): d waits, and
+    its trigger returns at once; a thread of the process looks again once a's
+    transaction commits, and starts d (``scheduler.rechecks``)."""
+    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None))
+    engine.rechecks = Rechecks(engine.recheck)  # as a worker's engine has
+    add(engine, spec("a"), spec("d", **needs("a")))
+    Scheduler(engine).trigger("p/a")
+    deliver(engine, port)  # a claimed, its worker died
+    [a_run] = rows(engine, "a")
+    a_locked, release, errors = threading.Event(), threading.Event(), []
+
+    def a_succeeds() -> None:
+        try:
+            with engine.transaction() as conn:
+                locked = engine.lock(conn, a_run["id"])
+                fed = engine.runs.record_outcome(conn, *locked, Outcome(S.SUCCEEDED), clock.now)
+                a_locked.set()
+                release.wait(10)
+            engine.send(fed.messages)
+        except Exception as err:
+            errors.append(err)
+
+    ta = threading.Thread(target=a_succeeds)
+    ta.start()
+    a_locked.wait(5)
+    triggered = threading.Thread(target=Scheduler(engine).trigger, args=("p/d",))
+    triggered.start()
+    triggered.join(5)
+    assert not triggered.is_alive(), "the trigger waited for a's transaction"
+    [r] = rows(engine, "d")
+    assert (r["status"], r["reason"]) == ("WAITING", "upstream")
+    release.set()
+    ta.join()
+    wait_until(lambda: rows(engine, "d")[0]["status"] == "STARTING", 10, "d to start")
+    assert errors == []

@@ -1,0 +1,57 @@
+"""Looking again at waiting runs in a thread of the worker's own (``Recheck``).
+
+A run found waiting for an upstream whose row another transaction held (a success may
+be under way) is looked at again once its own transaction has committed, first waiting
+for that other transaction (``Engine.recheck``). That wait lasts as long as the other
+transaction: under load, an outcome group on the work path holds its jobs for tens or
+hundreds of milliseconds. Done in the task that asked, it held up every tick queued
+behind that task on the worker (a lag p99 of 87 ms against 35 ms without ``requires``,
+measured); here a thread of the same process waits, and the task goes on.
+
+A recheck still queued when the process exits is lost, as one interrupted by a crash
+is: the watchdog's pass looks again at every waiting run within an interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger("cronchain.engine")
+
+
+class Rechecks:
+    """One daemon thread per process takes the jobs to look at again, those queued
+    together in one call."""
+
+    def __init__(self, recheck: Callable[[list[int]], None]):
+        self._recheck = recheck
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def put(self, job_ids: list[int]) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child has no thread, and a new queue
+                self._queue, self._thread, self._pid = queue.SimpleQueue(), None, os.getpid()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._queue,), name="cronchain-rechecks", daemon=True
+                )
+                self._thread.start()
+            for job_id in job_ids:
+                self._queue.put(job_id)
+
+    def _run(self, jobs: queue.SimpleQueue[int]) -> None:
+        while True:
+            due = {jobs.get()}
+            while not jobs.empty():
+                due.add(jobs.get_nowait())
+            try:
+                self._recheck(sorted(due))
+            except Exception:  # Engine.recheck logs its own; this thread must go on
+                log.exception("jobs %s: their waiting runs could not be looked at again", due)
