@@ -548,6 +548,13 @@ class Engine:
             if busy and again:
                 self.recheck([job_id], again=False)
 
+    def recheck_soon(self, job_ids: list[int]) -> None:
+        """``recheck``: in this process's thread for it, if it has one, else now."""
+        if self.rechecks is not None:
+            self.rechecks.put(job_ids)
+        else:
+            self.recheck(job_ids)
+
     def fill(self, names: list[str]) -> None:
         """Fill each pool of ``names`` in a transaction of its own (``pools.fill``). A
         failure is logged: the watchdog's pass fills every pool with waiters."""
@@ -573,9 +580,7 @@ class Engine:
                     revokes.forget(conn, revoked)
             except TransientError as err:  # sent again when due: a second one is harmless
                 log.warning("could not forget the revokes sent of %s: %s", revoked, err)
-        if rechecks and self.rechecks is not None:
-            self.rechecks.put(rechecks)
-        elif rechecks:
-            self.recheck(rechecks)
+        if rechecks:
+            self.recheck_soon(rechecks)
         if fills:
             self.fill(fills)

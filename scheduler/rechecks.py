@@ -4,9 +4,9 @@ A run found waiting for an upstream whose row another transaction held (a succes
 be under way) is looked at again once its own transaction has committed, first waiting
 for that other transaction (``Engine.recheck``). That wait lasts as long as the other
 transaction: under load, an outcome group on the work path holds its jobs for tens or
-hundreds of milliseconds. Done in the task that asked, it held up every tick queued
-behind that task on the worker (a lag p99 of 87 ms against 35 ms without ``requires``,
-measured); here a thread of the same process waits, and the task goes on.
+hundreds of milliseconds. Done in the task that asked (a tick, or the watchdog's pass),
+it held up every tick queued behind that task on the worker (see bench/RESULTS.md);
+here a thread of the same process waits, and the task goes on.
 
 A recheck still queued when the process exits is lost, as one interrupted by a crash
 is: the watchdog's pass looks again at every waiting run within an interval.
@@ -25,7 +25,7 @@ log = logging.getLogger("cronchain.engine")
 
 class Rechecks:
     """One daemon thread per process takes the jobs to look at again, those queued
-    together in one call."""
+    together one after the other."""
 
     def __init__(self, recheck: Callable[[list[int]], None]):
         self._recheck = recheck
@@ -51,7 +51,8 @@ class Rechecks:
             due = {jobs.get()}
             while not jobs.empty():
                 due.add(jobs.get_nowait())
-            try:
-                self._recheck(sorted(due))
-            except Exception:  # Engine.recheck logs its own; this thread must go on
-                log.exception("jobs %s: their waiting runs could not be looked at again", due)
+            for job_id in sorted(due):  # one job's failure must not drop the others
+                try:
+                    self._recheck([job_id])
+                except Exception:  # Engine.recheck logs its own; this thread must go on
+                    log.exception("job %s: its waiting runs could not be looked at again", job_id)

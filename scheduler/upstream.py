@@ -51,6 +51,10 @@ if TYPE_CHECKING:
     from scheduler.spec import JobSpec
 
 REASON = "upstream"
+# How long a look again waits for an upstream's transaction: a success commits in
+# milliseconds; a row held longer (an apply of a large file) is left to the watchdog,
+# whose pass looks again, rather than holding up every look again queued behind it.
+WAIT_MOST = "5s"
 # How long after its window closes a waiting run is still looked for by a success: the
 # watchdog settles it long before (within an interval), unless it was stopped that long.
 LATE = timedelta(days=1)
@@ -321,6 +325,8 @@ def wait_for_upstreams(conn: Connection, job: JobRow) -> None:
         tuple(target_ref(job.ref, up.job).rpartition("/")[::2]) for up in controls_of(job).requires
     ]
     if refs:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{WAIT_MOST}'")
         conn.execute(_UPSTREAMS_SHARED, {"refs": refs}).all()
 
 

@@ -161,7 +161,7 @@ def run_once(
     messages += pools.fill_waiting(engine, now)
     with engine.db.connect() as conn:  # runs waiting for upstreams, looked at again
         waiting = upstream.waiting_jobs(conn, limit)
-    engine.recheck(waiting)
+    engine.recheck_soon(waiting)
     engine.send(messages)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.

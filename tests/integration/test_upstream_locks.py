@@ -211,7 +211,8 @@ def test_a_worker_s_tick_does_not_wait_for_an_upstream_s_success_under_way(
     """d is triggered while a's success is being recorded (a's row held): d waits, and
     its trigger returns at once; a thread of the process looks again once a's
     transaction commits, and starts d (``scheduler.rechecks``)."""
-    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None))
+    db = make_engine(pg_url)
+    engine, port = engine_with(db, clock, Scripted(None))
     engine.rechecks = Rechecks(engine.recheck)  # as a worker's engine has
     add(engine, spec("a"), spec("d", **needs("a")))
     Scheduler(engine).trigger("p/a")
@@ -232,7 +233,7 @@ def test_a_worker_s_tick_does_not_wait_for_an_upstream_s_success_under_way(
 
     ta = threading.Thread(target=a_succeeds)
     ta.start()
-    a_locked.wait(5)
+    assert a_locked.wait(5)
     triggered = threading.Thread(target=Scheduler(engine).trigger, args=("p/d",))
     triggered.start()
     triggered.join(5)
@@ -243,3 +244,4 @@ def test_a_worker_s_tick_does_not_wait_for_an_upstream_s_success_under_way(
     ta.join()
     wait_until(lambda: rows(engine, "d")[0]["status"] == "STARTING", 10, "d to start")
     assert errors == []
+    db.dispose()

@@ -1,14 +1,19 @@
-"""The rechecks thread: jobs queued together are looked at together, in another thread,
-and a failure does not stop it."""
+"""The rechecks thread: jobs are looked at in another thread, one after the other, and
+one's failure neither stops the thread nor drops the others."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+
+import pytest
+from celery import Celery
 
 from scheduler.rechecks import Rechecks
+from scheduler.workers.runtime import Runtime
 
 
-def test_jobs_are_looked_at_in_a_thread_and_a_failure_does_not_stop_it():
+def test_jobs_are_looked_at_in_a_thread_and_a_failure_drops_nothing_else():
     seen: list[tuple[list[int], str]] = []
     done, entered, gate = threading.Event(), threading.Event(), threading.Event()
 
@@ -16,17 +21,33 @@ def test_jobs_are_looked_at_in_a_thread_and_a_failure_does_not_stop_it():
         entered.set()
         gate.wait(5)
         seen.append((job_ids, threading.current_thread().name))
-        if job_ids == [1]:
+        if job_ids in ([1], [2]):
             raise RuntimeError("a bug")
-        if 9 in job_ids:
+        if job_ids == [9]:
             done.set()
 
     rechecks = Rechecks(recheck)
     rechecks.put([1])  # taken at once, and held at the gate
     assert entered.wait(5)
     rechecks.put([3, 2])
-    rechecks.put([9])  # queued meanwhile: looked at together
+    rechecks.put([9])
     gate.set()
     assert done.wait(5)
-    assert [ids for ids, _ in seen] == [[1], [2, 3, 9]]
+    assert [ids for ids, _ in seen] == [[1], [2], [3], [9]]
     assert {name for _, name in seen} == {"cronchain-rechecks"}
+
+
+def test_a_worker_s_engine_has_the_thread_and_a_command_s_has_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("CRONCHAIN_HOME", str(tmp_path))
+    for name in ("CRONCHAIN_DATABASE_URL", "CRONCHAIN_BROKER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    worker = Runtime.from_env(Celery("worker")).engine
+    command = Runtime.for_command().engine
+    try:
+        assert isinstance(worker.rechecks, Rechecks)
+        assert command.rechecks is None  # it exits when done: it looks again before that
+    finally:
+        worker.db.dispose()
+        command.db.dispose()
