@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Cluster
+from tests.e2e.harness import ROOT, Cluster
 from tests.services import RedisServer, redis_server
 
 
@@ -21,5 +21,20 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
 @pytest.fixture
 def cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster]:
     c = Cluster.create(tmp_path, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_BROKER_URL=redis.url)
+    yield c
+    c.stop_all()
+
+
+@pytest.fixture
+def tasks_cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[Cluster]:
+    """A cluster whose workers also run the sample tasks (tests/e2e/sample_tasks.py),
+    on queues of their own: the user's side of ``celery`` jobs and gates."""
+    c = Cluster.create(
+        tmp_path,
+        CRONCHAIN_DATABASE_URL=pg_url,
+        CRONCHAIN_BROKER_URL=redis.url,
+        CRONCHAIN_IMPORTS="tests.e2e.sample_tasks",
+        PYTHONPATH=str(ROOT),
+    )
     yield c
     c.stop_all()

@@ -4,13 +4,11 @@ through the worker side (scheduler.workers.hooks), finishes the invocation."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ROOT, Cluster, wait_until
-from tests.services import redis_server
+from tests.e2e.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -27,17 +25,8 @@ jobs:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
-    with redis_server(tmp_path) as redis:
-        c = Cluster.create(
-            tmp_path,
-            CRONCHAIN_DATABASE_URL=pg_url,
-            CRONCHAIN_BROKER_URL=redis.url,
-            CRONCHAIN_IMPORTS="tests.e2e.sample_tasks",
-            PYTHONPATH=str(ROOT),
-        )
-        yield c
-        c.stop_all()
+def cluster(tasks_cluster: Cluster) -> Cluster:
+    return tasks_cluster
 
 
 def test_the_task_outcome_finishes_the_invocation(cluster: Cluster, tmp_path: Path):

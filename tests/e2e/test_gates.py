@@ -13,26 +13,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import ROOT, Cluster, wait_until
+from tests.e2e.harness import Cluster, wait_until
 from tests.e2e.test_workflows import first_slot, slot_rows
 from tests.receivers import GateEndpoint, gate_endpoint
-from tests.services import redis_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
-    with redis_server(tmp_path) as redis:
-        c = Cluster.create(
-            tmp_path,
-            CRONCHAIN_DATABASE_URL=pg_url,
-            CRONCHAIN_BROKER_URL=redis.url,
-            CRONCHAIN_IMPORTS="tests.e2e.sample_tasks",
-            PYTHONPATH=str(ROOT),
-        )
-        yield c
-        c.stop_all()
+def cluster(tasks_cluster: Cluster) -> Cluster:
+    return tasks_cluster
 
 
 @pytest.fixture

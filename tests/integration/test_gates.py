@@ -55,6 +55,18 @@ def ask_due(engine, port: RecordingPort, clock: Clock, app: Any = None) -> int: 
     return len(due)
 
 
+def both_checks_sent(engine, port: RecordingPort, clock: Clock) -> SentTasks:  # type: ignore[no-untyped-def]
+    """A triggered run of ``d``, whose celery gate is asked every 2 s for 3 s: both its
+    checks sent, neither answered; the second is the last (a third would be too late)."""
+    tasks = SentTasks()
+    add(engine, spec("d", gates=[{"celery": "app.ready", "every": "2s"}], max_wait="3s"))
+    Scheduler(engine).trigger("p/d")
+    assert ask_due(engine, port, clock, tasks) == 1
+    clock.advance(2)
+    assert ask_due(engine, port, clock, tasks) == 1
+    return tasks
+
+
 def answers(row: dict[str, Any], gate: int = 0) -> list[bool]:
     return [a["yes"] for a in row["checks"]["gate"]["gates"][gate]["answers"]]
 
@@ -156,12 +168,7 @@ def test_a_celery_gate_that_never_answers_is_settled_by_the_watchdog(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = gated(db, clock)
-    tasks = SentTasks()
-    add(engine, spec("d", gates=[{"celery": "app.ready", "every": "2s"}], max_wait="3s"))
-    Scheduler(engine).trigger("p/d")
-    assert ask_due(engine, port, clock, tasks) == 1
-    clock.advance(2)
-    assert ask_due(engine, port, clock, tasks) == 1  # the last: the next is past max_wait
+    both_checks_sent(engine, port, clock)
     assert port.gates == [] and rows(engine, "d")[0]["status"] == "WAITING"
     clock.advance(1.5)
     report = watchdog.run_once(engine)
@@ -252,12 +259,7 @@ def test_an_older_check_s_late_no_does_not_end_the_slot_while_the_last_is_asked(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = gated(db, clock)
-    tasks = SentTasks()
-    add(engine, spec("d", gates=[{"celery": "app.ready", "every": "2s"}], max_wait="3s"))
-    Scheduler(engine).trigger("p/d")
-    assert ask_due(engine, port, clock, tasks) == 1
-    clock.advance(2)
-    assert ask_due(engine, port, clock, tasks) == 1  # the last check is sent
+    both_checks_sent(engine, port, clock)
     d = rows(engine, "d")[0]
     gates.answer(engine, d["id"], "app.ready", 1, d["job_id"], False, "returned False")  # late
     assert rows(engine, "d")[0]["status"] == "WAITING"
