@@ -126,10 +126,10 @@ def claim(
             return None, []
         inv, job = locked
         now = engine.clock()
-        messages = _follow(inv, job)
+        changed, messages = _follow(inv, job)
         gate = _entry(inv, name)
         if gate is None or gate["checks"] >= number:
-            if messages or not _state(inv)["gates"]:  # the job's gates changed
+            if changed:  # the gates left may all have said yes
                 messages += _record(engine, conn, inv, job, inv.log, now)
             return None, messages
         declared = _declared(job, name)
@@ -160,18 +160,18 @@ def _declared(job: JobRow, name: str) -> dict[str, Any] | None:
     return next((g for g in controls_of(job).gates if g["name"] == name), None)
 
 
-def _follow(inv: InvocationRow, job: JobRow) -> list[Message]:
+def _follow(inv: InvocationRow, job: JobRow) -> tuple[bool, list[Message]]:
     """Make the run's gates the job's (an apply changed them while it waited): a gate
     gone is no longer asked, a new one is asked from its first check; the answers of
-    those kept stay. Returns the first checks of the new ones."""
+    those kept stay. Returns whether they changed, and the new ones' first checks."""
     state = _state(inv)
     assert state is not None
     kept = {g["name"]: g for g in state["gates"]}
     names = [g["name"] for g in controls_of(job).gates]
     if names == list(kept):
-        return []
+        return False, []
     state["gates"] = [kept.get(n) or {"name": n, "checks": 0, "answers": []} for n in names]
-    return [CheckGate(inv.id, n, 1, job.id) for n in names if n not in kept]
+    return True, [CheckGate(inv.id, n, 1, job.id) for n in names if n not in kept]
 
 
 def http_call(job: JobRow, invocation_id: int, number: int, gate: dict[str, Any]) -> Call:
@@ -206,10 +206,10 @@ def answer(
             return
         inv, job = locked
         now = engine.clock()
-        messages = _follow(inv, job)
+        changed, messages = _follow(inv, job)
         gate = _entry(inv, name)
         if gate is None or number <= gate.get("answered", 0):  # not this gate's, or old
-            if messages:  # but the job's gates changed
+            if changed:  # but the job's gates changed
                 messages += _record(engine, conn, inv, job, inv.log, now)
             return engine.send(messages)
         said = said[:SAID]

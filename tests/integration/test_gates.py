@@ -373,3 +373,20 @@ def test_the_command_line_says_what_a_triggered_run_waits_for(
     add(engine, spec("d", gates=[{"http": "http://127.0.0.1:9/", "every": "10s"}]))
     code, out, _ = cli(engine, "trigger", "p/d")
     assert code == 0 and "is WAITING for its gates;" in out
+
+
+def test_a_gate_that_said_no_dropped_by_an_apply_frees_a_run_whose_other_gate_said_yes(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    engine, port = gated(db, clock)
+    with gate_endpoint(then=503) as no, gate_endpoint() as yes:
+        both = [{"name": "no", "http": no.url, "every": "10s"}]
+        both.append({"name": "yes", "http": yes.url, "every": "1h"})
+        add(engine, spec("d", gates=both, max_wait="2h"))
+        Scheduler(engine).trigger("p/d")
+        assert ask_due(engine, port, clock) == 2
+        assert rows(engine, "d")[0]["status"] == "WAITING"
+        add(engine, spec("d", gates=both[1:], max_wait="2h"))  # "no" is no longer a gate
+        clock.advance(10)
+        assert ask_due(engine, port, clock) == 1  # the dropped gate's check: frees the run
+    assert rows(engine, "d")[0]["status"] == "STARTING" and len(no.asked) == 1
