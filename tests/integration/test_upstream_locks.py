@@ -29,6 +29,31 @@ pytestmark = pytest.mark.postgres
 S = InvocationStatus
 
 
+class HeldSuccess:
+    """A run's success recorded in a transaction that a thread holds open (``locked``
+    once it holds the rows) until ``finish``; what it sends goes out after commit."""
+
+    def __init__(self, engine, run_id: int, clock: Clock):  # type: ignore[no-untyped-def]
+        self.locked, self._release, self.errors = threading.Event(), threading.Event(), []
+        self._thread = threading.Thread(target=self._succeed, args=(engine, run_id, clock))
+        self._thread.start()
+
+    def _succeed(self, engine, run_id: int, clock: Clock) -> None:  # type: ignore[no-untyped-def]
+        try:
+            with engine.transaction() as conn:
+                locked = engine.lock(conn, run_id)
+                fed = engine.runs.record_outcome(conn, *locked, Outcome(S.SUCCEEDED), clock.now)
+                self.locked.set()
+                self._release.wait(10)
+            engine.send(fed.messages)
+        except Exception as err:
+            self.errors.append(err)
+
+    def finish(self) -> None:
+        self._release.set()
+        self._thread.join()
+
+
 def test_recheck_vs_batch_deadlock(pg_url: str, clock: Clock):
     """Engine.recheck(d): d's job row, d's waiting run, then FOR SHARE on unmet v
     (blocking). A tick batch locks its jobs in id order: v, then d."""
@@ -104,21 +129,8 @@ def test_epq_lock_kept_strands_pool_waiter(pg_url: str, clock: Clock):
     [a_run] = rows(engine, "a")
     [r] = rows(engine, "d")
     assert (r["status"], r["reason"]) == ("WAITING", "upstream")
-    committed, errors = threading.Event(), []
-    a_locked = threading.Event()
-    release = threading.Event()
-
-    def a_succeeds():
-        try:
-            with engine.transaction() as conn:
-                locked = engine.lock(conn, a_run["id"])
-                fed = engine.runs.record_outcome(conn, *locked, Outcome(S.SUCCEEDED), clock.now)
-                a_locked.set()
-                release.wait(5)
-            committed.set()
-            engine.send(fed.messages)  # Fill(gp) here
-        except Exception as err:
-            errors.append(err)
+    a = HeldSuccess(engine, a_run["id"], clock)  # its send fills gp
+    errors = a.errors
 
     def recheck():
         try:
@@ -126,14 +138,11 @@ def test_epq_lock_kept_strands_pool_waiter(pg_url: str, clock: Clock):
         except Exception as err:
             errors.append(err)
 
-    ta = threading.Thread(target=a_succeeds)
-    ta.start()
-    a_locked.wait(5)
+    a.locked.wait(5)
     tr = threading.Thread(target=recheck)
     tr.start()
     time.sleep(0.5)  # recheck is now waiting for r's lock
-    release.set()
-    ta.join()
+    a.finish()
     tr.join()
     [r] = rows(engine, "d")
     assert errors == []
@@ -218,30 +227,16 @@ def test_a_worker_s_tick_does_not_wait_for_an_upstream_s_success_under_way(
     Scheduler(engine).trigger("p/a")
     deliver(engine, port)  # a claimed, its worker died
     [a_run] = rows(engine, "a")
-    a_locked, release, errors = threading.Event(), threading.Event(), []
-
-    def a_succeeds() -> None:
-        try:
-            with engine.transaction() as conn:
-                locked = engine.lock(conn, a_run["id"])
-                fed = engine.runs.record_outcome(conn, *locked, Outcome(S.SUCCEEDED), clock.now)
-                a_locked.set()
-                release.wait(10)
-            engine.send(fed.messages)
-        except Exception as err:
-            errors.append(err)
-
-    ta = threading.Thread(target=a_succeeds)
-    ta.start()
-    assert a_locked.wait(5)
+    a = HeldSuccess(engine, a_run["id"], clock)
+    errors = a.errors
+    assert a.locked.wait(5)
     triggered = threading.Thread(target=Scheduler(engine).trigger, args=("p/d",))
     triggered.start()
     triggered.join(5)
     assert not triggered.is_alive(), "the trigger waited for a's transaction"
     [r] = rows(engine, "d")
     assert (r["status"], r["reason"]) == ("WAITING", "upstream")
-    release.set()
-    ta.join()
+    a.finish()
     wait_until(lambda: rows(engine, "d")[0]["status"] == "STARTING", 10, "d to start")
     assert errors == []
     db.dispose()
