@@ -25,6 +25,7 @@ from sqlalchemy import (
     Connection,
     bindparam,
     delete,
+    exists,
     func,
     insert,
     literal,
@@ -275,10 +276,11 @@ def release_after(
     return messages
 
 
-# The jobs that require an upstream and may have a run waiting for it: one that waits is
-# one its job's machine counts as started (``active``). A run made WAITING meanwhile
-# checked the upstream under a share lock, which this transaction's lock held off until
-# that one had committed: so its job's count is read as it committed.
+# The jobs that require an upstream and have a run waiting for it (one its job's machine
+# counts as started: ``active``, the cheaper test, first). Most successes find none and
+# end here, in one statement. A run made WAITING meanwhile checked the upstream under a
+# share lock, which this transaction's lock held off until that one had committed: so
+# this statement, later, sees it.
 _DOWNSTREAMS = (
     select(requirements.c.job_id, jobs.c.spec)
     .select_from(requirements.join(jobs, jobs.c.id == requirements.c.job_id))
@@ -286,6 +288,11 @@ _DOWNSTREAMS = (
         requirements.c.project == bindparam("b_project"),
         requirements.c.name == bindparam("b_name"),
         jobs.c.active > 0,
+        exists().where(  # the partial index of WAITING runs (ix_invocations_waiting)
+            invocations.c.status == S.WAITING.value,
+            invocations.c.reason == REASON,
+            invocations.c.job_id == requirements.c.job_id,
+        ),
     )
 )
 
