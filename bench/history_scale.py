@@ -20,8 +20,13 @@ all six, the time of ``history JOB --limit 50`` (``Scheduler.history``, as the C
 it) and of ``explain JOB --at SLOT`` (``Scheduler.explain``, a slot that ran), p50 and
 p99, for random jobs; the p99 must not grow with the size. Then bytes per row on disk
 (tables, indexes and TOAST), the time of the oldest month's daily rollup (what
-retention writes before it drops a month) and of its drop (DETACH and DROP), and the
-CLI's own wall time (process start included).
+retention writes before it drops a month) and of its drop: ``detach_oldest_month`` (the
+transaction that locks history), ``drop_oldest_month`` (that and the drop of the
+detached table, in a second transaction), and ``history_stall_max``, the longest a
+statement on history took meanwhile (a probe every 2 ms). The previous code's drop
+follows, of the next month, in one transaction (``drop_in_one_transaction``, and its
+``history_stall_max_in_one_transaction``). Last, the CLI's own wall time (process start
+included).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -159,6 +165,39 @@ def measure(
     figure(name, f"explain_p99{suffix}", percentile(explained, 0.99) * 1000, "ms")
 
 
+class Probe:
+    """Every 2 ms, on a thread and a connection of its own, what a tick's transaction
+    locks: history read, and a job's row written. ``longest`` is the longest any took
+    while the probe ran (how long a drop held the hot path up)."""
+
+    def __init__(self, db: sqlalchemy.Engine):
+        self.db, self.longest = db, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with self.db.connect() as conn:
+            while not self._stop.is_set():
+                t = time.perf_counter()
+                with conn.begin():
+                    conn.exec_driver_sql("SELECT count(*) FROM invocations WHERE id = 1").all()
+                    conn.exec_driver_sql(
+                        "UPDATE jobs SET generation = generation"
+                        " WHERE id = (SELECT min(id) FROM jobs)"
+                    )
+                self.longest = max(self.longest, time.perf_counter() - t)
+                time.sleep(0.002)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        time.sleep(0.05)  # its connection made, and a first statement run
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.history_scale", description=__doc__)
     parser.add_argument("--rows", default="180000000", help="a number, or 'largest'")
@@ -228,10 +267,26 @@ def main(argv: list[str] | None = None) -> None:
             days = history_days.roll_up(conn, oldest.end)
         figure(name, "rollup_oldest_month", time.perf_counter() - t, "s")
         figure(name, "rollup_job_days", days)
-        t = time.perf_counter()
-        with db.begin() as conn:
-            partitions.drop(conn, oldest)
-        figure(name, "drop_oldest_month", (time.perf_counter() - t) * 1000, "ms")
+        with Probe(db) as probe:
+            t = time.perf_counter()
+            with db.begin() as conn:
+                gone = partitions.detach(conn, oldest)
+            detached = time.perf_counter() - t
+            with db.begin() as conn:
+                partitions.drop_detached(conn, gone)
+            dropped = time.perf_counter() - t
+        figure(name, "detach_oldest_month", detached * 1000, "ms")
+        figure(name, "drop_oldest_month", dropped * 1000, "ms")
+        figure(name, "history_stall_max", probe.longest * 1000, "ms")
+        # The previous code, in the same run: the next month (as many rows) detached and
+        # dropped in one transaction, history locked throughout.
+        with Probe(db) as probe:
+            t = time.perf_counter()
+            with db.begin() as conn:
+                partitions.drop_detached(conn, partitions.detach(conn, loaded[1][0]))
+            dropped = time.perf_counter() - t
+        figure(name, "drop_in_one_transaction", dropped * 1000, "ms")
+        figure(name, "history_stall_max_in_one_transaction", probe.longest * 1000, "ms")
 
         t = time.perf_counter()
         subprocess.run(

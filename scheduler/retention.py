@@ -8,11 +8,13 @@ lock that a second beat's pass does not wait for (it skips), it
 - makes the current month's partition and the next ``partitions.AHEAD``, so that a slot
   never comes due without its partition (the DEFAULT partition catches any that did);
 - takes the oldest month older than ``CRONCHAIN_RETENTION`` (one a pass: bounded work),
-  writes its per-job daily rollup (``invocation_days``) in one transaction, then
-  detaches and drops the partition in another. Rows are never deleted one by one, but
-  for the default's few of that age. A drop that cannot get its lock within
-  ``partitions.LOCK_TIMEOUT`` is left to the next pass; its rollup, done already, is not
-  written twice (ON CONFLICT DO NOTHING).
+  writes its per-job daily rollup (``invocation_days``) in one transaction, detaches
+  the partition in another (the only one that locks history, for catalog changes),
+  and drops the detached table, its files with it, in a third. Rows are never deleted
+  one by one, but for the default's few of that age. A detach that cannot get its lock
+  within ``partitions.LOCK_TIMEOUT`` is left to the next pass; its rollup, done
+  already, is not written twice (ON CONFLICT DO NOTHING). A table left detached (the
+  pass stopped before its drop) is dropped by the next pass.
 
 SQLite's history is not partitioned and never pruned: every pass returns at once.
 """
@@ -55,13 +57,16 @@ def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
             return HistoryReport()
         wanted = _missing(conn, now)
         expired = _expired(conn, now, retention)
+        left = partitions.detached(conn)
         conn.rollback()
     report = HistoryReport()
     try:
         if wanted:
             report = _create(db, now)
         if expired:
-            report = _drop_oldest(db, now, retention, report)
+            report = _detach_oldest(db, now, retention, report)
+        if expired or left:
+            _drop_detached(db)
     except OperationalError as err:  # a lock wait timed out: the next pass tries again
         log.warning("history upkeep postponed: %s", str(err.orig or err).strip())
         return HistoryReport(report.created, report.moved, report.dropped, report.rolled_up, True)
@@ -104,7 +109,7 @@ def _create(db: Engine, now: datetime) -> HistoryReport:
     return HistoryReport(created=tuple(m.name for m in made), moved=moved)
 
 
-def _drop_oldest(
+def _detach_oldest(
     db: Engine, now: datetime, retention: timedelta, report: HistoryReport
 ) -> HistoryReport:
     with write_transaction(db) as conn:
@@ -120,6 +125,15 @@ def _drop_oldest(
             return HistoryReport(report.created, report.moved, None, days, busy=True)
         if oldest not in partitions.months(conn):  # another pass dropped it meanwhile
             return HistoryReport(report.created, report.moved, None, days)
-        partitions.drop(conn, oldest)
+        partitions.detach(conn, oldest)
     log.warning("dropped history of %s (%s job-days rolled up)", oldest.name, days)
     return HistoryReport(report.created, report.moved, oldest.name, days)
+
+
+def _drop_detached(db: Engine) -> None:
+    """Drop every table ``partitions.detach`` left: the one just detached, and any that
+    a pass stopped before dropping."""
+    with write_transaction(db) as conn:
+        if _locked(conn):
+            for name in partitions.detached(conn):
+                partitions.drop_detached(conn, name)

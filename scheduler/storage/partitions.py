@@ -45,6 +45,8 @@ AHEAD = 2  # months made ahead of the current one
 # out is tried again by the next pass.
 LOCK_TIMEOUT = "2s"
 _NAME = re.compile(r"invocations_p(\d{4})_(\d{2})")
+DETACHED = "_detached"  # a month's table once ``detach`` took it out, until it is dropped
+_DETACHED_NAME = re.compile(_NAME.pattern + DETACHED)
 
 
 @dataclass(frozen=True)
@@ -141,14 +143,49 @@ def create_default(conn: Connection) -> None:
     conn.exec_driver_sql(f"CREATE TABLE IF NOT EXISTS {DEFAULT} PARTITION OF {PARENT} DEFAULT")
 
 
-def drop(conn: Connection, month: Month) -> None:
-    """Drop a month's partition, its rows with it, and the rows of the default and the
-    trigger keys filed before its end (the rollup has counted them)."""
+def detach(conn: Connection, month: Month) -> str:
+    """Take a month's partition out of history, and the rows of the default and the
+    trigger keys filed before its end (the rollup has counted them). Returns the name
+    the detached table has now, for ``drop_detached``.
+
+    The parent is locked (every statement on history waits behind the lock) for catalog
+    changes only: the table's files, gigabytes for a busy month, are removed by
+    ``drop_detached`` in a transaction of its own, which locks nothing anyone else uses.
+    Dropped in this one, they kept every tick and outcome waiting about a second at 30M
+    rows (bench.history_scale). The detached table's foreign keys go here too: a table
+    dropped with one locks the table it references (``jobs``, which every tick writes)
+    until the drop commits. Renamed, a table left detached by a pass that stopped here
+    cannot be taken for the month's partition; the next pass drops it."""
     conn.exec_driver_sql(f"ALTER TABLE {PARENT} DETACH PARTITION {month.name}")
-    conn.exec_driver_sql(f"DROP TABLE {month.name}")
+    gone = month.name + DETACHED
+    conn.exec_driver_sql(f"ALTER TABLE {month.name} RENAME TO {gone}")
+    keys = conn.exec_driver_sql(
+        "SELECT conname FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'f'",
+        {"t": gone},
+    ).scalars()
+    for key in list(keys):
+        conn.exec_driver_sql(f'ALTER TABLE {gone} DROP CONSTRAINT "{key}"')
     end = month.end.isoformat()
     conn.exec_driver_sql(f"DELETE FROM {DEFAULT} WHERE filed_at < '{end}'")
     conn.exec_driver_sql(f"DELETE FROM invocation_triggers WHERE filed_at < '{end}'")
+    return gone
+
+
+def detached(conn: Connection) -> list[str]:
+    """The month tables detached and not dropped yet (catalog reads: no lock taken)."""
+    query = (
+        "SELECT relname FROM pg_class"
+        " WHERE relkind = 'r' AND relnamespace = current_schema()::regnamespace"
+        " AND relname ~ '^invocations_p[0-9]{4}_[0-9]{2}_detached$'"
+    )
+    return sorted(conn.exec_driver_sql(query).scalars())
+
+
+def drop_detached(conn: Connection, name: str) -> None:
+    """Drop a table ``detach`` left, its rows and files with it."""
+    if not _DETACHED_NAME.fullmatch(name):
+        raise ValueError(f"not a detached month: {name!r}")
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
 
 
 # The keys and the cascade that the partitioned table cannot hold (see the docstring).

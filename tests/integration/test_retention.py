@@ -136,3 +136,57 @@ def test_sqlite_history_is_neither_partitioned_nor_pruned(engine: Engine, clock:
         assert history(engine) == [JANUARY + timedelta(hours=1)]
     else:
         assert report.dropped is not None
+
+
+def test_a_month_s_files_are_removed_without_locking_history(pg_engine: Engine, clock: Clock):
+    """The drop of a month's table (its files: gigabytes for a busy month) is not made
+    under the lock that takes the partition out of history: while it is under way, a
+    run is still written and read. Dropped where it is detached, every tick and outcome
+    waited for it (about a second at 30M rows)."""
+    engine = pg_engine
+    clock.now = JANUARY - timedelta(days=30)
+    apply(engine, make("0 * * * *"))
+    drop_months_before(engine, JANUARY)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    with engine.db.begin() as conn:
+        run(conn, JANUARY + timedelta(hours=1), "SUCCEEDED", 1.0)
+    seen: list[str] = []
+    real = partitions.drop_detached
+
+    def dropping(conn: sqlalchemy.Connection, name: str) -> None:
+        real(conn, name)  # its lock is held until this transaction commits
+        seen.append(name)
+        with engine.db.begin() as other:
+            other.exec_driver_sql("SET LOCAL lock_timeout = '1s'")
+            run(other, JANUARY + timedelta(days=40), "SUCCEEDED", 0.5)  # February
+            assert other.execute(select(func.count()).select_from(invocations)).scalar() == 1
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(partitions, "drop_detached", dropping)
+        report = run_once(engine.db, datetime(2029, 7, 31, tzinfo=UTC), RETENTION)
+    assert report.dropped == "invocations_p2029_01"
+    assert seen == ["invocations_p2029_01_detached"]
+    with engine.db.connect() as conn:
+        assert partitions.detached(conn) == []
+    assert history(engine) == [JANUARY + timedelta(days=40)]
+
+
+def test_a_table_left_detached_is_dropped_by_the_next_pass(pg_engine: Engine, clock: Clock):
+    """A pass that stopped between the detach and the drop (its process killed) leaves
+    the month's table detached, renamed: not a partition, and not in the way of one
+    made for that month again. The next pass drops it, with nothing else to do."""
+    engine = pg_engine
+    clock.now = JANUARY - timedelta(days=30)
+    apply(engine, make("0 * * * *"))
+    drop_months_before(engine, JANUARY)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    january = partitions.month_of(JANUARY)
+    with engine.db.begin() as conn:
+        assert partitions.detach(conn, january) == "invocations_p2029_01_detached"
+    with engine.db.connect() as conn:
+        assert partitions.detached(conn) == ["invocations_p2029_01_detached"]
+        assert january not in partitions.months(conn)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    with engine.db.connect() as conn:
+        assert partitions.detached(conn) == []
+        assert january in partitions.months(conn)  # made again: a slot may still come due
