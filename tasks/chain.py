@@ -23,6 +23,7 @@ from scheduler.invokers import Outcome
 from scheduler.runs import AttemptRef
 from scheduler.settings import Settings
 from scheduler.watchdog import sweep, waited
+from scheduler.workers import heap
 from scheduler.workers.gatecheck import check as check_gate
 from scheduler.workers.runtime import Runtime
 from scheduler.workers.work import execute, execute_batch
@@ -124,6 +125,11 @@ def _attempt_ref(value: Any) -> bool:
         and _ints(*value[:2])
         and (len(value) == 2 or value[2] is None or _ints(value[2]))
     )
+
+
+@worker_ready.connect
+def _freeze_heap(**_: Any) -> None:
+    heap.freeze()  # the main process: the consumer, and the messages it holds for their ETA
 
 
 @worker_ready.connect
