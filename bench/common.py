@@ -169,17 +169,18 @@ def settle(
     recent_lags: Callable[[], list[float]],
     period: float,
     ready: Callable[[], bool] = lambda: True,
+    within: float = 1.0,
 ) -> float:
-    """Wait for steady state: every fire of the last two seconds less than a second late
-    (startup leaves a backlog: the slots that passed while the worker started), and
-    ``ready``. Gives up after a period and a minute, and measures whatever state that
-    is."""
+    """Wait for steady state: every fire of the last two seconds less than ``within``
+    seconds late (startup leaves a backlog: the slots that passed while the worker
+    started), and ``ready``. Gives up after a period and a minute, and measures whatever
+    state that is."""
     started = time.monotonic()
     deadline = started + period + 60
     time.sleep(min(period, 10))
     while time.monotonic() < deadline:
         lags = recent_lags()
-        if lags and max(lags) < 1.0 and ready():
+        if lags and max(lags) < within and ready():
             break
         time.sleep(1)
     return time.monotonic() - started
