@@ -29,6 +29,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     or_,
     select,
     text,
@@ -288,9 +289,11 @@ _DOWNSTREAMS = (
         requirements.c.project == bindparam("b_project"),
         requirements.c.name == bindparam("b_name"),
         jobs.c.active > 0,
-        exists().where(  # the partial index of WAITING runs (ix_invocations_waiting)
-            invocations.c.status == S.WAITING.value,
-            invocations.c.reason == REASON,
+        # Literals, not parameters: a prepared statement's generic plan cannot use a
+        # partial index (ix_invocations_waiting: the WAITING runs alone) on a parameter.
+        exists().where(
+            invocations.c.status == literal_column(f"'{S.WAITING.value}'"),
+            invocations.c.reason == literal_column(f"'{REASON}'"),
             invocations.c.job_id == requirements.c.job_id,
         ),
     )
