@@ -20,13 +20,14 @@ all six, the time of ``history JOB --limit 50`` (``Scheduler.history``, as the C
 it) and of ``explain JOB --at SLOT`` (``Scheduler.explain``, a slot that ran), p50 and
 p99, for random jobs; the p99 must not grow with the size. Then bytes per row on disk
 (tables, indexes and TOAST), the time of the oldest month's daily rollup (what
-retention writes before it drops a month) and of its drop: ``detach_oldest_month`` (the
-transaction that locks history), ``drop_oldest_month`` (that and the drop of the
-detached table, in a second transaction), and ``history_stall_max``, the longest a
-statement on history took meanwhile (a probe every 2 ms). The previous code's drop
-follows, of the next month, in one transaction (``drop_in_one_transaction``, and its
-``history_stall_max_in_one_transaction``). Last, the CLI's own wall time (process start
-included).
+retention writes before it drops a month) and of its drop, as retention makes it:
+``detach_oldest_month`` (the transaction that locks history), ``drop_oldest_month``
+(that, then the foreign keys and the detached table dropped, each in a transaction of
+its own), and ``history_stall_max``, the longest a probe took meanwhile (every 2 ms, a
+job's row written and history read, as a tick does; ``history_stall_failed``: probes
+that failed). The previous code's drop follows, of the next month, in one transaction
+(``drop_in_one_transaction``, its stall and failures). Last, the CLI's own wall time
+(process start included).
 """
 
 from __future__ import annotations
@@ -167,11 +168,12 @@ def measure(
 
 class Probe:
     """Every 2 ms, on a thread and a connection of its own, what a tick's transaction
-    locks: history read, and a job's row written. ``longest`` is the longest any took
-    while the probe ran (how long a drop held the hot path up)."""
+    locks, in its order: a job's row written, then history read. ``longest`` is the
+    longest any took while the probe ran (how long a drop held the hot path up), one
+    that failed (a lock wait, a deadlock) included; ``failed`` counts those."""
 
     def __init__(self, db: sqlalchemy.Engine):
-        self.db, self.longest = db, 0.0
+        self.db, self.longest, self.failed = db, 0.0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -179,18 +181,22 @@ class Probe:
         with self.db.connect() as conn:
             while not self._stop.is_set():
                 t = time.perf_counter()
-                with conn.begin():
-                    conn.exec_driver_sql("SELECT count(*) FROM invocations WHERE id = 1").all()
-                    conn.exec_driver_sql(
-                        "UPDATE jobs SET generation = generation"
-                        " WHERE id = (SELECT min(id) FROM jobs)"
-                    )
+                try:
+                    with conn.begin():
+                        conn.exec_driver_sql(
+                            "UPDATE jobs SET generation = generation"
+                            " WHERE id = (SELECT min(id) FROM jobs)"
+                        )
+                        conn.exec_driver_sql("SELECT count(*) FROM invocations WHERE id = 1").all()
+                except sqlalchemy.exc.DBAPIError:
+                    self.failed += 1
                 self.longest = max(self.longest, time.perf_counter() - t)
                 time.sleep(0.002)
 
     def __enter__(self) -> Probe:
         self._thread.start()
-        time.sleep(0.05)  # its connection made, and a first statement run
+        while self._thread.is_alive() and not self.longest:  # a first statement run
+            time.sleep(0.01)
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -265,28 +271,36 @@ def main(argv: list[str] | None = None) -> None:
         t = time.perf_counter()
         with db.begin() as conn:
             days = history_days.roll_up(conn, oldest.end)
+            partitions.forget_before(conn, oldest)
         figure(name, "rollup_oldest_month", time.perf_counter() - t, "s")
         figure(name, "rollup_job_days", days)
-        with Probe(db) as probe:
+        with Probe(db) as probe:  # as retention takes a month out, a transaction a step
             t = time.perf_counter()
             with db.begin() as conn:
                 gone = partitions.detach(conn, oldest)
             detached = time.perf_counter() - t
+            with db.begin() as conn:
+                partitions.unlink(conn, gone)
             with db.begin() as conn:
                 partitions.drop_detached(conn, gone)
             dropped = time.perf_counter() - t
         figure(name, "detach_oldest_month", detached * 1000, "ms")
         figure(name, "drop_oldest_month", dropped * 1000, "ms")
         figure(name, "history_stall_max", probe.longest * 1000, "ms")
+        figure(name, "history_stall_failed", probe.failed)
         # The previous code, in the same run: the next month (as many rows) detached and
         # dropped in one transaction, history locked throughout.
         with Probe(db) as probe:
             t = time.perf_counter()
             with db.begin() as conn:
-                partitions.drop_detached(conn, partitions.detach(conn, loaded[1][0]))
+                partitions.forget_before(conn, loaded[1][0])
+                gone = partitions.detach(conn, loaded[1][0])
+                partitions.unlink(conn, gone)
+                partitions.drop_detached(conn, gone)
             dropped = time.perf_counter() - t
         figure(name, "drop_in_one_transaction", dropped * 1000, "ms")
         figure(name, "history_stall_max_in_one_transaction", probe.longest * 1000, "ms")
+        figure(name, "history_stall_failed_in_one_transaction", probe.failed)
 
         t = time.perf_counter()
         subprocess.run(

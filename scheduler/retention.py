@@ -8,13 +8,13 @@ lock that a second beat's pass does not wait for (it skips), it
 - makes the current month's partition and the next ``partitions.AHEAD``, so that a slot
   never comes due without its partition (the DEFAULT partition catches any that did);
 - takes the oldest month older than ``CRONCHAIN_RETENTION`` (one a pass: bounded work),
-  writes its per-job daily rollup (``invocation_days``) in one transaction, detaches
-  the partition in another (the only one that locks history, for catalog changes),
-  and drops the detached table, its files with it, in a third. Rows are never deleted
-  one by one, but for the default's few of that age. A detach that cannot get its lock
-  within ``partitions.LOCK_TIMEOUT`` is left to the next pass; its rollup, done
-  already, is not written twice (ON CONFLICT DO NOTHING). A table left detached (the
-  pass stopped before its drop) is dropped by the next pass.
+  writes its per-job daily rollup (``invocation_days``) in one transaction, with the
+  default's few rows of that age (rows are never deleted one by one otherwise), then
+  takes the partition out in steps that each lock one hot table for catalog changes
+  alone (``partitions.detach``, ``unlink``, ``drop_detached``). A step that cannot get
+  its lock within ``partitions.LOCK_TIMEOUT`` is left to the next pass; the rollup,
+  done already, is not written twice (ON CONFLICT DO NOTHING), and a table left
+  detached is finished first.
 
 SQLite's history is not partitioned and never pruned: every pass returns at once.
 """
@@ -63,10 +63,11 @@ def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
     try:
         if wanted:
             report = _create(db, now)
+        if left:  # a pass stopped part way: finished first, so that its name is free
+            _finish_detached(db)
         if expired:
             report = _detach_oldest(db, now, retention, report)
-        if expired or left:
-            _drop_detached(db)
+            _finish_detached(db)
     except OperationalError as err:  # a lock wait timed out: the next pass tries again
         log.warning("history upkeep postponed: %s", str(err.orig or err).strip())
         return HistoryReport(report.created, report.moved, report.dropped, report.rolled_up, True)
@@ -120,20 +121,29 @@ def _detach_oldest(
             return report
         oldest = expired[0]
         days = history_days.roll_up(conn, oldest.end)
+        partitions.forget_before(conn, oldest)
     with write_transaction(db) as conn:
         if not _locked(conn):
             return HistoryReport(report.created, report.moved, None, days, busy=True)
-        if oldest not in partitions.months(conn):  # another pass dropped it meanwhile
+        if oldest not in partitions.months(conn):  # another pass took it meanwhile
             return HistoryReport(report.created, report.moved, None, days)
+        if oldest.name + partitions.DETACHED in partitions.detached(conn):  # not finished
+            return HistoryReport(report.created, report.moved, None, days, busy=True)
         partitions.detach(conn, oldest)
-    log.warning("dropped history of %s (%s job-days rolled up)", oldest.name, days)
+    log.warning("took %s out of history (%s job-days rolled up)", oldest.name, days)
     return HistoryReport(report.created, report.moved, oldest.name, days)
 
 
-def _drop_detached(db: Engine) -> None:
-    """Drop every table ``partitions.detach`` left: the one just detached, and any that
-    a pass stopped before dropping."""
-    with write_transaction(db) as conn:
-        if _locked(conn):
-            for name in partitions.detached(conn):
-                partitions.drop_detached(conn, name)
+def _finish_detached(db: Engine) -> None:
+    """Unlink, then drop, each table a detach left (one transaction a step: see
+    ``scheduler.storage.partitions``)."""
+    with db.connect() as conn:
+        names = partitions.detached(conn)
+    for name in names:
+        for step in (partitions.unlink, partitions.drop_detached):
+            with write_transaction(db) as conn:
+                if not _locked(conn):
+                    return
+                if name in partitions.detached(conn):
+                    step(conn, name)
+        log.warning("dropped %s", name)

@@ -111,9 +111,18 @@ def limit_lock_waits(conn: Connection) -> None:
     conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
 
 
+def _lock_jobs_first(conn: Connection) -> None:
+    """Making, attaching or detaching a partition locks ``jobs`` too (the partition's
+    foreign key), after ``invocations``. A tick or an outcome group writes a job, then
+    history: in that order, the two deadlocked (a test and bench.history_scale's probe
+    did). So ``jobs`` is locked first, as they lock it: the DDL waits for them."""
+    conn.exec_driver_sql("LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE")
+
+
 def create(conn: Connection, month: Month) -> int:
     """Make a month's partition; the rows of that month in the default move into it.
     Returns how many moved (almost always 0)."""
+    _lock_jobs_first(conn)
     bounds = f"FOR VALUES FROM ('{month.start.isoformat()}') TO ('{month.end.isoformat()}')"
     within = f"filed_at >= '{month.start.isoformat()}' AND filed_at < '{month.end.isoformat()}'"
     has_default = conn.exec_driver_sql(f"SELECT to_regclass('{DEFAULT}')").scalar() is not None
@@ -143,32 +152,54 @@ def create_default(conn: Connection) -> None:
     conn.exec_driver_sql(f"CREATE TABLE IF NOT EXISTS {DEFAULT} PARTITION OF {PARENT} DEFAULT")
 
 
-def detach(conn: Connection, month: Month) -> str:
-    """Take a month's partition out of history, and the rows of the default and the
-    trigger keys filed before its end (the rollup has counted them). Returns the name
-    the detached table has now, for ``drop_detached``.
-
-    The parent is locked (every statement on history waits behind the lock) for catalog
-    changes only: the table's files, gigabytes for a busy month, are removed by
-    ``drop_detached`` in a transaction of its own, which locks nothing anyone else uses.
-    Dropped in this one, they kept every tick and outcome waiting about a second at 30M
-    rows (bench.history_scale). The detached table's foreign keys go here too: a table
-    dropped with one locks the table it references (``jobs``, which every tick writes)
-    until the drop commits. Renamed, a table left detached by a pass that stopped here
-    cannot be taken for the month's partition; the next pass drops it."""
-    conn.exec_driver_sql(f"ALTER TABLE {PARENT} DETACH PARTITION {month.name}")
-    gone = month.name + DETACHED
-    conn.exec_driver_sql(f"ALTER TABLE {month.name} RENAME TO {gone}")
-    keys = conn.exec_driver_sql(
-        "SELECT conname FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'f'",
-        {"t": gone},
-    ).scalars()
-    for key in list(keys):
-        conn.exec_driver_sql(f'ALTER TABLE {gone} DROP CONSTRAINT "{key}"')
+def forget_before(conn: Connection, month: Month) -> None:
+    """Delete the rows of the default and the trigger keys filed before ``month``'s end
+    (the rollup has counted them): rows, not the month's partition (``detach``)."""
     end = month.end.isoformat()
     conn.exec_driver_sql(f"DELETE FROM {DEFAULT} WHERE filed_at < '{end}'")
     conn.exec_driver_sql(f"DELETE FROM invocation_triggers WHERE filed_at < '{end}'")
+
+
+# Retention takes a month out in steps of their own transactions, each holding one hot
+# table's lock for catalog changes alone (``scheduler.retention``):
+#
+# - ``detach``: the partition out of history, renamed (``invocations`` locked);
+# - ``unlink``: its foreign keys dropped (``jobs`` locked: dropping a key locks the table
+#   it references, which every tick writes; with ``invocations`` still held, a tick that
+#   holds a job's row and waits for history would deadlock with it);
+# - ``drop_detached``: the table and its files, gigabytes for a busy month (nothing
+#   anyone else uses is locked). Dropped under either lock, they held every tick and
+#   outcome up about a second at 30M rows (bench.history_scale).
+#
+# Renamed, a table left detached by a pass that stopped cannot be taken for its month's
+# partition, made again; the next pass finishes it.
+
+
+def detach(conn: Connection, month: Month) -> str:
+    """Take a month's partition out of history; returns the name it has now."""
+    _lock_jobs_first(conn)
+    conn.exec_driver_sql(f"ALTER TABLE {PARENT} DETACH PARTITION {month.name}")
+    gone = month.name + DETACHED
+    conn.exec_driver_sql(f"ALTER TABLE {month.name} RENAME TO {gone}")
     return gone
+
+
+def unlink(conn: Connection, name: str) -> None:
+    """Drop the foreign keys of a detached month's table."""
+    _check_detached(name)
+    keys = conn.exec_driver_sql(
+        "SELECT conname FROM pg_constraint WHERE conrelid = %(t)s::regclass AND contype = 'f'",
+        {"t": name},
+    ).scalars()
+    quote = conn.dialect.identifier_preparer.quote
+    for key in list(keys):
+        conn.exec_driver_sql(f"ALTER TABLE {name} DROP CONSTRAINT {quote(key)}")
+
+
+def drop_detached(conn: Connection, name: str) -> None:
+    """Drop a detached month's table, ``unlink``ed, its rows and files with it."""
+    _check_detached(name)
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
 
 
 def detached(conn: Connection) -> list[str]:
@@ -181,11 +212,9 @@ def detached(conn: Connection) -> list[str]:
     return sorted(conn.exec_driver_sql(query).scalars())
 
 
-def drop_detached(conn: Connection, name: str) -> None:
-    """Drop a table ``detach`` left, its rows and files with it."""
+def _check_detached(name: str) -> None:
     if not _DETACHED_NAME.fullmatch(name):
         raise ValueError(f"not a detached month: {name!r}")
-    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
 
 
 # The keys and the cascade that the partitioned table cannot hold (see the docstring).

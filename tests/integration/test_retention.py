@@ -4,6 +4,8 @@ SQLite's history is kept whole."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -164,7 +166,7 @@ def test_a_month_s_files_are_removed_without_locking_history(pg_engine: Engine, 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(partitions, "drop_detached", dropping)
         report = run_once(engine.db, datetime(2029, 7, 31, tzinfo=UTC), RETENTION)
-    assert report.dropped == "invocations_p2029_01"
+    assert report.dropped == "invocations_p2029_01" and not report.busy
     assert seen == ["invocations_p2029_01_detached"]
     with engine.db.connect() as conn:
         assert partitions.detached(conn) == []
@@ -174,7 +176,8 @@ def test_a_month_s_files_are_removed_without_locking_history(pg_engine: Engine, 
 def test_a_table_left_detached_is_dropped_by_the_next_pass(pg_engine: Engine, clock: Clock):
     """A pass that stopped between the detach and the drop (its process killed) leaves
     the month's table detached, renamed: not a partition, and not in the way of one
-    made for that month again. The next pass drops it, with nothing else to do."""
+    made for that month again. The next pass drops it first; then that month, made
+    again and expired, is taken out under the same name."""
     engine = pg_engine
     clock.now = JANUARY - timedelta(days=30)
     apply(engine, make("0 * * * *"))
@@ -186,7 +189,41 @@ def test_a_table_left_detached_is_dropped_by_the_next_pass(pg_engine: Engine, cl
     with engine.db.connect() as conn:
         assert partitions.detached(conn) == ["invocations_p2029_01_detached"]
         assert january not in partitions.months(conn)
-    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    with engine.db.begin() as conn:  # made again (a slot may still come due): both exist
+        partitions.create(conn, january)
+    report = run_once(engine.db, datetime(2029, 7, 31, tzinfo=UTC), RETENTION)
+    assert report.dropped == "invocations_p2029_01" and not report.busy
     with engine.db.connect() as conn:
         assert partitions.detached(conn) == []
-        assert january in partitions.months(conn)  # made again: a slot may still come due
+        assert january not in partitions.months(conn)
+
+
+def test_a_month_taken_out_while_a_tick_holds_its_job_does_not_deadlock(
+    pg_engine: Engine, clock: Clock
+):
+    """A tick writes its job, then history (a batch's second tick of a job, an outcome
+    group's next run); taking a partition out locks history and ``jobs`` both (its
+    foreign key). Taken in the other order, the two deadlocked:
+    retention takes ``jobs`` first, and waits for the tick."""
+    engine = pg_engine
+    clock.now = JANUARY - timedelta(days=30)
+    apply(engine, make("0 * * * *"))
+    drop_months_before(engine, JANUARY)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    reports: list[HistoryReport] = []
+    pass_ = threading.Thread(
+        target=lambda: reports.append(
+            run_once(engine.db, datetime(2029, 7, 31, tzinfo=UTC), RETENTION)
+        )
+    )
+    with engine.db.connect() as tick:
+        tick.begin()
+        tick.exec_driver_sql("UPDATE jobs SET generation = generation")  # its job written
+        pass_.start()
+        time.sleep(0.5)  # the pass has rolled January up and waits to take it out
+        run(tick, JANUARY + timedelta(days=40), "SUCCEEDED", 0.5)  # history written
+        tick.commit()
+    pass_.join(10)
+    assert [r.dropped for r in reports] == ["invocations_p2029_01"], reports
+    assert not reports[0].busy
+    assert history(engine) == [JANUARY + timedelta(days=40)]
