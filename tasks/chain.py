@@ -36,7 +36,9 @@ RETRY = dict(autoretry_for=(TransientError,), retry_backoff=1, retry_backoff_max
 
 
 def runtime() -> Runtime:
-    return Runtime.current(app)
+    made = Runtime.current(app)
+    heap.freeze()  # once per process: what its tasks need for its life is made now
+    return made
 
 
 def _ints(*values: Any) -> bool:
@@ -128,8 +130,9 @@ def _attempt_ref(value: Any) -> bool:
 
 
 @worker_ready.connect
-def _freeze_heap(**_: Any) -> None:
-    heap.freeze()  # the main process: the consumer, and the messages it holds for their ETA
+def _freeze_heap(sender: Any, **_: Any) -> None:
+    if sender.app is app:  # cronchain's worker's main process: its consumer, once made
+        heap.freeze()
 
 
 @worker_ready.connect

@@ -13,9 +13,19 @@ made, they are never walked again; what a task makes and drops is collected as b
 from __future__ import annotations
 
 import gc
+import os
+
+_frozen_in: int | None = None  # the process that froze (a forked child has not)
 
 
 def freeze() -> None:
-    """Leave every object the process has now to the end of the process: call it once
-    what lives that long has been made (a worker ready, a process's runtime made)."""
-    gc.freeze()
+    """Leave every object the process has now to the end of the process, once per
+    process: call it once what lives that long has been made (cronchain's worker
+    ready, its runtime made). Garbage is collected first, else it would stay. Only in
+    cronchain's own workers: a user's worker that runs cronchain's hooks keeps its
+    collector as it set it."""
+    global _frozen_in
+    if _frozen_in != os.getpid():
+        _frozen_in = os.getpid()
+        gc.collect()
+        gc.freeze()

@@ -22,7 +22,6 @@ from scheduler.errors import ConfigError, SpecError, TransientError
 from scheduler.invokers import Call, default_invokers
 from scheduler.settings import Settings
 from scheduler.storage.db import make_engine
-from scheduler.workers import heap
 from scheduler.workers.port import CeleryPort
 
 # How long a process that only sends (the CLI, a script) waits for a broker that does
@@ -45,7 +44,6 @@ class Runtime:
         with _making:
             if _current is None or _current[0] != os.getpid():
                 _current = (os.getpid(), cls.from_env(app))
-                heap.freeze()
             return _current[1]
 
     @classmethod
