@@ -163,10 +163,10 @@ def forget_before(conn: Connection, month: Month) -> None:
 # Retention takes a month out in steps of their own transactions, each holding one hot
 # table's lock for catalog changes alone (``scheduler.retention``):
 #
-# - ``detach``: the partition out of history, renamed (``invocations`` locked);
-# - ``unlink``: its foreign keys dropped (``jobs`` locked: dropping a key locks the table
-#   it references, which every tick writes; with ``invocations`` still held, a tick that
-#   holds a job's row and waits for history would deadlock with it);
+# - ``detach``: the partition out of history, renamed (``jobs``, then ``invocations``
+#   locked: ``_lock_jobs_first``);
+# - ``unlink``: its foreign keys dropped (``jobs`` locked, even against reads: dropping a
+#   key locks the table it references);
 # - ``drop_detached``: the table and its files, gigabytes for a busy month (nothing
 #   anyone else uses is locked). Dropped under either lock, they held every tick and
 #   outcome up about a second at 30M rows (bench.history_scale).
