@@ -37,7 +37,7 @@ RETRY = dict(autoretry_for=(TransientError,), retry_backoff=1, retry_backoff_max
 
 def runtime() -> Runtime:
     made = Runtime.current(app)
-    heap.freeze()  # once per process: what its tasks need for its life is made now
+    heap.freeze("runtime")  # once per process: what its tasks need for its life is made
     return made
 
 
@@ -132,7 +132,7 @@ def _attempt_ref(value: Any) -> bool:
 @worker_ready.connect
 def _freeze_heap(sender: Any, **_: Any) -> None:
     if sender.app is app:  # cronchain's worker's main process: its consumer, once made
-        heap.freeze()
+        heap.freeze("ready")
 
 
 @worker_ready.connect

@@ -15,17 +15,18 @@ from __future__ import annotations
 import gc
 import os
 
-_frozen_in: int | None = None  # the process that froze (a forked child has not)
+_frozen: set[tuple[int, str]] = set()  # (process, moment): a forked child has not
 
 
-def freeze() -> None:
+def freeze(moment: str) -> None:
     """Leave every object the process has now to the end of the process, once per
-    process: call it once what lives that long has been made (cronchain's worker
-    ready, its runtime made). Garbage is collected first, else it would stay. Only in
-    cronchain's own workers: a user's worker that runs cronchain's hooks keeps its
-    collector as it set it."""
-    global _frozen_in
-    if _frozen_in != os.getpid():
-        _frozen_in = os.getpid()
+    process and ``moment``: call it once what lives that long has been made (``ready``:
+    cronchain's worker ready; ``runtime``: its runtime made, at its first task, later
+    in the same process for a worker of threads). Garbage is collected first, else it
+    would stay. Only in cronchain's own workers: a user's worker that runs cronchain's
+    hooks keeps its collector as it set it."""
+    key = (os.getpid(), moment)
+    if key not in _frozen:
+        _frozen.add(key)
         gc.collect()
         gc.freeze()

@@ -25,16 +25,17 @@ def unfrozen(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
     monkeypatch.setattr(runtime, "_current", None)
     monkeypatch.setattr(runtime.Runtime, "from_env", classmethod(from_env))
-    monkeypatch.setattr(heap, "_frozen_in", None)
+    monkeypatch.setattr(heap, "_frozen", set())
     yield made
     gc.unfreeze()  # this test process goes on
 
 
 def test_a_worker_process_freezes_once_its_runtime_is_made(unfrozen: list[object]):
-    before = gc.get_freeze_count()
+    heap.freeze("ready")  # a worker of threads: ready first, its runtime made later
+    gc.unfreeze()
     first = chain.runtime()
-    assert gc.get_freeze_count() > before
-    assert heap._frozen_in == os.getpid()
+    assert gc.get_freeze_count() > 0, "the runtime made after ready: not frozen"
+    assert heap._frozen == {(os.getpid(), "ready"), (os.getpid(), "runtime")}
     gc.unfreeze()
     assert chain.runtime() is first
     assert gc.get_freeze_count() == 0, "frozen again"
@@ -45,4 +46,4 @@ def test_a_user_s_worker_that_runs_the_hooks_is_not_frozen(unfrozen: list[object
     before = gc.get_freeze_count()
     runtime.Runtime.current(None)  # type: ignore[arg-type]  # as the hooks call it
     assert gc.get_freeze_count() == before
-    assert heap._frozen_in is None
+    assert heap._frozen == set()
