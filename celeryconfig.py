@@ -6,8 +6,10 @@ message. Nothing here is specific to one process.
 
 from scheduler.settings import VISIBILITY_TIMEOUT, Settings
 from scheduler.workers.hooks import ANNOTATIONS
+from scheduler.workers.patches import release_fired_eta_entries
 
 _settings = Settings.from_env()
+release_fired_eta_entries()  # every tick is held for its ETA
 
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True

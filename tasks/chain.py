@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from celery import Task
+from celery.concurrency import prefork
 from celery.signals import beat_init, worker_ready
 
 from scheduler.alerts.delivery import deliver as deliver_alert
@@ -133,6 +134,8 @@ def _attempt_ref(value: Any) -> bool:
 def _freeze_heap(sender: Any, **_: Any) -> None:
     if sender.app is app:  # cronchain's worker's main process: its consumer, once made
         heap.freeze("ready")
+        if isinstance(sender.pool, prefork.TaskPool):  # it only holds what others run
+            heap.keep_frozen(sender.timer)
 
 
 @worker_ready.connect

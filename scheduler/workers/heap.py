@@ -13,7 +13,14 @@ made, they are never walked again; what a task makes and drops is collected as b
 from __future__ import annotations
 
 import gc
+import logging
 import os
+from typing import Any
+
+FREEZE_EVERY = 1.0  # seconds: what a consumer held this long is frozen
+SWEEP_EVERY = 3600.0  # seconds: a full collection of all, for cycles that froze alive
+
+log = logging.getLogger("cronchain.heap")
 
 _frozen: set[tuple[int, str]] = set()  # (process, moment): a forked child has not
 
@@ -30,3 +37,37 @@ def freeze(moment: str) -> None:
         _frozen.add(key)
         gc.collect()
         gc.freeze()
+
+
+def keep_frozen(timer: Any) -> None:
+    """Freeze what the process made every second, and collect all of it once an hour, on
+    a consumer's ``timer``: for the main process of a worker whose tasks run elsewhere
+    (prefork), where what is made is what the consumer holds.
+
+    That process holds each tick until its ETA: 23 tracked objects each, 230,000 at
+    10,000 jobs, and every full collection walked them all (about 145 ms, twice a minute,
+    in bench.fire_rate). They die by reference counting once run (Celery's cycle is
+    broken, ``patches.release_fired_eta_entries``): frozen, they are freed as before and
+    never walked. What leaks until the hourly pass is garbage in cycles that were alive
+    when frozen, or dead and made since the last young collection (the young
+    generations are collected before each freeze, which walks only what the last second
+    made): measured, 50 objects over 3,000 ticks. A child forked later inherits the
+    frozen heap (as children do) and not the timer."""
+    timer.call_repeatedly(FREEZE_EVERY, freeze_new)
+    timer.call_repeatedly(SWEEP_EVERY, collect_frozen)
+
+
+def freeze_new() -> None:
+    """Collect the young generations, then freeze what survives."""
+    gc.collect(1)
+    gc.freeze()
+
+
+def collect_frozen() -> int:
+    """Collect everything, the frozen heap included, then freeze what is left; returns
+    how many objects were collected (logged: the leak that the freezing bounds)."""
+    gc.unfreeze()
+    collected = gc.collect()
+    gc.freeze()
+    log.info("collected %d objects of the frozen heap", collected)
+    return collected

@@ -58,3 +58,41 @@ def reuse_redis_clients() -> None:
 
     _create_client.reusing = True  # type: ignore[attr-defined]
     transport.Channel._create_client = _create_client
+
+
+def release_fired_eta_entries() -> None:
+    """Let a task held for its ETA be freed as soon as it is done or dropped.
+
+    Celery 5.7 keeps the timer entry of a task it holds for its ETA on the task
+    (``Request._eta_timer_entry``, to cancel it when the connection closes), and the entry
+    holds the task among its arguments: a reference cycle, so that every such task, once
+    run, stays in memory until the cyclic collector's next full pass. Every tick of
+    cronchain's chain is held for its ETA, so the control worker's main process made about
+    20 objects of such garbage per fire, and its full passes, which stop the process, grew
+    with them. Once the entry has fired there is nothing left to cancel (Celery is about
+    to move the task from its scheduled requests to its reserved ones), and once a lost
+    connection has cancelled it neither: forgetting it then breaks the cycle. (A task
+    under a rate limit keeps it: cronchain sets none.)"""
+    from celery.worker import state
+    from celery.worker.consumer.consumer import Consumer
+
+    fired = Consumer.apply_eta_task
+    if getattr(fired, "releasing", False):
+        return
+    closed = Consumer.on_close
+
+    def apply_eta_task(self: Any, task: Any) -> Any:
+        task._eta_timer_entry = None
+        return fired(self, task)
+
+    def on_close(self: Any) -> Any:
+        held = tuple(state.scheduled_requests)  # on_close cancels their entries
+        try:
+            return closed(self)
+        finally:
+            for task in held:
+                task._eta_timer_entry = None
+
+    apply_eta_task.releasing = True  # type: ignore[attr-defined]
+    Consumer.apply_eta_task = apply_eta_task
+    Consumer.on_close = on_close

@@ -14,3 +14,11 @@ def test_watchdog_runs_expire_behind_a_queue_deeper_than_an_interval() -> None:
     entry = config.beat_schedule["cronchain-watchdog"]
     assert entry["task"] == "cronchain.watchdog"
     assert entry["options"]["expires"] == entry["schedule"]
+
+
+def test_the_workers_free_the_tasks_held_for_their_eta() -> None:
+    """Every tick is held for its ETA (scheduler.workers.patches)."""
+    from celery.worker.consumer.consumer import Consumer
+
+    importlib.import_module("celeryconfig")
+    assert Consumer.apply_eta_task.releasing  # type: ignore[attr-defined]

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import gc
 import os
+import weakref
+from types import SimpleNamespace
 
 import pytest
+from celery.concurrency import prefork, thread
+from kombu.asynchronous.timer import Timer
 
 from scheduler.workers import heap, runtime
 from tasks import chain
@@ -47,3 +51,60 @@ def test_a_user_s_worker_that_runs_the_hooks_is_not_frozen(unfrozen: list[object
     runtime.Runtime.current(None)  # type: ignore[arg-type]  # as the hooks call it
     assert gc.get_freeze_count() == before
     assert heap._frozen == set()
+
+
+class _Weak:
+    """An object in a cycle that can be watched by a weak reference (a list cannot)."""
+
+    def __init__(self, cycle: list[object]) -> None:
+        self.cycle = cycle
+        cycle.append(self)
+
+
+def _consumer(pool: object) -> SimpleNamespace:
+    return SimpleNamespace(app=chain.app, pool=pool, timer=Timer())
+
+
+def _repeated(timer: Timer) -> dict[object, object]:
+    """What a timer calls repeatedly: its function, and the entry that calls it."""
+    return {scheduled.entry.fun.__wrapped__: scheduled.entry for scheduled in timer.queue}
+
+
+def test_a_prefork_worker_s_main_process_keeps_what_it_holds_frozen(unfrozen: list[object]):
+    consumer = _consumer(prefork.TaskPool(limit=1))
+    chain._freeze_heap(consumer)
+    entries = _repeated(consumer.timer)
+    assert set(entries) == {heap.freeze_new, heap.collect_frozen}
+    gc.disable()  # no collection but the one asked for
+    try:
+        held = [[n] for n in range(1000)]  # ticks the consumer holds for their ETA
+        dead: list[object] = []
+        gone = weakref.ref(_Weak(dead))
+        del dead
+        before = gc.get_freeze_count()
+        entries[heap.freeze_new]()  # type: ignore[operator]
+    finally:
+        gc.enable()
+    assert gc.get_freeze_count() >= before + len(held)
+    assert gone() is None, "a dead cycle made since the last collection was frozen"
+
+
+def test_the_hourly_pass_collects_a_cycle_that_froze_alive(unfrozen: list[object]):
+    chain._freeze_heap(consumer := _consumer(prefork.TaskPool(limit=1)))
+    cycle: list[object] = []
+    gone = weakref.ref(_Weak(cycle))
+    gc.freeze()
+    del cycle
+    gc.collect()
+    assert gone() is not None, "frozen: no pass walks it"
+    assert _repeated(consumer.timer)[heap.collect_frozen]() >= 2  # type: ignore[operator]
+    assert gone() is None
+    assert gc.get_freeze_count() > 0, "what is left is frozen again"
+
+
+def test_a_worker_that_runs_its_tasks_in_its_own_process_is_not_kept_frozen(
+    unfrozen: list[object],
+):
+    consumer = _consumer(thread.TaskPool(limit=1))
+    chain._freeze_heap(consumer)
+    assert consumer.timer.queue == []
