@@ -11,6 +11,7 @@ import weakref
 from types import SimpleNamespace
 
 import pytest
+from celery import Celery, current_app
 from celery.concurrency import prefork, thread
 from kombu.asynchronous.timer import Timer
 
@@ -108,3 +109,26 @@ def test_a_worker_that_runs_its_tasks_in_its_own_process_is_not_kept_frozen(
     consumer = _consumer(thread.TaskPool(limit=1))
     chain._freeze_heap(consumer)
     assert consumer.timer.queue == []
+    assert len(unfrozen) == 1, "its runtime is made when it is ready, not at its first task"
+    assert (os.getpid(), "runtime") in heap._frozen
+
+
+def _child_of(worker_app: Celery) -> None:
+    """What a prefork child of ``worker_app``'s worker does as it starts."""
+    before = current_app._get_current_object()
+    worker_app.set_current()
+    try:
+        chain._make_child_runtime()
+    finally:
+        before.set_current()
+
+
+def test_a_prefork_child_makes_its_runtime_before_its_first_task(unfrozen: list[object]):
+    _child_of(chain.app)
+    assert len(unfrozen) == 1
+    assert (os.getpid(), "runtime") in heap._frozen
+
+
+def test_a_user_s_prefork_child_makes_no_runtime(unfrozen: list[object]):
+    _child_of(Celery("users", set_as_current=False))
+    assert unfrozen == []
