@@ -6,11 +6,23 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select
 
-from tests.e2e.harness import Cluster, HitCounter, check_ledger, database, job_file, now, wait_until
+from scheduler.storage.models import invocations
+from tests.e2e.harness import (
+    Cluster,
+    HitCounter,
+    check_ledger,
+    database,
+    first_fire_after,
+    job_file,
+    now,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -36,8 +48,20 @@ def test_up_runs_twenty_jobs_on_sqlite_without_lock_errors(tmp_path: Path):
         print(ledger.summary())
         assert ledger.expected >= 20 * 25
         assert ledger.executed_twice == [] and ledger.undelivered == []
-        assert ledger.succeeded >= 0.95 * ledger.expected, ledger.summary()
         assert set(ledger.skipped) <= {"overlap"} and ledger.failed == {}
+        # The slots that came while the processes started are skipped (overlap) as the
+        # first runs begin: as many as the start took seconds, which a loaded machine
+        # stretches. Once every job has run, and its start's backlog has had 5 s, the
+        # jobs keep up.
+        warm = max(first_fire_after(db, end - timedelta(minutes=5)).values())
+        warm += timedelta(seconds=5)
+        assert end - warm >= timedelta(seconds=10), f"the jobs first ran at {warm}"
+        with db.connect() as conn:
+            after = conn.execute(
+                select(func.count()).where(invocations.c.slot > warm, invocations.c.slot <= end)
+            ).scalar_one()
+        skipped_after = sum(slot > warm for _, slot in ledger.skipped_slots)
+        assert skipped_after <= 0.05 * after, f"{skipped_after} of {after}: {ledger.summary()}"
     finally:
         cluster.kill("up", signal.SIGTERM)
         hits.close()
