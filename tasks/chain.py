@@ -136,21 +136,22 @@ def _freeze_heap(sender: Any, **_: Any) -> None:
         heap.freeze("ready")
         if isinstance(sender.pool, prefork.TaskPool):  # it only holds what others run
             heap.keep_frozen(sender.timer)
-        else:  # its tasks run here, in threads
+        else:  # its tasks run in this process
             _make_runtime()
 
 
 @worker_process_init.connect
 def _make_child_runtime(**_: Any) -> None:
-    if current_app._get_current_object() is app:  # a child of cronchain's prefork worker
+    # A prefork child of cronchain's worker, forked (a spawned child, as on macOS, has
+    # a copy of the app: it makes its runtime at its first task), or a solo worker.
+    if current_app._get_current_object() is app:
         _make_runtime()
 
 
 def _make_runtime() -> None:
-    """Make the process's runtime (and freeze what it made) before its first task, not at
-    it: a full collection of the whole heap, 0.15-0.35 s on a slow machine, kept the
-    first ticks and runs of every-second jobs waiting past their next slot (overlap
-    skips). Nothing connects yet. If it cannot be made, the first task says why."""
+    """Make the process's runtime, and freeze what it made, before its first task, so
+    that the collection does not delay that task. Nothing connects yet. If it cannot
+    be made, it is logged and left to the first task, which says why again."""
     try:
         runtime()
     except Exception:

@@ -28,10 +28,10 @@ _frozen: set[tuple[int, str]] = set()  # (process, moment): a forked child has n
 def freeze(moment: str) -> None:
     """Leave every object the process has now to the end of the process, once per
     process and ``moment``: call it once what lives that long has been made (``ready``:
-    cronchain's worker ready; ``runtime``: its runtime made, at its first task, later
-    in the same process for a worker of threads). Garbage is collected first, else it
-    would stay. Only in cronchain's own workers: a user's worker that runs cronchain's
-    hooks keeps its collector as it set it."""
+    cronchain's worker ready; ``runtime``: its runtime made, as each prefork child starts
+    or once a worker of threads is ready, else at the first task). Garbage is collected
+    first, else it would stay. Only in cronchain's own workers: a user's worker that runs
+    cronchain's hooks keeps its collector as it set it."""
     key = (os.getpid(), moment)
     if key not in _frozen:
         _frozen.add(key)

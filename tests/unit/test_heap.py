@@ -15,6 +15,7 @@ from celery import Celery, current_app
 from celery.concurrency import prefork, thread
 from kombu.asynchronous.timer import Timer
 
+from scheduler.errors import ConfigError
 from scheduler.workers import heap, runtime
 from tasks import chain
 
@@ -132,3 +133,17 @@ def test_a_prefork_child_makes_its_runtime_before_its_first_task(unfrozen: list[
 def test_a_user_s_prefork_child_makes_no_runtime(unfrozen: list[object]):
     _child_of(Celery("users", set_as_current=False))
     assert unfrozen == []
+
+
+def test_a_runtime_that_cannot_be_made_at_start_is_left_to_the_first_task(
+    unfrozen: list[object], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    def broken(cls: type, app: object = None) -> object:
+        raise ConfigError("CRONCHAIN_DATABASE_URL", "not a URL")
+
+    monkeypatch.setattr(runtime.Runtime, "from_env", classmethod(broken))
+    _child_of(chain.app)  # does not raise: the child lives on
+    assert "runtime could not be made" in caplog.text
+    assert (os.getpid(), "runtime") not in heap._frozen, "frozen without its runtime"
+    with pytest.raises(ConfigError):
+        chain.runtime()  # its first task says why again
