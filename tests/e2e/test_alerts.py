@@ -27,6 +27,7 @@ channels:
 jobs:
   - name: flaky
     schedule: every 2s
+    lease: 5s  # a run the killed worker had claimed lapses in 5 s, not in a minute
     noop: {{fail: {str(fail).lower()}}}
     alerts: {{on: [failed, recovered], to: [hook, mail]}}
 """
