@@ -60,6 +60,7 @@ from bench.bare import BareHerds
 from bench.common import (
     MachineCpu,
     PeakRss,
+    analyze,
     cluster,
     cpu_seconds,
     deployment,
@@ -166,10 +167,12 @@ def run_cronchain(folder: Path, load: Load, requires: bool = False) -> Run:
         d.start(loglevel="WARNING")
         d.wait_ready()
         d.apply(job_document(load.jobs, load.period, load.step, requires=requires), timeout=120)
+        analyze(db)
 
         try:
             ready = (lambda: first_waits_over(db)) if requires else (lambda: True)
             warmup = settle(lambda: recent_lags(db), load.period, ready, load.steady_lag)
+            analyze(db)  # the runs of the warm-up are in the history now
             load.align()
             pids = {**d.worker_pids, "beat": c.processes["beat"].pid}
             with (
