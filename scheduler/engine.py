@@ -536,7 +536,8 @@ class Engine:
                 with self.transaction() as conn:
                     locked = job_store.lock_job(conn, job_id)
                     now = self.clock()
-                    messages = [] if locked is None else upstream.recheck(self, conn, locked, now)
+                    found = [] if locked is None else upstream.recheck(self, conn, locked, now)
+                    messages = self.runs.begin_released(conn, found)
             except Exception:
                 log.exception("job %s: its waiting runs could not be looked at again", job_id)
                 continue

@@ -80,9 +80,11 @@ class Runs:
         """Within ``conn``'s transaction: record the next attempt RUNNING, not yet
         claimed. What it returns is to be sent once that transaction has committed."""
         locked = self.engine.lock(conn, invocation_id, job_id)
-        if locked is None:
-            return []
-        inv, job = locked
+        return [] if locked is None else self._begin(conn, *locked, attempt)
+
+    def _begin(
+        self, conn: Connection, inv: InvocationRow, job: JobRow, attempt: int | None
+    ) -> list[Message]:
         number = inv.attempt + 1
         if inv.status != STARTING or attempt not in (None, number):
             return []  # already started, or a message from an older attempt
@@ -96,6 +98,44 @@ class Runs:
             else self.engine.feed(conn, job, InvocationStarted(inv.id), now)
         )
         return [*fed.messages, SendRun(self.call_of(job, inv.id, number, inv.slot))]
+
+    def begin_released(
+        self, conn: Connection, messages: list[Message], held: HeldWrites | None = None
+    ) -> list[Message]:
+        """Begin here, in the transaction that released them, the runs that ``messages``
+        ask the control path to start, where no other transaction holds their job: their
+        attempts go straight to the work path, with no start message and no transaction
+        of their own. A fleet of dependent jobs releases a run with nearly every success
+        of its upstreams; sent to the control path one by one, they fell behind its
+        ticks. Those whose job another transaction holds are started as asked: waiting
+        for that lock here could close a cycle of waits (this transaction holds the
+        upstream). ``held``: a group's writes, written first so that the jobs are read
+        as they now are."""
+        wanted = [
+            m.invocation_id
+            for m in messages
+            if isinstance(m, SendStart) and m.attempt == 1 and m.eta is None
+        ]
+        if not wanted:
+            return messages
+        if held is not None:
+            held.write(conn)
+        locked = run_store.lock_runs(conn, wanted)  # skips what others hold
+        changed: set[int] = set()
+        kept: list[Message] = []
+        for message in messages:
+            found = isinstance(message, SendStart) and locked.get(message.invocation_id)
+            if not found:
+                kept.append(message)
+                continue
+            inv, job = found
+            if job.id in changed:  # read again: an earlier start here changed it
+                found = run_store.lock_run(conn, job.id, inv.id)
+                assert found is not None  # locked by this transaction
+                inv, job = found
+            kept += self._begin(conn, inv, job, 1)
+            changed.add(job.id)
+        return kept
 
     def attempt_columns(
         self, job: JobRow, number: int, log_text: str | None, now: datetime
@@ -303,7 +343,8 @@ class Runs:
         if status == S.SUCCEEDED and job.downstream:  # runs that waited for this one
             fresh = {} if held is None else held.fresh  # successes not written yet
             fresh[job.ref] = inv.filed_at
-            first += upstream.release_after(self.engine, conn, job, now, fresh)
+            released = upstream.release_after(self.engine, conn, job, now, fresh)
+            first += self.begin_released(conn, released, held)
         if inv.backfill:  # the next waiting slot of the backfill takes its place
             return Fed(job.snapshot, [*first, *backfill.promote(self.engine, conn, job, now)])
         finished = InvocationFinished(inv.id, now)

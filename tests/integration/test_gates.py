@@ -97,7 +97,7 @@ def test_a_gate_that_says_no_twice_then_yes_starts_the_run_after_the_third_check
         clock.advance(10)
         assert ask_due(engine, port, clock) == 1  # the third check: yes
         [d] = rows(engine, "d")
-        assert d["status"] == "STARTING" and answers(d) == [False, False, True]
+        assert d["status"] == "RUNNING" and answers(d) == [False, False, True]
         assert len(endpoint.asked) == 3
         settle(engine, port)
         clock.advance(10)
@@ -161,7 +161,7 @@ def test_a_celery_gate_says_yes_by_returning_true(db: sqlalchemy.Engine, clock: 
     gates.answer(engine, d["id"], "app.ready", 2, d["job_id"], True, "returned True")
     gates.answer(engine, d["id"], "app.ready", 1, d["job_id"], True, "late")  # older: dropped
     [d] = rows(engine, "d")
-    assert d["status"] == "STARTING" and answers(d) == [False, True]
+    assert d["status"] == "RUNNING" and answers(d) == [False, True]
 
 
 def test_a_celery_gate_that_never_answers_is_settled_by_the_watchdog(
@@ -197,7 +197,7 @@ def test_a_lost_check_is_asked_again_by_the_watchdog(db: sqlalchemy.Engine, cloc
         port.gates.append(port.gates[0])  # the lost one turns up as well: a copy
         assert ask_due(engine, port, clock) == 2
     assert answers(rows(engine, "d")[0]) == [False, True]
-    assert len(endpoint.asked) == 2 and rows(engine, "d")[0]["status"] == "STARTING"
+    assert len(endpoint.asked) == 2 and rows(engine, "d")[0]["status"] == "RUNNING"
 
 
 def test_gates_are_asked_once_the_upstreams_are_met(db: sqlalchemy.Engine, clock: Clock):
@@ -264,7 +264,7 @@ def test_an_older_check_s_late_no_does_not_end_the_slot_while_the_last_is_asked(
     gates.answer(engine, d["id"], "app.ready", 1, d["job_id"], False, "returned False")  # late
     assert rows(engine, "d")[0]["status"] == "WAITING"
     gates.answer(engine, d["id"], "app.ready", 2, d["job_id"], True, "returned True")
-    assert rows(engine, "d")[0]["status"] == "STARTING"
+    assert rows(engine, "d")[0]["status"] == "RUNNING"
 
 
 def test_a_waiting_run_follows_its_job_s_gates_when_they_change(
@@ -290,7 +290,7 @@ def test_a_waiting_run_follows_its_job_s_gates_when_they_change(
         assert ask_due(engine, port, clock) == 1  # ready2 says yes; more is asked first
         assert rows(engine, "d")[0]["status"] == "WAITING"
         assert ask_due(engine, port, clock) == 1
-    assert rows(engine, "d")[0]["status"] == "STARTING"
+    assert rows(engine, "d")[0]["status"] == "RUNNING"
 
 
 def test_a_gate_removed_from_the_job_releases_a_run_that_waited_only_for_it(
@@ -340,7 +340,7 @@ def test_an_answer_is_recorded_patiently_when_the_database_blips(
         add(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}], max_wait="5s"))
         Scheduler(engine).trigger("p/d")
         assert ask_due(engine, port, clock) == 1
-    assert rows(engine, "d")[0]["status"] == "STARTING" and not failures
+    assert rows(engine, "d")[0]["status"] == "RUNNING" and not failures
 
 
 def test_a_second_backfill_counts_the_first_s_gated_run_as_in_flight(

@@ -66,8 +66,11 @@ def test_a_run_waits_for_its_last_upstream_and_starts_in_that_success_s_transact
     Scheduler(engine).trigger("p/b")
     deliver(engine, port)  # b starts, runs and succeeds; its outcome releases d
     [d] = rows(engine, "d")
-    assert (d["status"], d["reason"]) == ("STARTING", None)
+    # Begun in b's transaction: its attempt sent to the work path, no start message.
+    assert (d["status"], d["reason"], d["attempt"]) == ("RUNNING", None, 1)
     assert all(c["met"] for c in d["checks"]["upstream"])
+    assert port.start_messages == [] and [c.invocation_id for c in port.runs] == [d["id"]]
+    assert job(engine, "p/d").snapshot.active == 1
     deliver(engine, port)
     [d] = rows(engine, "d")
     assert d["status"] == "SUCCEEDED" and job(engine, "p/d").snapshot.active == 0
@@ -336,7 +339,6 @@ def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
     assert engine.runs.finish_invocation(run["id"], Outcome(S.SUCCEEDED), attempt=1)
     thread.join()
     assert errors == []
-    print("DLOG", rows(engine, "d")[0]["log"])
     assert rows(engine, "d")[0]["status"] == "STARTING"
     engine.db.dispose()
 
@@ -375,7 +377,49 @@ def test_upstreams_that_succeed_in_one_group_of_outcomes_release_their_downstrea
     reports = [Report(run["id"], 1, ok) for run in (a_run, b_run)]
     finish_together(engine.runs, reports)
     assert [r.recorded for r in reports] == [True, True]
-    assert rows(engine, "d")[0]["status"] == "STARTING"
+    assert rows(engine, "d")[0]["status"] == "RUNNING"  # begun in the group's transaction
+    assert [j["status"] for j in (rows(engine, "a")[0], rows(engine, "b")[0])] == ["SUCCEEDED"] * 2
+
+
+def test_one_success_begins_every_run_of_a_job_it_releases(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = engine_with(db, clock)
+    add(engine, spec("a"), spec("d", overlap="allow", **needs("a")))
+    Scheduler(engine).trigger("p/d")
+    Scheduler(engine).trigger("p/d")
+    assert [r["status"] for r in rows(engine, "d")] == ["WAITING", "WAITING"]
+    Scheduler(engine).trigger("p/a")
+    deliver(engine, port)  # a succeeds: both of d's runs are begun in its transaction
+    assert [(r["status"], r["attempt"]) for r in rows(engine, "d")] == [("RUNNING", 1)] * 2
+    assert port.start_messages == [] and len(port.runs) == 2
+    snapshot = job(engine, "p/d").snapshot
+    assert (snapshot.state.value, snapshot.active) == ("RUNNING", 2)
+
+
+def test_a_group_begins_a_released_run_from_its_job_as_the_group_left_it(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """The group records d's first run (its job's save held), then a's success, which
+    releases d's second run and begins it in the group's transaction: both outcomes
+    are recorded by the group, and d ends RUNNING with one run active."""
+    engine, port = engine_with(db, clock, Scripted(Outcome(S.SUCCEEDED), None, None))
+    add(engine, spec("d", overlap="allow", **needs("a")), spec("a"))
+    assert job(engine, "p/d").id < job(engine, "p/a").id  # the group records d first
+    run_now(engine, port, "a")  # a succeeds
+    run_now(engine, port, "d")  # d's first run starts; claimed, its worker died
+    clock.advance(3601)  # a's success no longer counts
+    Scheduler(engine).trigger("p/d")
+    Scheduler(engine).trigger("p/a")
+    deliver(engine, port)  # a's second run: claimed, its worker died
+    d1, d2 = rows(engine, "d")
+    assert (d1["status"], d2["status"], d2["reason"]) == ("RUNNING", "WAITING", "upstream")
+    ok = Outcome(S.SUCCEEDED)
+    reports = [Report(d1["id"], 1, ok), Report(rows(engine, "a")[1]["id"], 1, ok)]
+    finish_together(engine.runs, reports)
+    assert [(r.recorded, r.alone) for r in reports] == [(True, False), (True, False)]
+    d1, d2 = rows(engine, "d")
+    assert (d1["status"], d2["status"], d2["attempt"]) == ("SUCCEEDED", "RUNNING", 1)
+    snapshot = job(engine, "p/d").snapshot
+    assert (snapshot.state.value, snapshot.active) == ("RUNNING", 1)
 
 
 def test_two_upstreams_succeeding_at_once_release_their_downstream(pg_url: str, clock: Clock):
@@ -409,5 +453,5 @@ def test_two_upstreams_succeeding_at_once_release_their_downstream(pg_url: str, 
     engine.send(fed.messages)
     thread.join()
     assert errors == []
-    assert rows(engine, "d")[0]["status"] == "STARTING"
+    assert rows(engine, "d")[0]["status"] == "RUNNING"  # begun by a's look again
     engine.db.dispose()

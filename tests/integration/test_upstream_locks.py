@@ -237,6 +237,6 @@ def test_a_worker_s_tick_does_not_wait_for_an_upstream_s_success_under_way(
     [r] = rows(engine, "d")
     assert (r["status"], r["reason"]) == ("WAITING", "upstream")
     a.finish()
-    wait_until(lambda: rows(engine, "d")[0]["status"] == "STARTING", 10, "d to start")
+    wait_until(lambda: rows(engine, "d")[0]["status"] == "RUNNING", 10, "d to be begun")
     assert errors == []
     db.dispose()
