@@ -224,7 +224,7 @@ def answer(
             messages += lapse(engine, conn, replace(inv, log=log), job, now).messages
         else:
             messages += _record(engine, conn, inv, job, log, now)
-        messages = engine.runs.begin_released(conn, messages)  # the run its yes starts
+        messages = engine.runs.begin_released(conn, messages)  # the runs this answer starts
     engine.send(messages)
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from sqlalchemy import Connection
 
@@ -85,6 +85,7 @@ class Runs:
     def _begin(
         self, conn: Connection, inv: InvocationRow, job: JobRow, attempt: int | None
     ) -> list[Message]:
+        """``begin_attempt`` of a run and job this transaction has locked."""
         number = inv.attempt + 1
         if inv.status != STARTING or attempt not in (None, number):
             return []  # already started, or a message from an older attempt
@@ -102,30 +103,27 @@ class Runs:
     def begin_released(
         self, conn: Connection, messages: list[Message], held: HeldWrites | None = None
     ) -> list[Message]:
-        """Begin here, in the transaction that released them, the runs that ``messages``
-        ask the control path to start, where no other transaction holds their job: their
-        attempts go straight to the work path, with no start message and no transaction
-        of their own. A fleet of dependent jobs releases a run with nearly every success
-        of its upstreams; sent to the control path one by one, they fell behind its
-        ticks. Those whose job another transaction holds are started as asked: waiting
-        for that lock here could close a cycle of waits (this transaction holds the
-        upstream). ``held``: a group's writes, written first so that the jobs are read
-        as they now are."""
-        wanted = [
-            m.invocation_id
-            for m in messages
-            if isinstance(m, SendStart) and m.attempt == 1 and m.eta is None
-        ]
+        """``messages``, the runs they ask the control path to start begun here instead,
+        in this transaction (which holds their rows: it has just released them), where
+        no other transaction holds their job: their attempts go straight to the work
+        path, with no start message and no transaction of their own. A run whose job is
+        held is started as asked: waiting for that lock here could close a cycle of
+        waits (the releasing transaction holds an upstream, or a gate's run).
+
+        ``held``: a group's writes, written first so that the jobs are read as they now
+        are. A job changed here whose own run the group records later meets the
+        generation check, and the group is recorded one outcome at a time."""
+        wanted = {m.invocation_id for m in messages if _first_start(m)}
         if not wanted:
             return messages
         if held is not None:
             held.write(conn)
-        locked = run_store.lock_runs(conn, wanted)  # skips what others hold
+        locked = run_store.lock_runs(conn, sorted(wanted))  # skips what others hold
         changed: set[int] = set()
         kept: list[Message] = []
         for message in messages:
-            found = isinstance(message, SendStart) and locked.get(message.invocation_id)
-            if not found:
+            found = locked.get(message.invocation_id) if _first_start(message) else None
+            if found is None:
                 kept.append(message)
                 continue
             inv, job = found
@@ -340,22 +338,23 @@ class Runs:
         log.info("%s %s: %s%s", job.ref, slot, status, error)
         first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
         first += pools.freed(inv.pool, inv.status)
+        released: list[Message] = []
         if status == S.SUCCEEDED and job.downstream:  # runs that waited for this one
             fresh = {} if held is None else held.fresh  # successes not written yet
             fresh[job.ref] = inv.filed_at
             released = upstream.release_after(self.engine, conn, job, now, fresh)
-            first += self.begin_released(conn, released, held)
         if inv.backfill:  # the next waiting slot of the backfill takes its place
-            return Fed(job.snapshot, [*first, *backfill.promote(self.engine, conn, job, now)])
-        finished = InvocationFinished(inv.id, now)
-        if held is None:
-            fed = self.engine.feed(conn, job, finished, now)
+            fed = Fed(job.snapshot, backfill.promote(self.engine, conn, job, now))
+        elif held is None:
+            fed = self.engine.feed(conn, job, InvocationFinished(inv.id, now), now)
         else:
-            fed = held.feed(self.engine, conn, job, finished, now)
-        fed.messages[:0] = first
-        if status == S.SUCCEEDED:
+            fed = held.feed(self.engine, conn, job, InvocationFinished(inv.id, now), now)
+        if status == S.SUCCEEDED and not inv.backfill:
             for target in controls.triggers:
                 fed.messages += self._trigger_other(conn, job, target, inv.id, now)
+        # Last: the triggers wait for their targets' locks, never while this holds the
+        # jobs of the runs it begins.
+        fed.messages[:0] = [*first, *self.begin_released(conn, released, held)]
         return fed
 
     def revoke(self, conn: Connection, inv: InvocationRow, now: datetime) -> SendRevoke:
@@ -486,3 +485,8 @@ def _attempt_record(inv: InvocationRow, outcome: Outcome, now: datetime) -> dict
         "reason": outcome.reason,
         "worker": inv.worker,
     }
+
+
+def _first_start(message: Message) -> TypeGuard[SendStart]:
+    """A message that starts a run's first attempt now (``begin_released``'s)."""
+    return isinstance(message, SendStart) and message.attempt == 1 and message.eta is None

@@ -98,6 +98,7 @@ def test_a_gate_that_says_no_twice_then_yes_starts_the_run_after_the_third_check
         assert ask_due(engine, port, clock) == 1  # the third check: yes
         [d] = rows(engine, "d")
         assert d["status"] == "RUNNING" and answers(d) == [False, False, True]
+        assert port.start_messages == []  # begun where the yes was recorded
         assert len(endpoint.asked) == 3
         settle(engine, port)
         clock.advance(10)

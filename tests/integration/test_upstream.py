@@ -339,7 +339,49 @@ def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
     assert engine.runs.finish_invocation(run["id"], Outcome(S.SUCCEEDED), attempt=1)
     thread.join()
     assert errors == []
-    assert rows(engine, "d")[0]["status"] == "STARTING"
+    [d_run] = rows(engine, "d")
+    assert d_run["status"] == "STARTING"  # d was held: started by the control path
+    assert [m[0] for m in port.start_messages] == [d_run["id"]]
+    deliver(engine, port)
+    assert rows(engine, "d")[0]["status"] == "SUCCEEDED"
+    engine.db.dispose()
+
+
+def test_a_success_that_triggers_a_job_begins_its_downstream_only_after_the_trigger(
+    pg_url: str, clock: Clock
+):
+    """a triggers t and releases d. A tick batch holds t and then wants d. Had a's
+    success begun d before waiting for t's lock, each would wait for the other."""
+    engine, port = engine_with(make_engine(pg_url), clock, Scripted(None))
+    add(engine, spec("t"), spec("a", triggers=["t"]), spec("d", **needs("a")))
+    t, d = job(engine, "p/t"), job(engine, "p/d")
+    Scheduler(engine).trigger("p/d")
+    Scheduler(engine).trigger("p/a")
+    deliver(engine, port)  # a's attempt is claimed; its worker died
+    [run] = rows(engine, "a")
+    holding, errors = threading.Event(), []
+
+    def batch() -> None:
+        try:
+            with engine.transaction() as conn:
+                job_store.lock_jobs(conn, [t.id])
+                holding.set()
+                time.sleep(0.5)  # a's success now waits for t
+                job_store.lock_jobs(conn, [d.id])
+        except Exception as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    holding.wait(5)
+    try:
+        assert engine.runs.finish_invocation(run["id"], Outcome(S.SUCCEEDED), attempt=1)
+    except Exception as err:  # a deadlock ends one of the two
+        errors.append(err)
+    thread.join()
+    assert errors == []
+    assert [r["status"] for r in rows(engine, "d")] == ["RUNNING"]
+    assert len(rows(engine, "t")) == 1
     engine.db.dispose()
 
 
