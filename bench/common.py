@@ -81,6 +81,7 @@ class Deployment:
         path = self.cluster.folder / "jobs.yaml"
         path.write_text(json.dumps(document))  # JSON is YAML
         self.cluster.cronchain("apply", str(path), timeout=timeout)
+        analyze(self.db)
 
     def start(self, loglevel: str = "INFO", beat: bool = True) -> None:
         """Both paths, as ``cronchain up`` runs them: the control path (``worker``:

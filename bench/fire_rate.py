@@ -167,7 +167,6 @@ def run_cronchain(folder: Path, load: Load, requires: bool = False) -> Run:
         d.start(loglevel="WARNING")
         d.wait_ready()
         d.apply(job_document(load.jobs, load.period, load.step, requires=requires), timeout=120)
-        analyze(db)
 
         try:
             ready = (lambda: first_waits_over(db)) if requires else (lambda: True)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sqlalchemy import Row, func, select
 
-from bench.common import deployment, figure, percentile, recent_lags, settle
+from bench.common import analyze, deployment, figure, percentile, recent_lags, settle
 from scheduler.storage.models import invocations, jobs
 from scheduler.watchdog import run_once
 
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         d.wait_ready()
         d.apply_jobs(args.jobs, args.period)
         settle(lambda: recent_lags(db), args.period)
+        analyze(db)  # the runs of the warm-up are in the history now
 
         c.kill("worker", signal.SIGKILL)  # with the ETA ticks it held
         c.kill("work", signal.SIGKILL)  # with the runs it had taken and not yet claimed

@@ -47,6 +47,7 @@ from sqlalchemy import select
 from bench.common import (
     MachineCpu,
     PeakRss,
+    analyze,
     cpu_seconds,
     deployment,
     figure,
@@ -151,6 +152,7 @@ def run(folder: Path, args: argparse.Namespace, slow: int) -> Result:
         d.apply({"project": "bench", "jobs": specs})
         try:
             warmup = settle(lambda: recent_lags(db), args.period)
+            analyze(db)  # the runs of the warm-up are in the history now
             pids = d.worker_pids
             with PeakRss(pids["work"]) as rss:
                 cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
