@@ -7,6 +7,8 @@ lock that a second beat's pass does not wait for (it skips), it
 
 - makes the current month's partition and the next ``partitions.AHEAD``, so that a slot
   never comes due without its partition (the DEFAULT partition catches any that did);
+- analyzes, once, the hot tables that hold rows and have no statistics
+  (``statistics``: a server without autovacuum, a month's new partition);
 - takes the oldest month older than ``CRONCHAIN_RETENTION`` (one a pass: bounded work),
   writes its per-job daily rollup (``invocation_days``) in one transaction, with the
   default's few rows of that age (rows are never deleted one by one otherwise), then
@@ -22,13 +24,13 @@ SQLite's history is not partitioned and never pruned: every pass returns at once
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
-from scheduler.storage import history_days, partitions
+from scheduler.storage import history_days, partitions, statistics
 from scheduler.storage.db import write_transaction
 
 log = logging.getLogger("cronchain.retention")
@@ -40,14 +42,15 @@ LOCK_KEY = 0x63726F6E68  # "cronh"
 @dataclass(frozen=True)
 class HistoryReport:
     """What one pass did: partitions made (and rows they took from the default), the
-    month dropped and the (job, day) rows of its rollup; ``busy``: another pass held the
-    lock, or a lock wait timed out (the next pass does it)."""
+    month dropped and the (job, day) rows of its rollup, the tables analyzed; ``busy``:
+    another pass held the lock, or a lock wait timed out (the next pass does it)."""
 
     created: tuple[str, ...] = ()
     moved: int = 0
     dropped: str | None = None
     rolled_up: int = 0
     busy: bool = False
+    analyzed: tuple[str, ...] = ()
 
 
 def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
@@ -58,7 +61,9 @@ def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
         wanted = _missing(conn, now)
         expired = _expired(conn, now, retention)
         left = partitions.detached(conn)
+        unanalyzed = statistics.never_analyzed(conn)
         conn.rollback()
+    analyzed = _analyze(db, unanalyzed)
     report = HistoryReport()
     try:
         if wanted:
@@ -70,8 +75,8 @@ def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
             _finish_detached(db)
     except OperationalError as err:  # a lock wait timed out: the next pass tries again
         log.warning("history upkeep postponed: %s", str(err.orig or err).strip())
-        return HistoryReport(report.created, report.moved, report.dropped, report.rolled_up, True)
-    return report
+        return replace(report, busy=True, analyzed=analyzed)
+    return replace(report, analyzed=analyzed)
 
 
 def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
@@ -80,6 +85,22 @@ def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
         if not partitions.is_partitioned(conn):
             return HistoryReport()
     return _create(db, now)
+
+
+def _analyze(db: Engine, tables: list[str]) -> tuple[str, ...]:
+    """Analyze ``tables`` (``statistics``), each once in this process: a table the
+    server will not let this user analyze (it owns none of it) is not asked again."""
+    tables = [t for t in tables if (str(db.url), t) not in _ANALYZED]
+    if tables:
+        _ANALYZED.update((str(db.url), t) for t in tables)
+        with db.connect() as conn:
+            statistics.analyze(conn, tables)
+            conn.commit()
+        log.warning("analyzed %s: no statistics yet (is autovacuum off?)", ", ".join(tables))
+    return tuple(tables)
+
+
+_ANALYZED: set[tuple[str, str]] = set()  # (database, table)
 
 
 def _missing(conn: Connection, now: datetime) -> list[partitions.Month]:

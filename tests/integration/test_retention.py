@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from scheduler.engine import Engine
 from scheduler.explain import explain
 from scheduler.retention import HistoryReport, run_once
-from scheduler.storage import partitions, run_store
+from scheduler.storage import partitions, run_store, statistics
 from scheduler.storage.models import invocation_days, invocations, jobs
 from tests.conftest import Clock
 from tests.integration.test_engine import apply, make
@@ -227,3 +227,30 @@ def test_a_month_taken_out_while_a_tick_holds_its_job_does_not_deadlock(
     assert [r.dropped for r in reports] == ["invocations_p2029_01"], reports
     assert not reports[0].busy
     assert history(engine) == [JANUARY + timedelta(days=40)]
+
+
+def test_a_pass_analyzes_once_a_month_that_has_rows_and_no_statistics(
+    pg_engine: Engine, clock: Clock
+):
+    """Without statistics (autovacuum off, as on this project's CI machine; a month's
+    new partition) the planner took hash joins over every job for a claim of a few
+    runs. Autovacuum would analyze the month; the pass does, once, if it has not."""
+    engine = pg_engine
+    apply(engine, make("every 10s"))
+    now = datetime.now(UTC)  # a month the template made
+    month = partitions.month_of(partitions.month_start(now)).name
+    first = partitions.month_start(now)
+    with engine.db.begin() as conn:
+        for i in range(statistics.ROWS):
+            run(conn, first + timedelta(seconds=10 * i), "SUCCEEDED", 0.5)
+        conn.exec_driver_sql("SELECT pg_stat_force_next_flush()")  # n_live_tup, at commit
+
+    def analyzed() -> bool:
+        with engine.db.connect() as conn:
+            query = "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = %(t)s"
+            return conn.exec_driver_sql(query, {"t": month}).scalar() is not None
+
+    assert not analyzed()
+    assert run_once(engine.db, now, RETENTION).analyzed == (month,)
+    assert analyzed()
+    assert run_once(engine.db, now, RETENTION).analyzed == ()
