@@ -7,8 +7,6 @@ lock that a second beat's pass does not wait for (it skips), it
 
 - makes the current month's partition and the next ``partitions.AHEAD``, so that a slot
   never comes due without its partition (the DEFAULT partition catches any that did);
-- analyzes, once, the hot tables that hold rows and have no statistics
-  (``statistics``: a server without autovacuum, a month's new partition);
 - takes the oldest month older than ``CRONCHAIN_RETENTION`` (one a pass: bounded work),
   writes its per-job daily rollup (``invocation_days``) in one transaction, with the
   default's few rows of that age (rows are never deleted one by one otherwise), then
@@ -17,6 +15,9 @@ lock that a second beat's pass does not wait for (it skips), it
   its lock within ``partitions.LOCK_TIMEOUT`` is left to the next pass; the rollup,
   done already, is not written twice (ON CONFLICT DO NOTHING), and a table left
   detached is finished first.
+
+Last, outside that lock, it analyzes each table that holds rows and has no statistics
+(``statistics``: a server without autovacuum, a month's new partition), once.
 
 SQLite's history is not partitioned and never pruned: every pass returns at once.
 """
@@ -61,9 +62,8 @@ def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
         wanted = _missing(conn, now)
         expired = _expired(conn, now, retention)
         left = partitions.detached(conn)
-        unanalyzed = statistics.never_analyzed(conn)
+        unanalyzed = statistics.without(conn)
         conn.rollback()
-    analyzed = _analyze(db, unanalyzed)
     report = HistoryReport()
     try:
         if wanted:
@@ -75,8 +75,8 @@ def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
             _finish_detached(db)
     except OperationalError as err:  # a lock wait timed out: the next pass tries again
         log.warning("history upkeep postponed: %s", str(err.orig or err).strip())
-        return replace(report, busy=True, analyzed=analyzed)
-    return replace(report, analyzed=analyzed)
+        report = replace(report, busy=True)
+    return replace(report, analyzed=_analyze(db, unanalyzed))
 
 
 def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
@@ -88,16 +88,25 @@ def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
 
 
 def _analyze(db: Engine, tables: list[str]) -> tuple[str, ...]:
-    """Analyze ``tables`` (``statistics``), each once in this process: a table the
-    server will not let this user analyze (it owns none of it) is not asked again."""
-    tables = [t for t in tables if (str(db.url), t) not in _ANALYZED]
-    if tables:
-        _ANALYZED.update((str(db.url), t) for t in tables)
-        with db.connect() as conn:
-            statistics.analyze(conn, tables)
-            conn.commit()
-        log.warning("analyzed %s: no statistics yet (is autovacuum off?)", ", ".join(tables))
-    return tuple(tables)
+    """Analyze each of ``tables`` (``statistics``) once in this process: one that this
+    user may not analyze (the server skips it with a warning) is not asked again. One
+    that fails (a lock wait timed out) is left to the next pass."""
+    done = []
+    for table in tables:
+        key = (str(db.url), table)
+        if key in _ANALYZED:
+            continue
+        try:
+            with write_transaction(db) as conn:
+                statistics.analyze(conn, table)
+        except Exception as err:
+            log.warning("could not analyze %s: %s", table, str(err).strip().splitlines()[0])
+            continue
+        _ANALYZED.add(key)
+        done.append(table)
+    if done:
+        log.warning("analyzed %s: they had no statistics (is autovacuum off?)", ", ".join(done))
+    return tuple(done)
 
 
 _ANALYZED: set[tuple[str, str]] = set()  # (database, table)
