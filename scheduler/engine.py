@@ -50,7 +50,7 @@ from scheduler.runs import RUNNING, STARTING, WAITING, Runs
 from scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
 from scheduler.spec import JobSpec
 from scheduler.storage import job_store, revokes, run_store
-from scheduler.storage.db import write_transaction
+from scheduler.storage.db import unreachable, write_transaction
 from scheduler.storage.rows import InvocationRow, JobRow
 from scheduler.timing.eta import tick_eta
 from scheduler.timing.schedules import Schedule, stored_schedule
@@ -152,7 +152,8 @@ class Engine:
             with write_transaction(self.db) as conn:
                 yield conn
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as err:
-            raise TransientError(f"database unavailable: {err.orig or err}") from err
+            what = "unavailable" if unreachable(err) else "transaction failed"  # a deadlock
+            raise TransientError(f"database {what}: {err.orig or err}") from err
         except sqlalchemy.exc.TimeoutError as err:  # every pooled connection is busy
             raise TransientError(f"no database connection free: {err}") from err
 

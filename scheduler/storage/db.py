@@ -139,14 +139,14 @@ def explain_failure(engine: Engine, err: DBAPIError) -> TransientError | None:
     code = getattr(err.orig, "sqlstate", None) or ""
     if code in _NOT_MIGRATED or first.startswith(("no such table", "no such column")):
         return TransientError(f"{where} is not migrated ({first}): run `cronchain db upgrade`")
-    if _unreachable(err):
+    if unreachable(err):
         return TransientError(f"{where} is unreachable: {first}")
     if isinstance(err, OperationalError | InterfaceError):
         return TransientError(f"{where} failed: {first}")  # a deadlock, a lock timeout
     return None
 
 
-def _unreachable(err: DBAPIError) -> bool:
+def unreachable(err: DBAPIError) -> bool:
     """Whether the database could not be used at all, rather than failing a statement."""
     sqlite_error = getattr(err.orig, "sqlite_errorname", None)
     if sqlite_error is not None:  # a folder, a file that is no database, no permission

@@ -422,3 +422,24 @@ def test_reads_do_not_wait_for_a_writer(engine: Engine):
     apply(engine, make())
     with engine.transaction():  # a writer holds the lock
         assert [j["id"] for j in Scheduler(engine).jobs()] == ["p/a"]
+
+
+class _ServerError(Exception):
+    """What the driver raises, with the server's SQLSTATE."""
+
+    def __init__(self, message: str, sqlstate: str | None):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "said"),
+    [("40P01", "database transaction failed: deadlock"), ("08006", "database unavailable")],
+)
+def test_a_failed_transaction_says_whether_the_database_was_there(
+    engine: Engine, sqlstate: str, said: str
+):
+    """A deadlock is logged as a failed transaction, not as the database's absence."""
+    failure = sqlalchemy.exc.OperationalError("UPDATE", {}, _ServerError("deadlock", sqlstate))
+    with pytest.raises(TransientError, match=said), engine.transaction():
+        raise failure
