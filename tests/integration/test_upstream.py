@@ -306,6 +306,28 @@ def test_a_run_whose_turn_comes_after_its_window_is_settled_at_once(
     assert (second["status"], second["reason"]) == ("SKIPPED", "upstream")
 
 
+def tick_batch_holding(engine, first: int, then: int) -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
+    """A thread whose transaction locks job ``first`` and, half a second later, job
+    ``then``, as a tick batch locks its jobs in id order; returned holding ``first``,
+    with the list of what it raised (a deadlock ends one of two transactions)."""
+    holding, errors = threading.Event(), []
+
+    def batch() -> None:
+        try:
+            with engine.transaction() as conn:
+                job_store.lock_jobs(conn, [first])
+                holding.set()
+                time.sleep(0.5)
+                job_store.lock_jobs(conn, [then])
+        except Exception as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    assert holding.wait(5)
+    return thread, errors
+
+
 def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
     pg_url: str, clock: Clock
 ):
@@ -321,21 +343,7 @@ def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
     Scheduler(engine).trigger("p/a")
     deliver(engine, port)  # a's attempt is claimed; its worker died
     [run] = rows(engine, "a")
-    holding, errors = threading.Event(), []
-
-    def batch() -> None:
-        try:
-            with engine.transaction() as conn:
-                job_store.lock_jobs(conn, [d.id])
-                holding.set()
-                time.sleep(0.5)
-                job_store.lock_jobs(conn, [a.id])
-        except Exception as err:  # a deadlock would end one of the two here
-            errors.append(err)
-
-    thread = threading.Thread(target=batch)
-    thread.start()
-    holding.wait(5)
+    thread, errors = tick_batch_holding(engine, d.id, a.id)
     assert engine.runs.finish_invocation(run["id"], Outcome(S.SUCCEEDED), attempt=1)
     thread.join()
     assert errors == []
@@ -359,21 +367,7 @@ def test_a_success_that_triggers_a_job_begins_its_downstream_only_after_the_trig
     Scheduler(engine).trigger("p/a")
     deliver(engine, port)  # a's attempt is claimed; its worker died
     [run] = rows(engine, "a")
-    holding, errors = threading.Event(), []
-
-    def batch() -> None:
-        try:
-            with engine.transaction() as conn:
-                job_store.lock_jobs(conn, [t.id])
-                holding.set()
-                time.sleep(0.5)  # a's success now waits for t
-                job_store.lock_jobs(conn, [d.id])
-        except Exception as err:
-            errors.append(err)
-
-    thread = threading.Thread(target=batch)
-    thread.start()
-    holding.wait(5)
+    thread, errors = tick_batch_holding(engine, t.id, d.id)  # a's success waits for t
     try:
         assert engine.runs.finish_invocation(run["id"], Outcome(S.SUCCEEDED), attempt=1)
     except Exception as err:  # a deadlock ends one of the two

@@ -23,7 +23,11 @@ from tests.e2e.harness import wait_until
 from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
 from tests.integration.test_engine import job
 from tests.integration.test_pools import apply as papply
-from tests.integration.test_upstream import d_waits_for_a_and_b_running, needs
+from tests.integration.test_upstream import (
+    d_waits_for_a_and_b_running,
+    needs,
+    tick_batch_holding,
+)
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
@@ -63,21 +67,7 @@ def test_recheck_vs_batch_deadlock(pg_url: str, clock: Clock):
     assert v.id < d.id
     Scheduler(engine).trigger("p/d")
     assert rows(engine, "d")[0]["status"] == "WAITING"
-    holding, errors = threading.Event(), []
-
-    def batch():
-        try:
-            with engine.transaction() as conn:
-                job_store.lock_jobs(conn, [v.id])
-                holding.set()
-                time.sleep(0.5)
-                job_store.lock_jobs(conn, [d.id])
-        except Exception as err:
-            errors.append(err)
-
-    t = threading.Thread(target=batch)
-    t.start()
-    holding.wait(5)
+    t, errors = tick_batch_holding(engine, v.id, d.id)
     try:  # the body of Engine.recheck's second transaction, which logs what it raises
         with engine.transaction() as conn:
             jd = job_store.lock_job(conn, d.id)
