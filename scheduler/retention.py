@@ -16,8 +16,9 @@ lock that a second beat's pass does not wait for (it skips), it
   done already, is not written twice (ON CONFLICT DO NOTHING), and a table left
   detached is finished first.
 
-Last, outside that lock, it analyzes each table that holds rows and has no statistics
-(``statistics``: a server without autovacuum, a month's new partition), once.
+Last, outside that lock, it analyzes each of cronchain's tables that holds rows and has
+no statistics (``statistics``: a server without autovacuum, a month's new partition),
+once.
 
 SQLite's history is not partitioned and never pruned: every pass returns at once.
 """
@@ -62,7 +63,6 @@ def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
         wanted = _missing(conn, now)
         expired = _expired(conn, now, retention)
         left = partitions.detached(conn)
-        unanalyzed = statistics.without(conn)
         conn.rollback()
     report = HistoryReport()
     try:
@@ -76,7 +76,7 @@ def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
     except OperationalError as err:  # a lock wait timed out: the next pass tries again
         log.warning("history upkeep postponed: %s", str(err.orig or err).strip())
         report = replace(report, busy=True)
-    return replace(report, analyzed=_analyze(db, unanalyzed))
+    return replace(report, analyzed=_analyze(db))
 
 
 def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
@@ -87,10 +87,16 @@ def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
     return _create(db, now)
 
 
-def _analyze(db: Engine, tables: list[str]) -> tuple[str, ...]:
-    """Analyze each of ``tables`` (``statistics``) once in this process: one that this
-    user may not analyze (the server skips it with a warning) is not asked again. One
-    that fails (a lock wait timed out) is left to the next pass."""
+def _analyze(db: Engine) -> tuple[str, ...]:
+    """Analyze each of cronchain's tables that has no statistics (``statistics``), once
+    in this process; one that fails (a lock wait timed out) is left to the next pass.
+    Nothing it meets stops the pass."""
+    try:
+        with write_transaction(db) as conn:
+            tables = statistics.without(conn)
+    except Exception as err:
+        log.warning("could not look for tables without statistics: %s", _said(err))
+        return ()
     done = []
     for table in tables:
         key = (str(db.url), table)
@@ -100,13 +106,18 @@ def _analyze(db: Engine, tables: list[str]) -> tuple[str, ...]:
             with write_transaction(db) as conn:
                 statistics.analyze(conn, table)
         except Exception as err:
-            log.warning("could not analyze %s: %s", table, str(err).strip().splitlines()[0])
+            log.warning("could not analyze %s: %s", table, _said(err))
             continue
         _ANALYZED.add(key)
         done.append(table)
     if done:
         log.warning("analyzed %s: they had no statistics (is autovacuum off?)", ", ".join(done))
     return tuple(done)
+
+
+def _said(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 _ANALYZED: set[tuple[str, str]] = set()  # (database, table)

@@ -6,7 +6,7 @@ every job instead (measured: a worker's claim of five runs took 9 ms rather than
 and the database's CPU doubled). Autovacuum analyzes a table soon after it fills, but a
 server may run without it (this project's CI machine does), a month's partition is new
 each month, and ``pg_upgrade`` leaves every table without statistics. So the watchdog's
-history pass analyzes each table of the schema that holds rows and has no statistics,
+history pass analyzes each of cronchain's tables that holds rows and has no statistics,
 once. That is enough for the shape of those plans (ids unique, a job's many runs),
 which does not change as the tables grow: the planner scales the counts to the tables'
 sizes itself. It is not enough for estimates of ranges of time, which go stale: a
@@ -17,25 +17,33 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
+from scheduler.storage.models import metadata
+
 # Enough for a sample to show the data's shape (several hundred rows); below it, the
 # plan hardly matters.
 BYTES = 128 * 1024
+# cronchain's tables and months (not a month retention is dropping, ``..._detached``),
+# that this user may analyze (it owns them), holding ``bytes`` and without statistics.
 _WITHOUT = text(
     "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-    " AND c.relname NOT LIKE '%\\_detached'"  # a month retention is dropping
+    " AND (c.relname = ANY(:names) OR c.relname ~ '^invocations_(p[0-9]{4}_[0-9]{2}|default)$')"
+    " AND pg_has_role(c.relowner, 'USAGE')"
     " AND pg_relation_size(c.oid) >= :bytes"
     " AND NOT EXISTS (SELECT 1 FROM pg_stats s"
     " WHERE s.schemaname = n.nspname AND s.tablename = c.relname)"
     " ORDER BY c.relname"
 )
-_LOCK_TIMEOUT = "2s"  # a table busy with DDL is left to the next pass
+# A table busy with DDL is left to the next pass (``pg_relation_size`` and ANALYZE take
+# locks that DDL holds off).
+_LOCK_TIMEOUT = "2s"
 
 
 def without(conn: Connection, size: int = BYTES) -> list[str]:
-    """The tables of the schema that hold at least ``size`` bytes and have no
-    statistics."""
-    return list(conn.execute(_WITHOUT, {"bytes": size}).scalars())
+    """cronchain's tables that hold at least ``size`` bytes and have no statistics."""
+    conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_LOCK_TIMEOUT}'")
+    names = sorted(metadata.tables)
+    return list(conn.execute(_WITHOUT, {"bytes": size, "names": names}).scalars())
 
 
 def analyze(conn: Connection, table: str) -> None:
