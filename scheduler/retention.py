@@ -33,7 +33,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from scheduler.storage import history_days, partitions, statistics
-from scheduler.storage.db import write_transaction
+from scheduler.storage.db import first_line, write_transaction
 
 log = logging.getLogger("cronchain.retention")
 
@@ -87,6 +87,9 @@ def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
     return _create(db, now)
 
 
+_ANALYZED: set[tuple[str, str]] = set()  # (database, table)
+
+
 def _analyze(db: Engine) -> tuple[str, ...]:
     """Analyze each of cronchain's tables that has no statistics (``statistics``), once
     in this process; one that fails (a lock wait timed out) is left to the next pass.
@@ -95,7 +98,7 @@ def _analyze(db: Engine) -> tuple[str, ...]:
         with write_transaction(db) as conn:
             tables = statistics.without(conn)
     except Exception as err:
-        log.warning("could not look for tables without statistics: %s", _said(err))
+        log.warning("could not look for tables without statistics: %s", first_line(err))
         return ()
     done = []
     for table in tables:
@@ -106,21 +109,13 @@ def _analyze(db: Engine) -> tuple[str, ...]:
             with write_transaction(db) as conn:
                 statistics.analyze(conn, table)
         except Exception as err:
-            log.warning("could not analyze %s: %s", table, _said(err))
+            log.warning("could not analyze %s: %s", table, first_line(err))
             continue
         _ANALYZED.add(key)
         done.append(table)
     if done:
         log.warning("analyzed %s: they had no statistics (is autovacuum off?)", ", ".join(done))
     return tuple(done)
-
-
-def _said(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
-
-
-_ANALYZED: set[tuple[str, str]] = set()  # (database, table)
 
 
 def _missing(conn: Connection, now: datetime) -> list[partitions.Month]:

@@ -51,7 +51,7 @@ def make_engine(url: str) -> Engine:
         raise SpecError(
             "database URL",
             "must be a PostgreSQL or SQLite URL (postgresql://user:pass@host/db,"
-            f" sqlite:///path/cronchain.db): {_first_line(err)}",
+            f" sqlite:///path/cronchain.db): {first_line(err)}",
         ) from None
 
 
@@ -135,7 +135,7 @@ def explain_failure(engine: Engine, err: DBAPIError) -> TransientError | None:
     if url.drivername == "postgresql+psycopg":  # as the user wrote it (normalize_url)
         url = url.set(drivername="postgresql")
     where = f"database {url.render_as_string(hide_password=True)}"
-    first = _first_line(err.orig or err)
+    first = first_line(err.orig or err)
     code = getattr(err.orig, "sqlstate", None) or ""
     if code in _NOT_MIGRATED or first.startswith(("no such table", "no such column")):
         return TransientError(f"{where} is not migrated ({first}): run `cronchain db upgrade`")
@@ -157,6 +157,7 @@ def unreachable(err: DBAPIError) -> bool:
     return code is None or code.startswith(_UNREACHABLE)  # psycopg: none before connecting
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """An error's message in one line, for a log or a person."""
     lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(err).__name__

@@ -30,6 +30,7 @@ from sqlalchemy import Engine, text
 
 from scheduler.settings import Settings
 from scheduler.storage import alert_store, observed
+from scheduler.storage.db import first_line
 from scheduler.web import CHECKS
 
 # Each probe's own patience: the broker's connection, and how long inspect collects replies.
@@ -113,7 +114,7 @@ def _database_checks(db: Engine, settings: Settings, clock: Callable[[], datetim
             failing = alert_store.failing_channels(conn, now - ALERTS_SINCE, ALERT_TRIES)
     except Exception as err:
         return [
-            Check("database", False, _first_line(err)),
+            Check("database", False, first_line(err)),
             *(Check(name, False, "unknown: the database did not answer") for name in _AFTER),
         ]
     return [
@@ -174,7 +175,7 @@ def _broker_check(app: Celery, settings: Settings) -> Check:
             )
             conn.default_channel  # noqa: B018 (opens it: the Redis transport pings here)
     except Exception as err:
-        return Check("broker", False, f"{where}: {_first_line(err)}")
+        return Check("broker", False, f"{where}: {first_line(err)}")
     return Check("broker", True, f"{where} answered in {_ms(started)}")
 
 
@@ -183,7 +184,7 @@ def _worker_checks(app: Celery, settings: Settings) -> list[Check]:
     try:
         replies = app.control.inspect(timeout=INSPECT_TIMEOUT).active_queues() or {}
     except Exception as err:
-        reason = f"workers could not be asked: {_first_line(err)}"
+        reason = f"workers could not be asked: {first_line(err)}"
         return [Check("control_path", False, reason), Check("work_path", False, reason)]
     consumers: dict[str, list[str]] = {}
     for worker, queues in replies.items():
@@ -208,8 +209,3 @@ def _ms(started: float) -> str:
 
 def _seconds(delta: timedelta) -> str:
     return f"{delta.total_seconds():.0f} s"
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
