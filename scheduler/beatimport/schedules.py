@@ -1,10 +1,8 @@
 """Celery beat's schedule objects as cronchain schedules, or the reason there is none.
 
-A ``crontab`` is checked against the sets Celery itself expands its fields to, so that
+A ``crontab`` is written from the sets Celery itself expands its fields to, so that
 every spelling Celery accepts (names, ranges, steps, lists, ``*/n``) means here what it
-meant there. A field is written as the user wrote it when cron reads that text the same
-way, otherwise spelled from the values, with ``*`` only where the user wrote one: that
-keeps the job in the daylight saving class the user chose (README: *Daylight saving*).
+meant there (``cron_text`` says how each field is spelled).
 An interval becomes ``every``. Anything whose firing times cronchain cannot reproduce is
 :class:`Unsupported`, never approximated.
 """
@@ -71,9 +69,15 @@ def every_text(period: float | timedelta) -> str:
 
 
 def cron_text(cron: crontab) -> str:
-    """Five cron fields with the values Celery expanded each field to. A field keeps its
-    text when cron reads that text as the same values: ``*`` in it is what puts a job in
-    the wildcard class of cronchain's daylight saving rule, so the class is the user's."""
+    """Five cron fields with the values Celery expanded each field to.
+
+    A field whose set is full is written ``*``, whatever the user wrote: cron reads any
+    other spelling (``0-6``, ``mon-sun``, ``1-31``) as restricted, and a restricted day
+    field makes cron fire on days that match either day field, where Celery wants both.
+    Any other field keeps the user's text where cron reads it as the same values, and
+    is otherwise spelled from them, as ``*/n`` where the user wrote ``*``: either way
+    the job stays in the daylight saving class the user chose (README: *Daylight
+    saving*). Both day fields restricted have no cron equivalent: refused."""
     days, weekdays = cron.day_of_month, cron.day_of_week
     if len(days) < 31 and len(weekdays) < 7:
         raise Unsupported(
@@ -93,9 +97,14 @@ def cron_text(cron: crontab) -> str:
 
 def _field(written: Any, values: set[int], kind: FieldGrammar, modulo: int = 0) -> str:
     text = written.strip().lower() if isinstance(written, str) else ""
-    if text and _reads_as(text, kind, modulo) == set(values):
-        return text
-    return _spelled(sorted(values), kind, wildcard=text.startswith("*"))
+    ordered = sorted(values)
+    if text and not _full(ordered, kind) and _reads_as(text, kind, modulo) == set(values):
+        return text  # the user's own words (mon-fri), where cron reads them alike
+    return _spelled(ordered, kind, wildcard=text.startswith("*"))
+
+
+def _full(ordered: list[int], kind: FieldGrammar) -> bool:
+    return ordered == list(range(kind.low, (6 if kind is WEEKDAY else kind.high) + 1))
 
 
 def _reads_as(text: str, kind: FieldGrammar, modulo: int) -> set[int] | None:
@@ -107,15 +116,19 @@ def _reads_as(text: str, kind: FieldGrammar, modulo: int) -> set[int] | None:
 
 
 def _spelled(ordered: list[int], kind: FieldGrammar, *, wildcard: bool) -> str:
-    """``*`` or ``*/n`` for a field written with ``*`` whose values allow it, otherwise
-    a list of values and ranges."""
+    """``*`` for every value; ``*/n`` for a field written with ``*`` whose values allow
+    it; ``a-b/n`` for values an even step apart; otherwise a list of values and ranges."""
     low, high = kind.low, 6 if kind is WEEKDAY else kind.high
-    if wildcard and ordered == list(range(low, high + 1)):
+    if _full(ordered, kind):
         return "*"
     if wildcard and len(ordered) > 1:
         step = ordered[1] - ordered[0]
         if ordered[0] == low and ordered == list(range(low, high + 1, step)):
             return f"*/{step}"
+    if len(ordered) > 2:  # an even step: 8-18/2
+        step = ordered[1] - ordered[0]
+        if step > 1 and ordered == list(range(ordered[0], ordered[-1] + 1, step)):
+            return f"{ordered[0]}-{ordered[-1]}/{step}"
     runs: list[list[int]] = []  # runs of consecutive values
     for value in ordered:
         if runs and value == runs[-1][-1] + 1:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import sqlalchemy
 import yaml
+from celery.schedules import crontab
 
 from scheduler.api import Scheduler
 from scheduler.beatimport import djangobeat
@@ -31,12 +32,20 @@ from scheduler.invokers import default_invokers
 from scheduler.storage.db import make_engine
 from tests import services
 from tests.conftest import Clock, RecordingPort
+from tests.unit.test_beat_equivalence import (
+    JAN,
+    beat_fires,
+    both_restricted,
+    cronchain_fires,
+    day_field_combinations,
+)
 
 pytestmark = pytest.mark.postgres
 
 PROJECT = "p"
 PAUSED = "disabled in django-celery-beat"
 CRON = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
+DAYS = day_field_combinations()
 REPO = Path(__file__).resolve().parents[2]
 
 SETTINGS = """\
@@ -114,6 +123,18 @@ add("retired digest", "mail.digest", interval=every(1, "days"), enabled=False,
     expires=datetime(2023, 1, 1, tzinfo=UTC))
 add("seed data", "db.seed", interval=every(1, "hours"), one_off=True, total_run_count=1,
     last_run_at=datetime(2024, 2, 1, tzinfo=UTC))
+"""
+# Every combination of full and partial day fields: "days N" is DAYS[N] (issue 34).
+DAYS_ROWS = """\
+import django
+
+django.setup()
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+for number, (dom, dow) in enumerate(DAYS):
+    cron = CrontabSchedule.objects.create(
+        minute="0", hour="0", day_of_month=dom, day_of_week=dow)
+    PeriodicTask.objects.create(name=f"days {number}", task="calendar.check", crontab=cron)
 """
 
 # What django-celery-beat's own scheduler makes of each row (its ModelEntry), as JSON, for
@@ -227,11 +248,13 @@ class DjBeatDatabase:
     beat_view: dict[str, Any]  # what django-celery-beat's scheduler reads from each row
 
 
-def build_djbeat_database(folder: Path, database: dict[str, Any]) -> dict[str, Any]:
+def build_djbeat_database(
+    folder: Path, database: dict[str, Any], rows: str = ROWS
+) -> dict[str, Any]:
     """Migrate and fill a django-celery-beat database with Django, out of this process;
     return what its scheduler reads from the rows (:data:`BEAT_VIEW`)."""
     (folder / "djbeat_settings.py").write_text(SETTINGS.format(databases={"default": database}))
-    (folder / "djbeat_rows.py").write_text(ROWS)
+    (folder / "djbeat_rows.py").write_text(f"DAYS = {DAYS!r}\n" + rows)
     (folder / "djbeat_view.py").write_text(BEAT_VIEW)
     env = {**os.environ, "PYTHONPATH": str(folder), "DJANGO_SETTINGS_MODULE": "djbeat_settings"}
     for script in (
@@ -303,6 +326,25 @@ def test_a_djbeat_database_is_imported_and_applied(
         db.dispose()
     assert paused.pop(f"{PROJECT}/nightly-cleanup") == (True, PAUSED)
     assert set(paused.values()) == {(False, None)}
+
+
+def test_day_fields_mean_what_celery_means(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """Each row of full and partial day fields fires on the days Celery's crontab of its
+    fields does, or is left out, named, when both are restricted (issue 34)."""
+    path = tmp_path / "days.sqlite3"
+    database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)}
+    build_djbeat_database(tmp_path, database, DAYS_ROWS)
+    out = tmp_path / "jobs.yaml"
+    stderr = import_beat(f"sqlite:///{path}", out, capsys, "--skip-unsupported")
+    jobs = {job["name"]: job for job in yaml.safe_load(out.read_text())["jobs"]}
+    for number, (dom, dow) in enumerate(DAYS):
+        cron = crontab(minute=0, hour=0, day_of_month=dom, day_of_week=dow)
+        if both_restricted(cron):
+            assert f"days-{number}" not in jobs
+            named(stderr, "left out", {f"days {number}": "both restricted"})
+            continue
+        schedule = jobs[f"days-{number}"]["schedule"]
+        assert cronchain_fires(schedule, "UTC", JAN) == beat_fires(cron, "UTC", JAN), (dom, dow)
 
 
 def test_entries_are_what_django_celery_beats_scheduler_reads(djbeat: DjBeatDatabase):

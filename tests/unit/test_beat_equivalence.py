@@ -212,6 +212,39 @@ def test_in_a_dst_zone_only_the_listed_entries_differ_and_only_at_a_transition(
     assert set(found) == listed, {s: sorted(found[s]) for s in found}
 
 
+# Day fields full in every spelling Celery takes, and partial ones: cron reads any field
+# not written ``*`` as restricted, and fires when either restricted day field matches,
+# while Celery wants both; a full set must be written ``*`` (issue 34).
+DAYS_OF_MONTH = ["*", "1-31", "*/1", "13", "1-7", "*/2"]
+DAYS_OF_WEEK = ["*", "0-6", "mon-sun", "sun,mon,tue,wed,thu,fri,sat", "*/1", "fri", "1-5", "0,6"]
+
+
+def day_field_combinations() -> list[tuple[str, str]]:
+    return [(dom, dow) for dom in DAYS_OF_MONTH for dow in DAYS_OF_WEEK]
+
+
+def both_restricted(cron: crontab) -> bool:
+    return len(cron.day_of_month) < 31 and len(cron.day_of_week) < 7
+
+
+@pytest.mark.parametrize(("day_of_month", "day_of_week"), day_field_combinations())
+def test_every_combination_of_full_and_partial_day_fields_means_what_celery_means(
+    day_of_month: str, day_of_week: str
+):
+    """Celery runs on days that match both fields; what cronchain writes fires on the
+    same days, or the entry is left out, named, when both are restricted."""
+    cron = crontab(minute=0, hour=0, day_of_month=day_of_month, day_of_week=day_of_week)
+    entry = BeatEntry("days", "tasks.t", cron, "UTC")
+    converted = convert([entry], "p", lambda entry: {"queue": "celery"})
+    if both_restricted(cron):
+        assert converted.jobs == []
+        [(name, why)] = converted.left_out
+        assert name == "days" and "both restricted" in why
+        return
+    (job,) = converted.jobs
+    assert cronchain_fires(job.job["schedule"], "UTC", JAN) == beat_fires(cron, "UTC", JAN)
+
+
 def random_field(rng: random.Random, low: int, high: int) -> str:
     """A crontab field as users write them: ``*``, ``*/n``, a value, a range, a list."""
     shape = rng.choice(["*", "step", "value", "range", "list"])
