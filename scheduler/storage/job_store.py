@@ -27,6 +27,7 @@ from sqlalchemy import (
 )
 
 from scheduler.errors import NotFound
+from scheduler.specmodel import NAME
 from scheduler.storage import bulk
 from scheduler.storage.models import job_changes, jobs
 from scheduler.storage.rows import ConcurrentUpdate, JobRow
@@ -70,8 +71,11 @@ def read_job(conn: Connection, job_id: int) -> JobRow:
 
 
 def resolve_job(conn: Connection, ref: str) -> int:
-    """The id of ``project/name``, or of ``name`` when one project has it."""
+    """The id of ``project/name``, or of ``name`` when one project has it. A ref no
+    job can have (a NUL, a name too long) is looked for no further."""
     project, _, name = ref.rpartition("/")
+    if not NAME.fullmatch(name) or (project and not NAME.fullmatch(project)):
+        raise NotFound(f"no job named {ref!r}")
     query = select(jobs.c.id).where(jobs.c.name == name)
     if project:
         query = query.where(jobs.c.project == project)

@@ -30,6 +30,7 @@ from sqlalchemy import (
     true,
 )
 
+from scheduler.specmodel import NAME
 from scheduler.storage.models import invocations, jobs
 
 STRIP = 30  # outcomes a job's strip shows
@@ -143,6 +144,10 @@ def job_page(
 
 
 def job_line(conn: Connection, project: str, name: str) -> JobLine | None:
+    """The job ``project/name``; None if there is none, or the names are none a job can
+    have (a scanner's NUL, a name too long: asked nothing)."""
+    if not (NAME.fullmatch(project) and NAME.fullmatch(name)):
+        return None
     query = select(*_LINE_COLUMNS).where(jobs.c.project == project, jobs.c.name == name)
     row = conn.execute(query).first()
     return None if row is None else JobLine(*row)

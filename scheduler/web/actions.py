@@ -5,7 +5,9 @@ machine, its change records and its history record a control from the page exact
 one from ``cronchain pause``. Accepted only from a signed-in operator (credentials set;
 ``create_app`` turned away anyone without them) and only when ``scheduler.web.csrf``
 believes the request came from the page; otherwise 403. After it, the browser is sent
-back to the job's page (303), which says what happened.
+back to the job's page (303), which says what happened. A control the job cannot take
+(a paused job's trigger) answers 409 with the reason, as the CLI refuses it; a malformed
+field 400; a job that is not there 404.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any
 
 from flask import Flask, Response, abort, redirect, request, url_for
 
-from scheduler.errors import CronchainError, NotFound
+from scheduler.errors import CronchainError, NotFound, SpecError, TransientError
 from scheduler.storage import pages
 from scheduler.web import csrf
 from scheduler.web.context import context
+from statemachine import InvalidTransition
 
 ACTIONS = ("pause", "resume", "trigger", "abort")
 MAX_REASON = 500  # characters of a pause reason kept
@@ -44,7 +47,11 @@ def control(project: str, name: str, action: str) -> Response:
         done = _act(action, ref)
     except NotFound as err:  # deleted meanwhile
         abort(404, str(err))
-    except CronchainError as err:  # refused, as the CLI would refuse it: said why
+    except SpecError as err:  # a malformed form field (a pause reason with a NUL)
+        abort(400, str(err))
+    except TransientError as err:  # the database is away: try again
+        abort(503, str(err))
+    except (CronchainError, InvalidTransition) as err:  # refused, as the CLI refuses it
         abort(409, str(err))
     target = url_for("job", project=project, name=name, **done)
     return redirect(target, 303)  # type: ignore[return-value]

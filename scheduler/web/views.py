@@ -15,7 +15,7 @@ from typing import Any
 from flask import Flask, abort, render_template, request
 from markupsafe import Markup, escape
 
-from scheduler.api import EARLIEST, LATEST
+from scheduler.api import EARLIEST, LATEST, MAX_ID
 from scheduler.errors import CronchainError
 from scheduler.specmodel import NAME
 from scheduler.storage import alert_store, job_store, pages
@@ -70,7 +70,7 @@ def jobs_page() -> str:
 
 def job_page(project: str, name: str) -> str:
     ctx = context()
-    before = request.args.get("before", type=int)
+    before = _id_or_none(request.args.get("before"))
     now = ctx.now()
     with ctx.db.connect() as conn:
         line = pages.job_line(conn, project, name)
@@ -180,4 +180,16 @@ def _ref_or_none(text: str | None) -> tuple[str, str] | None:
     if not text:
         return None
     project, _, name = text.partition("/")
+    if not (NAME.fullmatch(project) and NAME.fullmatch(name)):
+        abort(400, "after must be PROJECT/NAME, as the page's next link gives it")
     return project, name
+
+
+def _id_or_none(text: str | None) -> int | None:
+    """A run id from the query (``before``), or None; 400 for anything else."""
+    if not text:
+        return None
+    digits = text.isascii() and text.isdigit() and len(text) <= 19  # no sign, space, "²"
+    if not digits or not 0 < int(text) <= MAX_ID:
+        abort(400, f"before must be a run id from 1 to {MAX_ID}")
+    return int(text)
