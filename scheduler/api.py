@@ -23,6 +23,7 @@ from scheduler.errors import NotFound, SpecError
 from scheduler.explain import explain, iso
 from scheduler.pools import listing as pool_listing
 from scheduler.pools import set_sizes as set_pool_sizes
+from scheduler.settings import history_retention
 from scheduler.spec import JobSpec, load_job_file, validate_pools
 from scheduler.storage import alert_store, job_store, run_store
 from scheduler.storage.db import explained_failures
@@ -306,7 +307,12 @@ class Scheduler:
         check_time("end", end)
         check_count("max_concurrent", max_concurrent, MAX_BACKFILL_CONCURRENCY)
         report = self.engine.backfill(
-            job, start, end, max_concurrent=max_concurrent, dry_run=dry_run
+            job,
+            start,
+            end,
+            max_concurrent=max_concurrent,
+            dry_run=dry_run,
+            retention=history_retention(),  # as the watchdog's history pass reads it
         )
         return {
             "job": report.job,

@@ -24,7 +24,7 @@ from scheduler import debuglog, gates, progress, upstream
 from scheduler.effects import Message, SendStart
 from scheduler.errors import SpecError
 from scheduler.explain import iso
-from scheduler.storage import run_store
+from scheduler.storage import partitions, run_store
 from scheduler.storage.rows import JobRow
 from scheduler.timing.schedules import Schedule
 
@@ -63,10 +63,12 @@ def plan(
     first: datetime,
     last: datetime,
     now: datetime,
+    retention: timedelta | None = None,
 ) -> BackfillReport:
     """The slots of ``[first, last]`` that have no invocation yet, and those that have;
-    SpecError if the range is empty, too long, or holds a slot of the schedule's: one
-    after ``now``, or the one its pending tick is for."""
+    SpecError if the range is empty, too long, holds a slot of the schedule's (one after
+    ``now``, or the one its pending tick is for) or one in a month that ``retention``
+    drops."""
     if last < first:
         raise SpecError("--to", "must not be before --from")
     upcoming = None if schedule.relative else schedule.next_after(now)
@@ -85,12 +87,31 @@ def plan(
             f" is due): give a --to before {iso(pending)}",
         )
     slots = slots_in(schedule, first, last)
+    if slots and retention is not None:
+        _refuse_pruned(conn, slots[0], now, retention)
     taken = run_store.slots_taken(conn, job.id, first, last) if slots else set()
     return BackfillReport(
         job.ref,
         slots=[s for s in slots if s not in taken],
         existing=[s for s in slots if s in taken],
     )
+
+
+def _refuse_pruned(conn: Connection, slot: datetime, now: datetime, retention: timedelta) -> None:
+    """A slot in a month that history retention drops (PostgreSQL) is refused: its run's
+    record would go with the month (retention keeps a month until its runs have ended,
+    then takes it, so the backfill would leave no trace but a day's counts)."""
+    if not partitions.is_partitioned(conn):
+        return  # SQLite's history is never pruned
+    kept_from = partitions.month_start(now - retention)
+    if slot < kept_from:
+        days = retention.days
+        raise SpecError(
+            "--from",
+            f"{iso(slot)} is in a month that history retention drops (CRONCHAIN_RETENTION="
+            f"{days} days): its runs would leave no record. Backfill from {iso(kept_from)}"
+            " on, or keep history longer",
+        )
 
 
 def create(

@@ -257,16 +257,18 @@ class Engine:
         *,
         max_concurrent: int = 1,
         dry_run: bool = False,
+        retention: timedelta | None = None,
     ) -> backfills.BackfillReport:
         """One invocation per slot of ``[first, last]`` that has none yet. Refused for a
-        disabled job (the machine says so) and for a range with a slot after now."""
+        disabled job (the machine says so), for a range with a slot after now and for
+        one that starts in a month history ``retention`` drops."""
         messages: list[Message] = []
         with self.transaction() as conn:
             job = job_store.lock_job_named(conn, ref)
             now = self.clock()
             self.feed(conn, job, Backfill(), now)  # changes nothing, or raises
             schedule = schedule_of(job.schedule, job.timezone)
-            report = backfills.plan(conn, job, schedule, first, last, now)
+            report = backfills.plan(conn, job, schedule, first, last, now, retention)
             if not dry_run:
                 messages = backfills.create(
                     self, conn, job, report, max_concurrent=max_concurrent, now=now

@@ -7,8 +7,10 @@ lock that a second beat's pass does not wait for (it skips), it
 
 - makes the current month's partition and the next ``partitions.AHEAD``, so that a slot
   never comes due without its partition (the DEFAULT partition catches any that did);
-- takes the oldest month older than ``CRONCHAIN_RETENTION`` (one a pass: bounded work),
-  writes its per-job daily rollup (``invocation_days``) in one transaction, with the
+- takes the oldest month older than ``CRONCHAIN_RETENTION`` (one a pass: bounded work)
+  whose runs have all ended (a month that holds a run still waiting or in flight, a
+  backfill's, is kept until they end: its outcome must have a row to land on), writes
+  its per-job daily rollup (``invocation_days``) in one transaction, with the
   default's few rows of that age (rows are never deleted one by one otherwise), then
   takes the partition out in steps that each lock one hot table for catalog changes
   alone (``partitions.detach``, ``unlink``, ``drop_detached``). A step that cannot get
@@ -45,7 +47,8 @@ LOCK_KEY = 0x63726F6E68  # "cronh"
 class HistoryReport:
     """What one pass did: partitions made (and rows they took from the default), the
     month dropped and the (job, day) rows of its rollup, the tables analyzed; ``busy``:
-    another pass held the lock, or a lock wait timed out (the next pass does it)."""
+    another pass held the lock, or a lock wait timed out (the next pass does it);
+    ``kept``: the expired month kept because runs of it have not ended."""
 
     created: tuple[str, ...] = ()
     moved: int = 0
@@ -53,6 +56,7 @@ class HistoryReport:
     rolled_up: int = 0
     busy: bool = False
     analyzed: tuple[str, ...] = ()
+    kept: str | None = None
 
 
 def run_once(db: Engine, now: datetime, retention: timedelta) -> HistoryReport:
@@ -156,18 +160,40 @@ def _detach_oldest(
         if not expired:
             return report
         oldest = expired[0]
+        in_flight = partitions.in_flight_before(conn, oldest.end)
+        if in_flight:
+            return _kept(report, oldest, in_flight)
         days = history_days.roll_up(conn, oldest.end)
         partitions.forget_before(conn, oldest)
-    with write_transaction(db) as conn:
-        if not _locked(conn):
-            return HistoryReport(report.created, report.moved, None, days, busy=True)
-        if oldest not in partitions.months(conn):  # another pass took it meanwhile
-            return HistoryReport(report.created, report.moved, None, days)
-        if oldest.name + partitions.DETACHED in partitions.detached(conn):  # not finished
-            return HistoryReport(report.created, report.moved, None, days, busy=True)
-        partitions.detach(conn, oldest)
+    try:
+        with write_transaction(db) as conn:
+            if not _locked(conn):
+                return HistoryReport(report.created, report.moved, None, days, busy=True)
+            if oldest not in partitions.months(conn):  # another pass took it meanwhile
+                return HistoryReport(report.created, report.moved, None, days)
+            if oldest.name + partitions.DETACHED in partitions.detached(conn):  # unfinished
+                return HistoryReport(report.created, report.moved, None, days, busy=True)
+            gone = partitions.detach(conn, oldest)
+            if partitions.holds_runs_in_flight(conn, gone):  # filed since: undone
+                raise _InFlight
+    except _InFlight:
+        return _kept(replace(report, rolled_up=days), oldest, 1)
     log.warning("took %s out of history (%s job-days rolled up)", oldest.name, days)
     return HistoryReport(report.created, report.moved, oldest.name, days)
+
+
+class _InFlight(Exception):
+    """A run not ended was filed in the month being taken out: its detach is undone."""
+
+
+def _kept(report: HistoryReport, month: partitions.Month, in_flight: int) -> HistoryReport:
+    log.info(
+        "kept %s past its retention: %s of its runs are still waiting or in flight;"
+        " it is taken out once they have ended",
+        month.name,
+        in_flight,
+    )
+    return replace(report, kept=month.name)
 
 
 def _finish_detached(db: Engine) -> None:

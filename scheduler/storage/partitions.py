@@ -160,6 +160,33 @@ def forget_before(conn: Connection, month: Month) -> None:
     conn.exec_driver_sql(f"DELETE FROM invocation_triggers WHERE filed_at < '{end}'")
 
 
+# Runs that have not ended, of a month retention would take out: it keeps the month
+# until they end. Before the rollup, over history (the oldest month and the default); in
+# the transaction that detaches the month, over its table, where only the two small
+# partial indexes are read under the lock (WAITING runs; deadlines, which every STARTING
+# and RUNNING run has) and a run filed there since the first check is found.
+_IN_FLIGHT_BEFORE = (
+    "SELECT count(*) FROM invocations"
+    " WHERE filed_at < %(end)s AND status IN ('WAITING', 'STARTING', 'RUNNING')"
+)
+_IN_FLIGHT_IN = (
+    "SELECT EXISTS (SELECT 1 FROM {table} WHERE status = 'WAITING')"
+    " OR EXISTS (SELECT 1 FROM {table}"
+    " WHERE deadline IS NOT NULL AND status IN ('STARTING', 'RUNNING'))"
+)
+
+
+def in_flight_before(conn: Connection, end: datetime) -> int:
+    """How many runs filed before ``end`` are waiting or in flight."""
+    return conn.exec_driver_sql(_IN_FLIGHT_BEFORE, {"end": end}).scalar() or 0
+
+
+def holds_runs_in_flight(conn: Connection, name: str) -> bool:
+    """Whether a month's table (detached, by ``detach``) holds a run not ended."""
+    _check_detached(name)
+    return bool(conn.exec_driver_sql(_IN_FLIGHT_IN.format(table=name)).scalar())
+
+
 # Retention takes a month out in steps of their own transactions, each holding one hot
 # table's lock for catalog changes alone (``scheduler.retention``):
 #

@@ -32,6 +32,7 @@ from scheduler.storage.models import invocations, job_changes, jobs
 from scheduler.storage.rows import ConcurrentUpdate, JobRow
 from statemachine import Disable, Pause, Resume
 from tests.conftest import Clock, RecordingPort
+from tests.integration.test_cli import KEEP_HISTORY
 
 pytestmark = pytest.mark.postgres
 
@@ -52,7 +53,7 @@ def job_file(path: Path, count: int, schedule: str = "every 1h", timezone: str =
 def cli_env(url: str, home: Path) -> dict[str, str]:
     env = dict(os.environ, CRONCHAIN_DATABASE_URL=url, CRONCHAIN_HOME=str(home))
     env.pop("CRONCHAIN_BROKER_URL", None)  # messages go to the embedded filesystem broker
-    return env
+    return env | KEEP_HISTORY
 
 
 def sent_ticks(home: Path) -> list[tuple[int, int]]:

@@ -29,9 +29,16 @@ jobs:
 """
 
 
+# History kept a century: these tests backfill fixed dates of 2026, which retention's
+# default (180 days) refuses as the real clock moves on (a backfill into a month
+# retention drops is refused).
+KEEP_HISTORY = {"CRONCHAIN_RETENTION": "36500"}
+
+
 @pytest.fixture
 def cli(pg_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
     env = dict(os.environ, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_HOME=str(tmp_path / "home"))
+    env |= KEEP_HISTORY
     env.pop("CRONCHAIN_BROKER_URL", None)  # messages go to the embedded filesystem broker
 
     return cli_runner(env, tmp_path)

@@ -36,6 +36,7 @@ from scheduler.workers.port import CeleryPort
 from scheduler.workers.runtime import CommandPort, patience_of_a_command
 from tests import services
 from tests.conftest import RecordingPort
+from tests.integration.test_cli import KEEP_HISTORY
 
 T = "2026-01-01T00:00Z"
 T_LATER = "2026-01-01T02:00Z"
@@ -84,7 +85,7 @@ def commands(folder: Path, invocation: int = 1) -> dict[str, list[str]]:
 
 def environment(folder: Path, **values: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONCHAIN_")}
-    return env | {"CRONCHAIN_HOME": str(folder / "home")} | values
+    return env | {"CRONCHAIN_HOME": str(folder / "home")} | KEEP_HISTORY | values
 
 
 def cronchain(argv: list[str], env: dict[str, str], cwd: Path) -> Done:

@@ -12,12 +12,15 @@ import pytest
 import sqlalchemy
 from sqlalchemy import func, select
 
+from scheduler.api import Scheduler
 from scheduler.engine import Engine
+from scheduler.errors import SpecError
 from scheduler.explain import explain
+from scheduler.invokers.call import SUCCEEDED
 from scheduler.retention import HistoryReport, run_once
 from scheduler.storage import partitions, run_store, statistics
 from scheduler.storage.models import invocation_days, invocations, jobs
-from tests.conftest import Clock
+from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import apply, make
 
 pytestmark = pytest.mark.postgres
@@ -257,3 +260,80 @@ def test_a_pass_analyzes_once_a_month_that_has_rows_and_no_statistics(
     assert run_once(engine.db, now, RETENTION).analyzed == (month,)  # jobs: one row
     assert statistics_of(month) > 0
     assert run_once(engine.db, now, RETENTION).analyzed == ()
+
+
+def test_a_month_with_runs_waiting_or_in_flight_is_kept_until_they_end(
+    pg_engine: Engine, clock: Clock, port: RecordingPort
+):
+    """A backfill of the oldest month is still under way (a run RUNNING, five WAITING)
+    when that month expires: retention keeps the month, and takes it once they ended."""
+    engine = pg_engine
+    clock.now = JANUARY - timedelta(days=30)
+    apply(engine, make("0 * * * *"))
+    drop_months_before(engine, JANUARY)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    clock.now = JANUARY + timedelta(days=5)
+    start, end = JANUARY + timedelta(hours=1), JANUARY + timedelta(hours=6)
+    assert len(Scheduler(engine).backfill("p/a", start, end)["slots"]) == 6
+    for invocation_id, attempt, _ in port.start_messages:
+        engine.runs.start_invocation(invocation_id, attempt)
+    [call] = port.runs
+    assert engine.runs.claim(call.invocation_id, call.attempt, "w") is not None  # RUNNING
+
+    july = datetime(2029, 7, 31, tzinfo=UTC)
+    report = run_once(engine.db, july, RETENTION)
+    assert report.dropped is None and report.kept == "invocations_p2029_01"
+    assert report.rolled_up == 0  # rolled up once its runs have ended, not before
+    with engine.db.connect() as conn:
+        assert "invocations_p2029_01" in [m.name for m in partitions.months(conn)]
+    statuses = [r["status"] for r in Scheduler(engine).history("p/a", limit=10)]
+    assert sorted(statuses) == ["RUNNING"] + ["WAITING"] * 5
+
+    engine.runs.record_patiently(call.invocation_id, call.attempt, SUCCEEDED)
+    port.runs.clear()
+    while port.start_messages:  # the backfill's next slots, one at a time
+        messages, port.start_messages[:] = list(port.start_messages), []
+        for invocation_id, attempt, _ in messages:
+            engine.runs.start_invocation(invocation_id, attempt)
+        deliver_runs(engine, port)
+    statuses = [r["status"] for r in Scheduler(engine).history("p/a", limit=10)]
+    assert statuses == ["SUCCEEDED"] * 6
+    report = run_once(engine.db, july, RETENTION)
+    assert report.dropped == "invocations_p2029_01" and report.rolled_up == 1
+    with engine.db.connect() as conn:
+        answer = explain(conn, "p/a", start, july)
+    assert answer["answer"] == "pruned" and answer["statuses"] == {"SUCCEEDED": 6}
+
+
+def test_a_run_filed_in_the_month_while_it_is_taken_out_keeps_it(
+    pg_engine: Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    """A run filed in the expired month after the first look (a catch-up slot, say):
+    the transaction that detaches the month finds it, and the detach is undone."""
+    engine = pg_engine
+    clock.now = JANUARY - timedelta(days=30)
+    apply(engine, make("0 * * * *"))
+    drop_months_before(engine, JANUARY)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    clock.now = JANUARY + timedelta(days=5)
+    Scheduler(engine).backfill("p/a", JANUARY + timedelta(hours=1), JANUARY + timedelta(hours=2))
+    monkeypatch.setattr(partitions, "in_flight_before", lambda conn, end: 0)  # not seen then
+    report = run_once(engine.db, datetime(2029, 7, 31, tzinfo=UTC), RETENTION)
+    assert report.dropped is None and report.kept == "invocations_p2029_01"
+    with engine.db.connect() as conn:
+        assert "invocations_p2029_01" in [m.name for m in partitions.months(conn)]
+        assert partitions.detached(conn) == []
+    assert len(Scheduler(engine).history("p/a")) == 2
+
+
+def test_a_backfill_into_a_month_retention_drops_is_refused(pg_engine: Engine, clock: Clock):
+    engine = pg_engine
+    clock.now = datetime(2029, 7, 31, tzinfo=UTC)
+    apply(engine, make("0 * * * *"))
+    january = JANUARY + timedelta(hours=1)
+    with pytest.raises(SpecError, match="CRONCHAIN_RETENTION") as refused:
+        Scheduler(engine).backfill("p/a", january, january + timedelta(days=40))
+    assert "2029-02-01" in str(refused.value)  # where a backfill may start
+    february = datetime(2029, 2, 1, 1, tzinfo=UTC)
+    made = Scheduler(engine).backfill("p/a", february, february, dry_run=True)
+    assert made["slots"] == ["2029-02-01T01:00:00Z"]
