@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from scheduler import outside
 from scheduler.controls import controls_of
 from scheduler.declarative import ApplyReport, apply
 from scheduler.engine import Engine
@@ -274,6 +275,8 @@ class Scheduler:
 
     @_explained
     def pause(self, job: str, reason: str | None = None) -> None:
+        if reason is not None and outside.unstorable(reason) is not None:
+            raise SpecError("reason", outside.UNSTORABLE_WHY)
         self.engine.command(job, Pause(reason), paused=True, pause_reason=reason)
 
     @_explained

@@ -211,7 +211,10 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     columns = ["id", "job", "slot", "event", "state", "attempts", "to", "raised_at"]
 
     def text(rows: list[dict[str, Any]]) -> str:
-        went = [row | {"to": delivery_text(row["channels"], row["delivered"])} for row in rows]
+        went = [
+            row | {"to": delivery_text(row["channels"], row["delivered"], row["state"])}
+            for row in rows
+        ]
         return table(went, columns)
 
     show(rows, args.json, text)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler import gates
+from scheduler.outside import one_line, shown_on_a_terminal
 from scheduler.upstream import said
 
 
@@ -20,12 +21,20 @@ def show(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     if not rows:
         return "(none)"
-    cells = [[str("" if r[c] is None else r[c]) for c in columns] for r in rows]
+    cells = [[one_line(str("" if r[c] is None else r[c])) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     lines = [columns, *cells]
     return "\n".join(
         "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines
     )
+
+
+def _not_released(d: dict[str, Any]) -> str:
+    """The end of a wait that released nothing: the run still waits, or it was settled
+    without starting (``on_unmet``, an abort) at its end."""
+    if d["status"] == "WAITING":
+        return "still waiting"
+    return f"not met: {d['status']} at {d['finished_at']}"
 
 
 def invocation_text(d: dict[str, Any]) -> str:
@@ -46,15 +55,15 @@ def invocation_text(d: dict[str, Any]) -> str:
         "error",
         "revision",
     ]
-    lines = [f"{k}: {d[k]}" for k in keys if d[k] is not None]
+    lines = [f"{k}: {one_line(str(d[k]))}" for k in keys if d[k] is not None]
     checks = d.get("checks") or {}
     if checks.get("held_at"):
-        until = checks.get("released_at") or "still waiting"
+        until = checks.get("released_at") or _not_released(d)
         lines.append(f"waited for upstreams: {checks['held_at']} -> {until}")
     lines += [f"upstream {said(c)}" for c in checks.get("upstream", ())]
     if gates.REASON in checks:
         state = checks[gates.REASON]
-        until = state.get("released_at") or "still waiting"
+        until = state.get("released_at") or _not_released(d)
         lines.append(f"waited for gates: {state['since']} -> {until}")
         for gate in state["gates"]:
             lines += [
@@ -68,4 +77,5 @@ def invocation_text(d: dict[str, Any]) -> str:
             f"attempt {a['attempt']}: {a['status']}{reason} {a['started_at']} -> "
             f"{a['finished_at']}: {a['error']}"
         )
-    return "\n".join([*lines, "log:", d["log"].rstrip() or "(empty)"])
+    text = "\n".join([*lines, "log:", d["log"].rstrip() or "(empty)"])
+    return shown_on_a_terminal(text)

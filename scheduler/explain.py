@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 from scheduler import gates
 from scheduler.storage import alert_store, history_days, job_store, run_store
-from scheduler.storage.alert_store import AlertRow
+from scheduler.storage.alert_store import AlertRow, delivery_text
 from scheduler.timing.schedules import Schedule, stored_schedule
 from scheduler.upstream import said
 
@@ -97,8 +97,7 @@ def _with_alerts(answer: dict[str, Any], raised: list[AlertRow]) -> dict[str, An
     if not raised:
         return answer | {"alerts": []}
     said = "; ".join(
-        f"{a.event} ({a.state}{': ' + ', '.join(a.delivered) if a.delivered else ''})"
-        for a in raised
+        f"{a.event} ({a.state}: {delivery_text(a.channels, a.delivered, a.state)})" for a in raised
     )
     text = f"{answer['text']}; it raised the alert(s) {said}"
     return answer | {"text": text, "alerts": [a.as_json() for a in raised]}

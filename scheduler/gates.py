@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
 
-from scheduler import debuglog, pools
+from scheduler import debuglog, outside, pools
 from scheduler.controls import Controls, controls_of
 from scheduler.effects import CheckGate, Fed, Message
 from scheduler.invokers import Call, Outcome
@@ -212,7 +212,7 @@ def answer(
             if changed:  # but the job's gates changed
                 messages += _record(engine, conn, inv, job, inv.log, now)
             return engine.send(messages)
-        said = said[:SAID]
+        said = outside.kept(said, SAID)  # what an endpoint or a task said
         gate["answered"] = number
         answered = {"check": number, "at": _iso(now), "yes": yes, "said": said}
         gate["answers"] = [*gate["answers"], answered][-KEPT:]

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine as Database
 
+from scheduler import debuglog, outside
 from scheduler.storage import run_store
 from scheduler.storage.db import write_transaction
 
@@ -80,8 +81,9 @@ class Leases:
                 current = run_store.renew_lease(
                     conn, lease.invocation_id, lease.attempt, now + lease.length, lease.job_id
                 )
-                if current and note:
-                    run_store.append_log(conn, lease.invocation_id, now, note)
+                if current and note:  # a task's words: kept as text from outside is
+                    line = outside.bounded(outside.storable(note), debuglog.LINE_LIMIT)
+                    run_store.append_log(conn, lease.invocation_id, now, line)
         except Exception as err:  # the database is away: try again, less and less often
             lease.failures += 1
             lease.due = now + retry_delay(lease.failures, lease.length)

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from sqlalchemy import Connection
 
-from scheduler import backfill, debuglog, pools, upstream
+from scheduler import backfill, debuglog, outside, pools, upstream
 from scheduler.alerts import raising
 from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
 from scheduler.errors import NotFound, TransientError
 from scheduler.invokers import Call, Outcome, celery_task_id
-from scheduler.invokers.call import bounded_error
 from scheduler.outcome_batch import GroupCommit, HeldWrites, Report
 from scheduler.storage import job_store, revokes, run_store
 from scheduler.storage.rows import InvocationRow, JobRow
@@ -42,9 +40,11 @@ OUTCOME_RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds
 S = InvocationStatus
 STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
 ACTIVE = (STARTING, RUNNING)
+WORKER_LIMIT = 200  # characters of a worker's name kept (invocations.worker)
 
 if TYPE_CHECKING:
     from scheduler.engine import Engine
+    from scheduler.leases import Lease
 # An attempt as a worker names it: (invocation, attempt), or with its job as the
 # engine's messages carry it, (invocation, attempt, job).
 AttemptRef = tuple[int, int] | tuple[int, int, int | None]
@@ -185,6 +185,7 @@ class Runs:
         that could be claimed. Each is ``(invocation, attempt)`` or ``(invocation,
         attempt, job)``."""
         wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
+        worker = outside.storable(worker)[:WORKER_LIMIT]  # a host's name, as its worker says
         calls, claims, alerts = [], [], []
         with self.engine.transaction() as conn:
             now = self.engine.clock()
@@ -203,13 +204,53 @@ class Runs:
         self.engine.send(alerts)
         return calls
 
+    def report(self, lease: Lease, outcome: Outcome) -> bool:
+        """Record the outcome of the attempt that ``lease`` holds, then let the lease go,
+        recorded or not: an outcome that cannot be recorded must not leave its run
+        RUNNING for good behind a lease this process keeps renewing. Its lease then
+        lapses, and the watchdog ends the attempt as "lease expired" and applies the
+        job's retries. False, logged at ERROR, when it was not recorded."""
+        try:
+            self.record_patiently(lease.invocation_id, lease.attempt, outcome, job_id=lease.job_id)
+            return True
+        except Exception:
+            log.exception(
+                "invocation %s attempt %s: its outcome (%s) was not recorded; its lease is"
+                " no longer renewed, so the watchdog ends the attempt once the lease lapses",
+                lease.invocation_id,
+                lease.attempt,
+                outcome.status.value,
+            )
+            return False
+        finally:
+            self.engine.leases.release(lease)
+
     def record_patiently(
         self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
     ) -> None:
         """The outcome exists only in this process: if the database is away, wait for it
         (about 15 s) rather than leave a finished run to expire as "lease expired".
         Outcomes that threads of this process report together are recorded together
-        (``scheduler.outcome_batch``)."""
+        (``scheduler.outcome_batch``). If the database refuses the outcome itself (its
+        text: ``scheduler.outside`` should have made it storable), it is recorded again
+        without its text: what a task or an endpoint said never costs the run's end."""
+        try:
+            self._record_patiently(invocation_id, attempt, outcome, job_id)
+        except TransientError:
+            raise
+        except Exception as err:
+            log.error(
+                "invocation %s attempt %s: its outcome could not be recorded as it is;"
+                " trying again without its text",
+                invocation_id,
+                attempt,
+                exc_info=True,
+            )
+            self._record_patiently(invocation_id, attempt, outcome.without_text(err), job_id)
+
+    def _record_patiently(
+        self, invocation_id: int, attempt: int, outcome: Outcome, job_id: int | None
+    ) -> None:
         for delay in (*OUTCOME_RETRY_DELAYS, None):
             try:
                 self.together.finish(Report(invocation_id, attempt, outcome, job_id))
@@ -270,7 +311,7 @@ class Runs:
         kind of run reported it. With ``held``, the updates of the run and its job are
         held there to be written with others' (``scheduler.outcome_batch``), unless the
         outcome reads or writes anything more."""
-        outcome = replace(outcome, error=bounded_error(outcome.error))
+        outcome = outcome.recorded()
         status = outcome.status.value
         check_move(inv.status, status)
         text = debuglog.append(
@@ -318,7 +359,7 @@ class Runs:
                 job.ref,
                 inv.id,
                 inv.attempt,
-                outcome.error,
+                outside.one_line(outcome.error or ""),
                 delay.total_seconds(),
             )
             eta = min(start_at, now + self.engine.horizon)
@@ -334,7 +375,7 @@ class Runs:
             log=text,
         )
         slot = inv.slot.isoformat() if inv.slot else f"trigger {inv.trigger_id}"
-        error = f" ({outcome.error})" if outcome.error else ""
+        error = f" ({outside.one_line(outcome.error)})" if outcome.error else ""
         log.info("%s %s: %s%s", job.ref, slot, status, error)
         first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
         first += pools.freed(inv.pool, inv.status)

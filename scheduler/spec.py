@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler import controls as job_controls
+from scheduler import outside
 from scheduler.alerts.channels import from_env as channels_from_env
 from scheduler.alerts.channels import validate_channels
 from scheduler.errors import SpecError
@@ -73,6 +74,8 @@ class JobSpec:
         if {self.name, self.id} & {r["job"] for r in self.controls.get("requires", ())}:
             raise SpecError("requires", "a job cannot require itself")
         canonical = self.canonical_json()
+        if "\\u0000" in canonical or "\\ud" in canonical:  # a NUL, a surrogate (or an emoji)
+            _refuse_unstorable(entry)
         if len(canonical) > MAX_SPEC_BYTES:
             size = len(canonical)
             raise SpecError(self.kind, f"the job is {size} bytes; the limit is {MAX_SPEC_BYTES}")
@@ -127,6 +130,14 @@ class JobSpec:
             raise err.located(where) from None
 
 
+def _refuse_unstorable(entry: Mapping[str, Any]) -> None:
+    """A declared value is stored as it was written, or refused: no database stores a
+    NUL or a lone surrogate (text from outside is made storable instead: ``outside``)."""
+    path = outside.unstorable(entry)
+    if path is not None:
+        raise SpecError(".".join(path), outside.UNSTORABLE_WHY)
+
+
 def _revision(canonical_json: str) -> str:
     return hashlib.sha256(canonical_json.encode()).hexdigest()[:16]
 
@@ -167,6 +178,9 @@ def parse_job_file(data: Any) -> JobFile:
     entries = data.get("jobs") or []
     if not isinstance(entries, list):
         raise SpecError("jobs", "must be a list")
+    if outside.unstorable(data.get("channels")) is not None:
+        path = outside.unstorable(data["channels"], ("channels",))
+        raise SpecError(".".join(path or ("channels",)), outside.UNSTORABLE_WHY)
     channels = None if data.get("channels") is None else validate_channels(data["channels"])
     if "alerts" in data:  # the project's default: a job's own alerts (even null) win
         entries = [_with_default(entry, data["alerts"]) for entry in entries]

@@ -134,3 +134,54 @@ def gate_endpoint(*answers: int, then: int = 200) -> Iterator[GateEndpoint]:
         quit_.set()
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class RawEndpoint:
+    """An HTTP endpoint that answers every request with ``answer``, byte for byte, and
+    closes: a head and a body that no well-behaved server would send are its point.
+    ``requests`` holds the start of each request it was sent."""
+
+    url: str = ""
+    answer: bytes = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    requests: list[bytes] = field(default_factory=list)
+
+
+@contextmanager
+def raw_endpoint(answer: bytes | None = None) -> Iterator[RawEndpoint]:
+    import socket
+
+    endpoint = RawEndpoint() if answer is None else RawEndpoint(answer=answer)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.02)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                request = b""
+                try:
+                    while b"\r\n\r\n" not in request:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        request += chunk
+                    endpoint.requests.append(request[:200])
+                    conn.sendall(endpoint.answer)
+                except OSError:  # the client went away early: its business
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    endpoint.url = f"http://127.0.0.1:{listener.getsockname()[1]}/run"
+    try:
+        yield endpoint
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()

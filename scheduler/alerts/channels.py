@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from scheduler import outside
 from scheduler.errors import SpecError
 from scheduler.specmodel import MAX_URL, _spec_error, _Strict
 
@@ -154,10 +155,17 @@ class Alert:
         return f"cronchain/{self.job}/{slot}/{self.event}"
 
     @property
-    def text(self) -> str:
+    def headline(self) -> str:
+        """The alert in cronchain's own words alone: a job name, a slot and an event,
+        never text from outside (a mail's subject)."""
         slot = self.slot.isoformat() if self.slot else f"run {self.invocation_id}"
-        detail = f": {self.detail}" if self.detail else ""
-        return f"cronchain: {self.job} {slot} {self.event}{detail}"
+        return f"cronchain: {self.job} {slot} {self.event}"
+
+    @property
+    def text(self) -> str:
+        """The headline and the detail, which may quote what a task, an endpoint or a
+        gate said: each channel escapes it for what it reads (``body_of``, ``_mail``)."""
+        return f"{self.headline}: {self.detail}" if self.detail else self.headline
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -200,8 +208,8 @@ def _secret(value: str | Mapping[str, str], env: Mapping[str, str], what: str) -
 def body_of(channel: Mapping[str, Any], alert: Alert, env: Mapping[str, str]) -> dict[str, Any]:
     """The JSON a webhook of ``channel``'s format is sent."""
     match channel.get("format") or "json":
-        case "slack":
-            return {"text": alert.text}
+        case "slack":  # its markup (<!channel>, <url|label>) escaped, and none read
+            return {"text": slack_escaped(alert.text), "mrkdwn": False}
         case "pagerduty":
             failing = alert.event in ("failed", "retries_exhausted", "recovered")
             return {
@@ -210,8 +218,8 @@ def body_of(channel: Mapping[str, Any], alert: Alert, env: Mapping[str, str]) ->
                 # other event is an incident of its own, for a person to resolve.
                 "event_action": "resolve" if alert.event == "recovered" else "trigger",
                 "dedup_key": f"cronchain/{alert.job}/failing" if failing else alert.key,
-                "payload": {
-                    "summary": alert.text[:1024],
+                "payload": {  # plain text, on one line
+                    "summary": outside.one_line(alert.text)[:1024],
                     "source": "cronchain",
                     "severity": "warning" if ">" in alert.event else "error",
                     "timestamp": alert.raised_at.isoformat(),
@@ -220,6 +228,12 @@ def body_of(channel: Mapping[str, Any], alert: Alert, env: Mapping[str, str]) ->
             }
         case _:
             return alert.as_json()
+
+
+def slack_escaped(text: str) -> str:
+    """``text`` as Slack shows it literally: its three control characters escaped, as
+    Slack's "Formatting text" asks."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _post(channel: Mapping[str, Any], alert: Alert, timeout: float, env: Mapping[str, str]) -> None:
@@ -245,7 +259,7 @@ def _mail(channel: Mapping[str, Any], alert: Alert, timeout: float, env: Mapping
     message = EmailMessage()
     message["From"] = channel.get("from") or "cronchain@localhost"
     message["To"] = ", ".join(channel["email"])
-    message["Subject"] = alert.text[:200]
+    message["Subject"] = alert.headline  # a header refuses CR and LF: the detail is below
     message["Date"] = format_datetime(alert.raised_at)
     digest = hashlib.sha256(alert.key.encode()).hexdigest()[:32]
     message["Message-ID"] = f"<{digest}@cronchain>"

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from scheduler import outside
 from scheduler.alerts import channels as channel_kinds
 from scheduler.alerts.channels import Alert, DeliveryError
 from scheduler.effects import SendAlert
@@ -39,6 +40,7 @@ MAX_BACKOFF = timedelta(minutes=15)
 # webhook that times out would otherwise hold a work-path thread per alert for its
 # timeout (10,000 failing jobs, 100 threads, 10 s: the work path stalled 17 minutes).
 COOL_DOWN = 30.0  # seconds
+ERROR_LIMIT = 500  # characters of a channel's error kept
 # (project, channel) -> when this process calls it again (monotonic), and why not now
 _cooling: dict[tuple[str, str], tuple[float, str]] = {}
 _cooling_lock = threading.Lock()
@@ -97,8 +99,8 @@ def _send(
     key = (row.project, name)
     try:
         channel_kinds.deliver(_channel(name, declared), _alert(row), settings.timeout)
-    except (DeliveryError, SpecError) as err:
-        error = str(err)
+    except (DeliveryError, SpecError) as err:  # may quote a server's reply: text from outside
+        error = outside.kept(str(err), ERROR_LIMIT) or ""
     except Exception as err:  # a library's error may quote the URL it was given
         error = f"{type(err).__name__} (its text is withheld: it may quote a secret)"
     else:
@@ -107,7 +109,9 @@ def _send(
         return None
     with _cooling_lock:
         _cooling[key] = (time.monotonic() + COOL_DOWN, error)
-    log.warning("alert %s (%s %s) to %s: %s", row.id, row.job, row.event, name, error)
+    log.warning(
+        "alert %s (%s %s) to %s: %s", row.id, row.job, row.event, name, outside.one_line(error)
+    )
     return error
 
 

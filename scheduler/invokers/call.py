@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from scheduler import outside
+from scheduler.debuglog import LINE_LIMIT
 from statemachine import InvocationStatus
 
 # A job's priority is 0-9, 9 first.
@@ -54,6 +56,26 @@ class Outcome:
     reason: str | None = None  # a short cause: "timeout", "launch", ...
     log: tuple[str, ...] = ()  # lines for the invocation's debug log
 
+    def recorded(self) -> Outcome:
+        """This outcome as it is stored, whoever reported it: every text in it from
+        outside (an error, a response, what a task raised) storable and bounded."""
+        if self.error is None and self.reason is None and not self.log:
+            return self  # a plain success: the hot path
+        return Outcome(
+            self.status,
+            bounded_error(self.error),
+            outside.kept(self.reason, REASON_LIMIT),
+            tuple(outside.bounded(outside.storable(line), LINE_LIMIT) for line in self.log),
+        )
+
+    def without_text(self, why: BaseException) -> Outcome:
+        """This outcome with none of its text: what is recorded when the database
+        refused the text itself, so that the run's end is never lost for what a task
+        or an endpoint said. ``why`` is named by its type alone (its message may quote
+        the text)."""
+        note = f"its text could not be stored ({type(why).__name__})"
+        return Outcome(self.status, note if self.error is not None else None, log=(note,))
+
     @classmethod
     def failed(cls, error: str, reason: str | None = None, log: tuple[str, ...] = ()) -> Outcome:
         return cls(InvocationStatus.FAILED, error, reason, log)
@@ -62,19 +84,13 @@ class Outcome:
 SUCCEEDED = Outcome(InvocationStatus.SUCCEEDED)
 
 ERROR_LIMIT = 4 * 1024  # characters of an attempt's error that are recorded
-_CUT = "\n[... {} characters cut ...]\n"
+REASON_LIMIT = 200  # characters of its reason, a short cause
 
 
 def bounded_error(error: str | None, limit: int = ERROR_LIMIT) -> str | None:
-    """``error`` as an attempt records it: at most ``limit`` characters. Past that the
-    middle is cut and a marker says how much: the start says what failed, the end where
-    (the last frames of a traceback, the end of a response)."""
-    if error is None or len(error) <= limit:
-        return error
-    keep = limit - len(_CUT.format(len(error)))  # the longest marker this error can need
-    head = keep // 2
-    tail = keep - head
-    return error[:head] + _CUT.format(len(error) - keep) + error[-tail:]
+    """``error`` as an attempt records it (``Outcome.recorded``): storable, and at most
+    ``limit`` characters, its start and its end kept (``scheduler.outside``)."""
+    return outside.kept(error, limit)
 
 
 class Invoker(Protocol):

@@ -257,8 +257,11 @@ def _send(
         return Outcome.failed(f"refused: {err}", "refused")
     except TimeoutError:
         return Outcome.failed(late, "timeout")
-    except (OSError, http.client.HTTPException, ValueError) as err:
-        # ValueError: a header value from the environment that HTTP cannot carry.
+    except ValueError as err:  # a header value from the environment HTTP cannot carry
+        if str(err).startswith("Invalid header"):  # http.client quotes it: a secret
+            return Outcome.failed("a header's value holds CR, LF or NUL: not sent", "launch")
+        return Outcome.failed(f"{type(err).__name__}: {err}", "launch")
+    except (OSError, http.client.HTTPException) as err:
         return Outcome.failed(f"{type(err).__name__}: {err}", "launch")
 
 

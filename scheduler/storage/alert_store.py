@@ -57,9 +57,11 @@ class AlertRow:
         }
 
 
-def delivery_text(channels: list[str], delivered: Mapping[str, str]) -> str:
-    """``ops-slack sent, oncall-mail not yet``: where an alert went, for people."""
-    return ", ".join(f"{c} {'sent' if c in delivered else 'not yet'}" for c in channels)
+def delivery_text(channels: list[str], delivered: Mapping[str, str], state: str = PENDING) -> str:
+    """``ops-slack sent, oncall-mail not yet``: where an alert went, for people. A channel
+    an alert ``state`` FAILED never reached is ``not sent``: it was given up."""
+    missing = "not sent" if state == FAILED else "not yet"
+    return ", ".join(f"{c} {'sent' if c in delivered else missing}" for c in channels)
 
 
 def _iso(t: datetime | None) -> str | None:

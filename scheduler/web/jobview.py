@@ -83,7 +83,7 @@ class AlertLine:
 
 
 def alert_row(alert: AlertRow, zone: str) -> AlertLine:
-    went = delivery_text(alert.channels, alert.delivered)
+    went = delivery_text(alert.channels, alert.delivered, alert.state)
     return AlertLine(shown(alert.slot or alert.created_at, zone), alert.event, alert.state, went)
 
 

@@ -31,6 +31,7 @@ import celery
 from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
+from scheduler import gates, outside
 from scheduler.invokers import Outcome
 from scheduler.invokers.celery import HEADER
 from scheduler.leases import Lease
@@ -124,15 +125,14 @@ def _report(
     if lease is None:  # not a cronchain run, or a copy that claimed nothing
         return
     setattr(task.request, LEASE, None)
-    engine = Runtime.current(task.app).engine
     if state == "SUCCESS":
         outcome = Outcome(InvocationStatus.SUCCEEDED)
-    elif state == "FAILURE":
-        outcome = Outcome.failed(f"{type(retval).__name__}: {retval}", "error")
+    elif state == "FAILURE":  # what it raised, whatever its text holds (scheduler.outside)
+        outcome = Outcome.failed(outside.described(retval), "error")
     else:  # RETRY: Celery's own retries would run outside the attempt; the job's apply
         outcome = Outcome.failed(f"the task ended as {state}; use the job's retries", "error")
-    engine.runs.record_patiently(lease.invocation_id, lease.attempt, outcome, job_id=lease.job_id)
-    engine.leases.release(lease)  # after the outcome: until then the run is still held
+    # The lease goes with the outcome, recorded or not (then it lapses: the watchdog's).
+    Runtime.current(task.app).engine.runs.report(lease, outcome)
 
 
 def _answer_gate(task: celery.Task, header: Any, retval: Any, state: str | None) -> None:
@@ -145,9 +145,9 @@ def _answer_gate(task: celery.Task, header: Any, retval: Any, state: str | None)
         log.error("task %s has a malformed %s header %r: not recorded", task.name, GATE, header)
         return
     if state == "SUCCESS":
-        yes, said = retval is True, f"returned {retval!r}"
+        yes, said = retval is True, f"returned {outside.shown(retval, gates.SAID)}"
     else:
-        yes, said = False, f"{state}: {type(retval).__name__}: {retval}"
+        yes, said = False, f"{state}: {outside.described(retval)}"
     engine = Runtime.current(task.app).engine
     try:
         gatecheck.record(engine, invocation_id, name, number, job_id, yes, said)

@@ -66,12 +66,13 @@ def execute_batch(
 
 def _run(engine: Engine, call: Call) -> Outcome:
     lease = Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost, job_id=call.job_id)
-    engine.leases.hold(lease)
-    try:  # held until the outcome is recorded, so that the watchdog leaves the run alone
+    engine.leases.hold(lease)  # until the outcome is recorded: the watchdog leaves it alone
+    try:
         outcome = make_call(engine.invokers.get(call.kind), call)
-        engine.runs.record_patiently(call.invocation_id, call.attempt, outcome, job_id=call.job_id)
-    finally:
+    except BaseException:  # the process is going down: the watchdog's, once the lease lapses
         engine.leases.release(lease)
+        raise
+    engine.runs.report(lease, outcome)
     return outcome
 
 

@@ -37,3 +37,20 @@ def ready_on(folder: str, yes_at: int) -> bool | str:
     with calls.open("a") as f:
         f.write(f"{number} {time.time()}\n")
     return True if number >= yes_at else "not yet"
+
+
+@app.task(name="sample.nul_error")
+def nul_error() -> None:
+    """Raises with bytes PostgreSQL does not store in text (issue 34)."""
+    raise ValueError("bad bytes: \x00\x01")
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+@app.task(name="sample.unprintable_error")
+def unprintable_error() -> None:
+    """Raises an exception whose text cannot even be read."""
+    raise _Unprintable()

@@ -150,7 +150,7 @@ def test_mail_and_slack(engine: Engine, port: RecordingPort, clock: Clock, tmp_p
         assert mail["To"] == "oncall@example.com"
         assert mail["Subject"].startswith("cronchain: p/flaky 2026-03-01T12:00:10+00:00")
         assert mail["Idempotency-Key"].strip() == hook.posts[0][0]["Idempotency-Key"]
-        assert set(hook.posts[0][1]) == {"text"}
+        assert hook.posts[0][1]["mrkdwn"] is False and set(hook.posts[0][1]) == {"text", "mrkdwn"}
 
 
 def test_late_start_and_running_longer_by_the_watchdog(
@@ -208,7 +208,7 @@ def test_skips_alert_in_a_tick_batch_and_explain_and_health_say_so(
     explained = Scheduler(engine).explain("p/flaky", clock.now)
     assert (
         explained["answer"] == "skipped"
-        and "raised the alert(s) skipped (pending)" in (explained["text"])
+        and "raised the alert(s) skipped (pending: hook not yet)" in (explained["text"])
     )
     assert [a["event"] for a in explained["alerts"]] == ["skipped"]
     Scheduler(engine).pause("p/flaky")
