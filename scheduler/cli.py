@@ -26,6 +26,7 @@ from scheduler.beatimport.command import add_arguments as import_beat_arguments
 from scheduler.clitext import invocation_text, show, table
 from scheduler.declarative import collector_paused
 from scheduler.errors import NotFound, SpecError, TransientError
+from scheduler.outside import shown_on_a_terminal
 from scheduler.storage.alert_store import delivery_text
 from scheduler.timing.localtime import transitions
 from scheduler.timing.schedules import parse_schedule, parse_zone
@@ -285,7 +286,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     result = _scheduler(args).explain(args.job, args.at)
-    show(result, args.json, lambda r: f"{r['job']} at {r['at']}: {r['text']}")
+    show(result, args.json, lambda r: shown_on_a_terminal(f"{r['job']} at {r['at']}: {r['text']}"))
     return 0
 
 

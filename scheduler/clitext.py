@@ -30,10 +30,12 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 
 def _not_released(d: dict[str, Any]) -> str:
-    """The end of a wait that released nothing: the run still waits, or it was settled
-    without starting (``on_unmet``, an abort) at its end."""
+    """The end of a wait that released nothing: the run still waits, it started anyway
+    (``on_unmet: run``), or it was settled without a start (``on_unmet``, an abort)."""
     if d["status"] == "WAITING":
         return "still waiting"
+    if d["started_at"] is not None:
+        return f"not met; started anyway at {d['started_at']} (on_unmet: run)"
     return f"not met: {d['status']} at {d['finished_at']}"
 
 

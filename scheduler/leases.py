@@ -82,7 +82,7 @@ class Leases:
                     conn, lease.invocation_id, lease.attempt, now + lease.length, lease.job_id
                 )
                 if current and note:  # a task's words: kept as text from outside is
-                    line = outside.bounded(outside.storable(note), debuglog.LINE_LIMIT)
+                    line = outside.kept(note, debuglog.LINE_LIMIT)
                     run_store.append_log(conn, lease.invocation_id, now, line)
         except Exception as err:  # the database is away: try again, less and less often
             lease.failures += 1

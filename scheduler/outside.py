@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 REPLACEMENT = "\ufffd"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _NOTE = " [cronchain replaced {} character(s) it cannot store with U+FFFD]"
 _CUT = "\n[... {} characters cut ...]\n"
 UNSTORABLE_WHY = "holds a character that cannot be stored (NUL, or a lone surrogate)"
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
-_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+# C0 and C1 controls, and the two characters Unicode ends a line with.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def storable(text: str) -> str:
@@ -52,6 +53,10 @@ def bounded(text: str, limit: int) -> str:
     return text[:head] + _CUT.format(len(text) - keep) + text[-tail:]
 
 
+@overload
+def kept(text: str, limit: int) -> str: ...
+@overload
+def kept(text: None, limit: int) -> None: ...
 def kept(text: str | None, limit: int) -> str | None:
     """``text`` as it is recorded: storable, then bounded."""
     return None if text is None else bounded(storable(text), limit)

@@ -14,9 +14,10 @@ lock that a second beat's pass does not wait for (it skips), it
   default's few rows of that age (rows are never deleted one by one otherwise), then
   takes the partition out in steps that each lock one hot table for catalog changes
   alone (``partitions.detach``, ``unlink``, ``drop_detached``). A step that cannot get
-  its lock within ``partitions.LOCK_TIMEOUT`` is left to the next pass; the rollup,
-  done already, is not written twice (ON CONFLICT DO NOTHING), and a table left
-  detached is finished first.
+  its lock within ``partitions.LOCK_TIMEOUT`` is left to the next pass, which writes
+  the rollup again from the month's runs (``history_days``), and a table left detached
+  is finished first. The detach looks for runs not ended once more, under its lock, and
+  is undone if one was filed in the month since the first look.
 
 Last, outside that lock, it analyzes each of cronchain's tables that holds rows and has
 no statistics (``statistics``: a server without autovacuum, a month's new partition),
@@ -28,6 +29,7 @@ SQLite's history is not partitioned and never pruned: every pass returns at once
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -174,25 +176,36 @@ def _detach_oldest(
             if oldest.name + partitions.DETACHED in partitions.detached(conn):  # unfinished
                 return HistoryReport(report.created, report.moved, None, days, busy=True)
             gone = partitions.detach(conn, oldest)
-            if partitions.holds_runs_in_flight(conn, gone):  # filed since: undone
-                raise _InFlight
-    except _InFlight:
-        return _kept(replace(report, rolled_up=days), oldest, 1)
+            filed_since = partitions.in_flight_in(conn, gone)
+            if filed_since:  # the detach is undone; the next pass rolls the month up again
+                raise _InFlight(filed_since)
+    except _InFlight as found:
+        return _kept(report, oldest, found.args[0])
     log.warning("took %s out of history (%s job-days rolled up)", oldest.name, days)
     return HistoryReport(report.created, report.moved, oldest.name, days)
 
 
 class _InFlight(Exception):
-    """A run not ended was filed in the month being taken out: its detach is undone."""
+    """Runs not ended were filed in the month being taken out: its detach is undone."""
+
+
+KEPT_LOG_EVERY = 3600.0  # seconds between two warnings that a month is kept
+_kept_logged: dict[str, float] = {}  # month -> when this process last said so (monotonic)
 
 
 def _kept(report: HistoryReport, month: partitions.Month, in_flight: int) -> HistoryReport:
-    log.info(
-        "kept %s past its retention: %s of its runs are still waiting or in flight;"
-        " it is taken out once they have ended",
-        month.name,
-        in_flight,
-    )
+    """A month past its retention kept for its runs: said once an hour, as a warning,
+    since a run that never ends (one held in a pool of size 0) keeps every later month
+    too, until someone ends it (``cronchain abort``)."""
+    now = time.monotonic()
+    if now - _kept_logged.get(month.name, -KEPT_LOG_EVERY) >= KEPT_LOG_EVERY:
+        _kept_logged[month.name] = now
+        log.warning(
+            "kept %s past its retention: %s of its runs are still waiting or in flight;"
+            " it is taken out once they have ended, and no later month before it",
+            month.name,
+            in_flight,
+        )
     return replace(report, kept=month.name)
 
 

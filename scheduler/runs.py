@@ -9,7 +9,6 @@ the job machine; the watchdog's repairs of lapsed runs are in :mod:`scheduler.wa
 from __future__ import annotations
 
 import logging
-import time
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -20,9 +19,10 @@ from scheduler import backfill, debuglog, outside, pools, upstream
 from scheduler.alerts import raising
 from scheduler.controls import controls_of
 from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
-from scheduler.errors import NotFound, TransientError
+from scheduler.errors import NotFound
 from scheduler.invokers import Call, Outcome, celery_task_id
 from scheduler.outcome_batch import GroupCommit, HeldWrites, Report
+from scheduler.recording import patiently, textless_if_refused
 from scheduler.storage import job_store, revokes, run_store
 from scheduler.storage.rows import InvocationRow, JobRow
 from statemachine import (
@@ -36,7 +36,6 @@ from statemachine import (
 )
 
 log = logging.getLogger("cronchain.engine")
-OUTCOME_RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds
 S = InvocationStatus
 STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
 ACTIVE = (STARTING, RUNNING)
@@ -228,38 +227,18 @@ class Runs:
     def record_patiently(
         self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
     ) -> None:
-        """The outcome exists only in this process: if the database is away, wait for it
-        (about 15 s) rather than leave a finished run to expire as "lease expired".
+        """Record an outcome that exists only in this process (``scheduler.recording``):
+        through a database restart, and without its text if the database refuses it.
         Outcomes that threads of this process report together are recorded together
-        (``scheduler.outcome_batch``). If the database refuses the outcome itself (its
-        text: ``scheduler.outside`` should have made it storable), it is recorded again
-        without its text: what a task or an endpoint said never costs the run's end."""
-        try:
-            self._record_patiently(invocation_id, attempt, outcome, job_id)
-        except TransientError:
-            raise
-        except Exception as err:
-            log.error(
-                "invocation %s attempt %s: its outcome could not be recorded as it is;"
-                " trying again without its text",
-                invocation_id,
-                attempt,
-                exc_info=True,
-            )
-            self._record_patiently(invocation_id, attempt, outcome.without_text(err), job_id)
+        (``scheduler.outcome_batch``)."""
 
-    def _record_patiently(
-        self, invocation_id: int, attempt: int, outcome: Outcome, job_id: int | None
-    ) -> None:
-        for delay in (*OUTCOME_RETRY_DELAYS, None):
-            try:
-                self.together.finish(Report(invocation_id, attempt, outcome, job_id))
-                return
-            except TransientError as err:
-                if delay is None:
-                    raise
-                log.warning("recording invocation %s: %s; again in %s s", invocation_id, err, delay)
-                time.sleep(delay)
+        def record(with_text: bool) -> None:
+            told = outcome if with_text else outcome.without_text()
+            report = partial(Report, invocation_id, attempt, told, job_id)
+            patiently(lambda: self.together.finish(report()), f"invocation {invocation_id}")
+
+        what = f"invocation {invocation_id} attempt {attempt}: its outcome"
+        textless_if_refused(record, what)
 
     def finish_invocation(
         self,

@@ -178,9 +178,9 @@ def parse_job_file(data: Any) -> JobFile:
     entries = data.get("jobs") or []
     if not isinstance(entries, list):
         raise SpecError("jobs", "must be a list")
-    if outside.unstorable(data.get("channels")) is not None:
-        path = outside.unstorable(data["channels"], ("channels",))
-        raise SpecError(".".join(path or ("channels",)), outside.UNSTORABLE_WHY)
+    unstorable = outside.unstorable(data.get("channels"), ("channels",))
+    if unstorable is not None:
+        raise SpecError(".".join(unstorable), outside.UNSTORABLE_WHY)
     channels = None if data.get("channels") is None else validate_channels(data["channels"])
     if "alerts" in data:  # the project's default: a job's own alerts (even null) win
         entries = [_with_default(entry, data["alerts"]) for entry in entries]

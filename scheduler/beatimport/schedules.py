@@ -71,13 +71,15 @@ def every_text(period: float | timedelta) -> str:
 def cron_text(cron: crontab) -> str:
     """Five cron fields with the values Celery expanded each field to.
 
-    A field whose set is full is written ``*``, whatever the user wrote: cron reads any
-    other spelling (``0-6``, ``mon-sun``, ``1-31``) as restricted, and a restricted day
-    field makes cron fire on days that match either day field, where Celery wants both.
+    A day field whose set is full is written ``*``, whatever the user wrote: cron reads
+    any other spelling (``0-6``, ``mon-sun``, ``1-31``) as restricted, and with one day
+    field restricted cron fires on days that match either, where Celery wants both.
     Any other field keeps the user's text where cron reads it as the same values, and
-    is otherwise spelled from them, as ``*/n`` where the user wrote ``*``: either way
-    the job stays in the daylight saving class the user chose (README: *Daylight
-    saving*). Both day fields restricted have no cron equivalent: refused."""
+    is otherwise spelled from them, with ``*`` or ``*/n`` only where the user wrote a
+    ``*``: that keeps the job in the daylight saving class the user chose, which the
+    minute and hour fields decide (README: *Daylight saving*; ``0 0-23 * * *`` names
+    fixed local times, ``0 * * * *`` real hours). Both day fields restricted have no cron
+    equivalent: refused."""
     days, weekdays = cron.day_of_month, cron.day_of_week
     if len(days) < 31 and len(weekdays) < 7:
         raise Unsupported(
@@ -88,17 +90,21 @@ def cron_text(cron: crontab) -> str:
         [
             _field(cron._orig_minute, cron.minute, MINUTE),
             _field(cron._orig_hour, cron.hour, HOUR),
-            _field(cron._orig_day_of_month, days, DAY),
+            _field(cron._orig_day_of_month, days, DAY, full_is_star=True),
             _field(cron._orig_month_of_year, cron.month_of_year, MONTH),
-            _field(cron._orig_day_of_week, weekdays, WEEKDAY, modulo=7),
+            _field(cron._orig_day_of_week, weekdays, WEEKDAY, modulo=7, full_is_star=True),
         ]
     )
 
 
-def _field(written: Any, values: set[int], kind: FieldGrammar, modulo: int = 0) -> str:
+def _field(
+    written: Any, values: set[int], kind: FieldGrammar, modulo: int = 0, full_is_star: bool = False
+) -> str:
     text = written.strip().lower() if isinstance(written, str) else ""
     ordered = sorted(values)
-    if text and not _full(ordered, kind) and _reads_as(text, kind, modulo) == set(values):
+    if full_is_star and _full(ordered, kind):
+        return "*"
+    if text and _reads_as(text, kind, modulo) == set(values):
         return text  # the user's own words (mon-fri), where cron reads them alike
     return _spelled(ordered, kind, wildcard=text.startswith("*"))
 
@@ -116,10 +122,10 @@ def _reads_as(text: str, kind: FieldGrammar, modulo: int) -> set[int] | None:
 
 
 def _spelled(ordered: list[int], kind: FieldGrammar, *, wildcard: bool) -> str:
-    """``*`` for every value; ``*/n`` for a field written with ``*`` whose values allow
-    it; ``a-b/n`` for values an even step apart; otherwise a list of values and ranges."""
+    """``*`` or ``*/n`` for a field written with ``*`` whose values allow it; ``a-b/n``
+    for values an even step apart; otherwise a list of values and ranges."""
     low, high = kind.low, 6 if kind is WEEKDAY else kind.high
-    if _full(ordered, kind):
+    if wildcard and ordered == list(range(low, high + 1)):
         return "*"
     if wildcard and len(ordered) > 1:
         step = ordered[1] - ordered[0]

@@ -65,16 +65,17 @@ class Outcome:
             self.status,
             bounded_error(self.error),
             outside.kept(self.reason, REASON_LIMIT),
-            tuple(outside.bounded(outside.storable(line), LINE_LIMIT) for line in self.log),
+            tuple(outside.kept(line, LINE_LIMIT) for line in self.log),
         )
 
-    def without_text(self, why: BaseException) -> Outcome:
-        """This outcome with none of its text: what is recorded when the database
-        refused the text itself, so that the run's end is never lost for what a task
-        or an endpoint said. ``why`` is named by its type alone (its message may quote
-        the text)."""
-        note = f"its text could not be stored ({type(why).__name__})"
-        return Outcome(self.status, note if self.error is not None else None, log=(note,))
+    def without_text(self) -> Outcome:
+        """This outcome with none of its text but its reason (cronchain's own word,
+        which decides a retry): what is recorded when the database refused the text,
+        so that the run's end is never lost for what a task or an endpoint said (the
+        log says why, at ERROR: ``scheduler.recording``)."""
+        note = "its text could not be stored"
+        error = note if self.error is not None else None
+        return Outcome(self.status, error, outside.kept(self.reason, REASON_LIMIT), (note,))
 
     @classmethod
     def failed(cls, error: str, reason: str | None = None, log: tuple[str, ...] = ()) -> Outcome:

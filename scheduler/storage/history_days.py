@@ -13,8 +13,11 @@ from scheduler.storage.models import invocation_days
 
 # One statement over the runs filed before ``end`` (a month's partition and what the
 # default holds from before it): counts by status and by status/reason, and the lag of
-# the runs of a slot that started. A day rolled up already is left as it was, so that a
-# pass that is repeated (its drop failed, two beats) writes the same rows once.
+# the runs of a slot that started. A day rolled up already is written again from the runs
+# there now: a pass that is repeated (its drop failed, two beats, a detach undone because
+# a run was filed in the month meanwhile) writes what the month holds when it is dropped.
+# The month's days are its own (UTC days, UTC months): a day of the default's older rows,
+# deleted by an earlier pass, finds no run here and keeps its row.
 _ROLL_UP = """
 WITH runs AS (
     SELECT job_id, (filed_at AT TIME ZONE 'UTC')::date AS day, status, reason,
@@ -40,7 +43,9 @@ INSERT INTO invocation_days (job_id, day, runs, statuses, reasons, lag_p50, lag_
 SELECT l.job_id, l.day, l.runs, s.statuses, COALESCE(r.reasons, '{}'::jsonb), l.p50, l.p95,
        l.p99
 FROM lags l JOIN by_status s USING (job_id, day) LEFT JOIN by_reason r USING (job_id, day)
-ON CONFLICT (job_id, day) DO NOTHING
+ON CONFLICT (job_id, day) DO UPDATE SET (runs, statuses, reasons, lag_p50, lag_p95, lag_p99) =
+    (EXCLUDED.runs, EXCLUDED.statuses, EXCLUDED.reasons, EXCLUDED.lag_p50, EXCLUDED.lag_p95,
+     EXCLUDED.lag_p99)
 """
 
 

@@ -161,30 +161,34 @@ def forget_before(conn: Connection, month: Month) -> None:
 
 
 # Runs that have not ended, of a month retention would take out: it keeps the month
-# until they end. Before the rollup, over history (the oldest month and the default); in
-# the transaction that detaches the month, over its table, where only the two small
-# partial indexes are read under the lock (WAITING runs; deadlines, which every STARTING
-# and RUNNING run has) and a run filed there since the first check is found.
-_IN_FLIGHT_BEFORE = (
-    "SELECT count(*) FROM invocations"
-    " WHERE filed_at < %(end)s AND status IN ('WAITING', 'STARTING', 'RUNNING')"
-)
-_IN_FLIGHT_IN = (
-    "SELECT EXISTS (SELECT 1 FROM {table} WHERE status = 'WAITING')"
-    " OR EXISTS (SELECT 1 FROM {table}"
-    " WHERE deadline IS NOT NULL AND status IN ('STARTING', 'RUNNING'))"
-)
+# until they end. Each is found through a small partial index, never by reading the
+# month: WAITING runs (``ix_invocations_waiting``), and STARTING and RUNNING ones by their
+# deadline (``ix_invocations_deadline``: every one has one, which the watchdog's repairs
+# of lost starts and lapsed leases rely on too). Before the rollup, over history (the
+# oldest month and the default), each watchdog pass while the month is kept; and in the
+# transaction that detaches the month, over its table, under the lock that holds up
+# every tick, where a scan of the month would stall them all (so no scan is allowed).
+_IN_FLIGHT = """
+SELECT (SELECT count(*) FROM {table} WHERE status = 'WAITING'{within})
+     + (SELECT count(*) FROM {table}
+        WHERE deadline IS NOT NULL AND status IN ('STARTING', 'RUNNING'){within})
+"""
 
 
 def in_flight_before(conn: Connection, end: datetime) -> int:
     """How many runs filed before ``end`` are waiting or in flight."""
-    return conn.exec_driver_sql(_IN_FLIGHT_BEFORE, {"end": end}).scalar() or 0
+    query = _IN_FLIGHT.format(table=PARENT, within=" AND filed_at < %(end)s")
+    return conn.exec_driver_sql(query, {"end": end}).scalar() or 0
 
 
-def holds_runs_in_flight(conn: Connection, name: str) -> bool:
-    """Whether a month's table (detached, by ``detach``) holds a run not ended."""
+def in_flight_in(conn: Connection, name: str) -> int:
+    """How many runs of a month's table (detached, by ``detach``) have not ended."""
     _check_detached(name)
-    return bool(conn.exec_driver_sql(_IN_FLIGHT_IN.format(table=name)).scalar())
+    conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # the indexes, never the month
+    try:
+        return conn.exec_driver_sql(_IN_FLIGHT.format(table=name, within="")).scalar() or 0
+    finally:
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = on")
 
 
 # Retention takes a month out in steps of their own transactions, each holding one hot

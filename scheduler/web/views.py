@@ -172,7 +172,7 @@ def _name_or_none(text: str | None) -> str | None:
     if not text:
         return None
     if not NAME.fullmatch(text):
-        abort(404, "no such project")
+        abort(400, "project must be a project's name")
     return text
 
 

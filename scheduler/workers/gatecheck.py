@@ -11,15 +11,14 @@ outcome is, since the check it answers is taken and will not be asked again.
 from __future__ import annotations
 
 import logging
-import time
+from functools import partial
 from typing import Any
 
 from celery import Celery
 
 from scheduler import gates
 from scheduler.engine import Engine
-from scheduler.errors import TransientError
-from scheduler.runs import OUTCOME_RETRY_DELAYS
+from scheduler.recording import patiently, textless_if_refused
 from scheduler.workers.work import make_call
 
 log = logging.getLogger("cronchain.work")
@@ -49,17 +48,16 @@ def check(
 def record(
     engine: Engine, invocation_id: int, name: str, number: int, job_id: int, yes: bool, said: str
 ) -> None:
-    for delay in (*OUTCOME_RETRY_DELAYS, None):
-        try:
-            gates.answer(engine, invocation_id, name, number, job_id, yes, said)
-            return
-        except TransientError as err:
-            if delay is None:
-                raise
-            log.warning(
-                "gate %s of invocation %s: %s; again in %s s", name, invocation_id, err, delay
-            )
-            time.sleep(delay)
+    """Record an answer that exists only in this process (``scheduler.recording``):
+    through a database restart, and without its text if the database refuses it (a yes
+    stays a yes)."""
+
+    def answer(with_text: bool) -> None:
+        told = said if with_text else "its text could not be stored"
+        at = partial(gates.answer, engine, invocation_id, name, number, job_id, yes, told)
+        patiently(at, f"gate {name!r} of invocation {invocation_id}")
+
+    textless_if_refused(answer, f"gate {name!r} of invocation {invocation_id}: its answer")
 
 
 def _send_task(app: Celery, options: dict[str, Any], header: dict[str, Any]) -> None:

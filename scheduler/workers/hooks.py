@@ -94,7 +94,7 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
     invocation_id, attempt = fields.get("invocation"), fields.get("attempt")
     job_id = fields.get("job")  # absent from older headers: the ids alone
     if not _ints(invocation_id, attempt) or not (job_id is None or _ints(job_id)):
-        log.error("task %s has a malformed cronchain header %r: not run", task_id, header)
+        log.error("task %r has a malformed cronchain header %r: not run", task_id, header)
         return False
     engine = Runtime.current(task.app).engine
     worker = f"{task.request.hostname or 'worker'}:{os.getpid()}"
@@ -102,7 +102,7 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
     if call is None:
         log.warning(
             "invocation %s attempt %s (job %s) is not current or was claimed already, or"
-            " is not that job's: task %s not run",
+            " is not that job's: task %r not run",
             invocation_id,
             attempt,
             job_id,
@@ -152,7 +152,7 @@ def _answer_gate(task: celery.Task, header: Any, retval: Any, state: str | None)
     try:
         gatecheck.record(engine, invocation_id, name, number, job_id, yes, said)
     except Exception:  # the task's own outcome and the worker must not suffer for it
-        log.exception("gate %s of invocation %s: answer not recorded", name, invocation_id)
+        log.exception("gate %r of invocation %s: answer not recorded", name, invocation_id)
 
 
 def heartbeat(note: str | None = None) -> bool:

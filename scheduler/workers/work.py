@@ -16,6 +16,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
+from scheduler import outside
 from scheduler.engine import Engine
 from scheduler.invokers import Call, Invoker, Outcome
 from scheduler.leases import Lease
@@ -69,7 +70,8 @@ def _run(engine: Engine, call: Call) -> Outcome:
     engine.leases.hold(lease)  # until the outcome is recorded: the watchdog leaves it alone
     try:
         outcome = make_call(engine.invokers.get(call.kind), call)
-    except BaseException:  # the process is going down: the watchdog's, once the lease lapses
+    except BaseException:  # the worker is stopping (make_call keeps every Exception):
+        # the attempt is the watchdog's once its lease lapses
         engine.leases.release(lease)
         raise
     engine.runs.report(lease, outcome)
@@ -96,4 +98,4 @@ def make_call(invoker: Invoker | None, call: Call) -> Outcome:
         return invoker.invoke(call)
     except Exception as err:  # an invoker bug must not leave the run RUNNING
         log.exception("invoker %s failed for invocation %s", call.kind, call.invocation_id)
-        return Outcome.failed(f"{call.kind}: {type(err).__name__}: {err}")
+        return Outcome.failed(f"{call.kind}: {outside.described(err)}")

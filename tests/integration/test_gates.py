@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from scheduler import gates, watchdog
+from scheduler import gates, recording, watchdog
 from scheduler.api import Scheduler
 from scheduler.cli import _with_wait
 from scheduler.clitext import invocation_text
@@ -335,7 +335,7 @@ def test_an_answer_is_recorded_patiently_when_the_database_blips(
             raise failures.pop()
         real(*args)
 
-    monkeypatch.setattr(gatecheck, "OUTCOME_RETRY_DELAYS", (0,))
+    monkeypatch.setattr(recording, "RETRY_DELAYS", (0,))
     monkeypatch.setattr(gates, "answer", blip)
     with gate_endpoint() as endpoint:
         add(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}], max_wait="5s"))

@@ -153,6 +153,22 @@ def test_an_outcome_whose_text_cannot_be_stored_is_recorded_without_it(
     assert any("again without its text" in r.getMessage() for r in caplog.records)
 
 
+def test_a_gate_answer_whose_text_cannot_be_stored_is_recorded_without_it(
+    db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    """The same net under gate answers: the answer counts (a yes starts the run)."""
+    monkeypatch.setattr(outside, "storable", lambda text: text)  # the boundary misses it
+    engine, port = engine_with(db, clock)
+    add(engine, spec("g", gates=[{"celery": "app.ready", "every": "10s"}], max_wait="1m"))
+    Scheduler(engine).trigger("p/g")
+    [run] = rows(engine, "g")
+    unstorable = "\ud800" if db.dialect.name == "sqlite" else "\x00"
+    gatecheck.record(engine, run["id"], "app.ready", 1, run["job_id"], True, unstorable)
+    [run] = rows(engine, "g")
+    [said] = [a["said"] for a in run["checks"]["gate"]["gates"][0]["answers"]]
+    assert said == "its text could not be stored" and run["status"] == "RUNNING"
+
+
 def test_an_outcome_that_cannot_be_recorded_lets_the_lease_lapse(
     db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ):
@@ -289,6 +305,20 @@ def test_a_wait_settled_without_a_start_is_not_still_waiting(db: sqlalchemy.Engi
     text = invocation_text(Scheduler(engine).invocation(d["id"]))
     assert "still waiting" not in text
     assert "-> not met: FAILED at 2026-03-01T12:10:01" in text, text
+
+
+def test_a_gate_wait_that_ran_anyway_says_so(db: sqlalchemy.Engine, clock: Clock):
+    engine, port = http_engine(db, clock)
+    with raw_endpoint(answer("503 No", b"")) as endpoint:
+        gate = {"name": "ready", "http": endpoint.url, "every": "10s"}
+        add(engine, spec("g", gates=[gate], max_wait="5s", on_unmet="run"))
+        Scheduler(engine).trigger("p/g")
+        assert ask_due(engine, port, clock) == 1
+        settle(engine, port)
+    [run] = rows(engine, "g")
+    text = invocation_text(Scheduler(engine).invocation(run["id"]))
+    assert run["status"] == "SUCCEEDED"
+    assert "-> not met; started anyway at" in text and "(on_unmet: run)" in text, text
 
 
 def test_explain_names_the_channels_an_alert_did_not_reach():

@@ -324,6 +324,48 @@ def test_a_run_filed_in_the_month_while_it_is_taken_out_keeps_it(
         assert "invocations_p2029_01" in [m.name for m in partitions.months(conn)]
         assert partitions.detached(conn) == []
     assert len(Scheduler(engine).history("p/a")) == 2
+    monkeypatch.undo()  # the runs end; the next pass takes the month, counted as it ends
+    with engine.db.begin() as conn:
+        conn.execute(
+            invocations.update().values(status="SKIPPED", reason="test", finished_at=clock.now)
+        )
+    report = run_once(engine.db, datetime(2029, 7, 31, tzinfo=UTC), RETENTION)
+    assert report.dropped == "invocations_p2029_01"
+    with engine.db.connect() as conn:
+        [day] = conn.execute(select(invocation_days)).all()
+    assert (day.runs, day.statuses) == (2, {"SKIPPED": 2})
+
+
+def test_the_look_under_the_detach_s_lock_reads_indexes_not_the_month(
+    pg_engine: Engine, clock: Clock
+):
+    """Under the lock that holds up every tick, the runs not ended are found through the
+    partial indexes of WAITING runs and of deadlines, never by a scan of the month."""
+    engine = pg_engine
+    clock.now = JANUARY - timedelta(days=30)
+    apply(engine, make("0 * * * *"))
+    drop_months_before(engine, JANUARY)
+    run_once(engine.db, JANUARY, timedelta(days=36_500))
+    with engine.db.begin() as conn:
+        for hour in range(500):
+            run(conn, JANUARY + timedelta(hours=hour), "SUCCEEDED", 0.1)
+        conn.exec_driver_sql("ANALYZE invocations_p2029_01")
+        name = partitions.detach(conn, partitions.month_of(JANUARY))
+        plans = []
+        real = conn.exec_driver_sql
+
+        def explained(statement: str, *args: object) -> object:
+            if statement.lstrip().startswith("SELECT (SELECT count(*)"):
+                plans.append("\n".join(real("EXPLAIN " + statement, *args).scalars()))
+            return real(statement, *args)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(conn, "exec_driver_sql", explained)
+            assert partitions.in_flight_in(conn, name) == 0
+        conn.rollback()
+    [plan] = plans
+    assert "Seq Scan" not in plan, plan
+    assert "reason_backfill_idx" in plan and "deadline_idx" in plan, plan  # the two partial
 
 
 def test_a_backfill_into_a_month_retention_drops_is_refused(pg_engine: Engine, clock: Clock):

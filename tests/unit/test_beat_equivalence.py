@@ -91,6 +91,7 @@ DST_CASES: dict[str, Any] = {
     "midnight": crontab(minute=0, hour=0),
     "quarter hours": crontab(minute="*/15"),
     "hourly": crontab(minute=0),
+    "hourly as a range": crontab(minute=0, hour="0-23"),  # full, but fixed local times
     "every two hours": crontab(minute=0, hour="*/2"),
     "even hours as a list": crontab(minute=0, hour="0,2,4,6,8,10,12,14,16,18,20,22"),
     "half hours at 2 as a list": crontab(minute="0,30", hour=2),

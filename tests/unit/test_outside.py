@@ -62,6 +62,7 @@ def test_a_value_is_shown_within_its_limit_or_named():
 def test_log_lines_and_terminals_get_control_characters_as_escapes():
     assert one_line("a\r\nforged line\x1b[2J\x00") == "a\\r\\nforged line\\x1b[2J\\x00"
     assert shown_on_a_terminal("a\nb\tc\x1b[31m\r") == "a\nb\tc\\x1b[31m\\r"
+    assert one_line("csi\x9b2J ls\u2028ps\u2029") == "csi\\x9b2J ls\\u2028ps\\u2029"
 
 
 def test_the_first_unstorable_value_is_found_by_its_path():
