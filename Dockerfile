@@ -4,4 +4,4 @@ WORKDIR /app
 COPY . .
 RUN pip install --no-cache-dir .
 ENV CRONCHAIN_HOME=/var/lib/cronchain
-CMD ["celery", "-A", "tasks", "worker", "--loglevel", "INFO"]
+CMD ["celery", "-A", "cronchain.tasks", "worker", "--loglevel", "INFO"]

@@ -1,12 +1,12 @@
 """Every Celery setting cronchain uses, read from the environment (scheduler.settings).
 
-``celery -A tasks worker|beat|flower`` loads this module; so does the CLI when it sends a
+``celery -A cronchain.tasks worker|beat|flower`` loads this module; so does the CLI when it sends a
 message. Nothing here is specific to one process.
 """
 
-from scheduler.settings import VISIBILITY_TIMEOUT, Settings
-from scheduler.workers.hooks import ANNOTATIONS
-from scheduler.workers.patches import release_fired_eta_entries
+from cronchain.scheduler.settings import VISIBILITY_TIMEOUT, Settings
+from cronchain.scheduler.workers.hooks import ANNOTATIONS
+from cronchain.scheduler.workers.patches import release_fired_eta_entries
 
 _settings = Settings.from_env()
 release_fired_eta_entries()  # every tick is held for its ETA
@@ -14,7 +14,7 @@ release_fired_eta_entries()  # every tick is held for its ETA
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True
 if _settings.embedded_broker:
-    from scheduler.workers.fsbroker import ALIAS
+    from cronchain.scheduler.workers.fsbroker import ALIAS
 
     broker_url = f"{ALIAS}://"  # kombu's filesystem transport, made safe across processes
     _queue_folder = _settings.broker_folder / "queue"
@@ -27,7 +27,7 @@ if _settings.embedded_broker:
         "polling_interval": 0.05,
     }
 else:
-    from scheduler.workers.patches import guard_redis_channel, reuse_redis_clients
+    from cronchain.scheduler.workers.patches import guard_redis_channel, reuse_redis_clients
 
     guard_redis_channel()
     reuse_redis_clients()

@@ -20,10 +20,10 @@ from celery import Celery
 from sqlalchemy import select
 
 from bench.load import offset
-from migrations import upgrade
-from scheduler.storage.db import make_engine
-from scheduler.storage.models import invocations, jobs
-from scheduler.workers.runtime import Runtime
+from cronchain.migrations import upgrade
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.workers.runtime import Runtime
 from tests.e2e.harness import ROOT, Cluster, wait_until
 from tests.services import RedisServer, redis_server
 

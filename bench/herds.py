@@ -27,7 +27,7 @@ from sqlalchemy import func, select
 
 from bench.common import figure
 from bench.load import offset
-from scheduler.storage.models import invocations
+from cronchain.scheduler.storage.models import invocations
 
 
 @dataclass(frozen=True)

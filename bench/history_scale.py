@@ -52,9 +52,9 @@ from pathlib import Path
 import sqlalchemy
 
 from bench.common import cluster, database, figure, percentile
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.storage import history_days, partitions
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.storage import history_days, partitions
 
 CHUNK = 2_000_000
 MONTHS = 6
@@ -352,7 +352,15 @@ def main(argv: list[str] | None = None) -> None:
 
         t = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "scheduler.cli", "history", "bench/job0007", "--limit", "50"],
+            [
+                sys.executable,
+                "-m",
+                "cronchain.scheduler.cli",
+                "history",
+                "bench/job0007",
+                "--limit",
+                "50",
+            ],
             env=c.env,
             check=True,
             capture_output=True,

@@ -39,11 +39,11 @@ from typing import Any
 from sqlalchemy import event
 
 from bench.common import database, figure, transactions, with_requirements
-from scheduler.declarative import apply
-from scheduler.engine import Engine
-from scheduler.invokers import default_invokers
-from scheduler.spec import JobSpec
-from scheduler.workers import work
+from cronchain.scheduler.declarative import apply
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.workers import work
 from tests.conftest import Clock, RecordingPort
 
 
@@ -91,8 +91,8 @@ def history_partitions(db: Any, now: datetime, before: int) -> None:
     next (what the watchdog makes), and ``before`` months of history. None where
     history is not partitioned (SQLite, or the code before partitioning)."""
     try:
-        from scheduler.retention import run_once
-        from scheduler.storage import partitions
+        from cronchain.scheduler.retention import run_once
+        from cronchain.scheduler.storage import partitions
     except ImportError:
         return
     with db.begin() as conn:

@@ -25,12 +25,12 @@ import urllib.request
 from datetime import timedelta
 
 from bench.common import database, figure, job_specs, percentile
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.invokers import default_invokers
-from scheduler.settings import Settings
-from scheduler.spec import JobSpec
-from scheduler.web.metrics import DatabaseCollector, render
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.web.metrics import DatabaseCollector, render
 from tests.conftest import RecordingPort
 from tests.e2e.harness import ROOT, wait_until
 from tests.services import free_port
@@ -55,7 +55,7 @@ def main() -> None:
         port = free_port()
         env = dict(os.environ, CRONCHAIN_DATABASE_URL=url, PYTHONPATH=str(ROOT))
         server = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "cronchain.scheduler.cli", "serve", "--port", str(port)],
             env=env,
             cwd=folder,
             stdout=subprocess.DEVNULL,

@@ -58,8 +58,8 @@ from bench.common import (
     started_runs,
     transactions,
 )
-from scheduler.storage.models import invocations, jobs
-from scheduler.timing.schedules import parse_schedule
+from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.timing.schedules import parse_schedule
 from tests.e2e.harness import Endpoint
 
 # The debug log's line of a claim (scheduler.runs.Runs.claim): how long the attempt had

@@ -10,7 +10,7 @@ begins), every reference is checked before the commit, and they are on again aft
 
 from alembic import context
 
-from scheduler.storage.models import metadata
+from cronchain.scheduler.storage.models import metadata
 
 engine = context.config.attributes["engine"]
 with engine.connect() as connection:

@@ -1,10 +1,10 @@
 """cronchain's scheduler: schedules, job specs, storage, the engine and its invokers."""
 
-from scheduler.api import Scheduler
-from scheduler.declared import periodic
-from scheduler.errors import CronchainError, NotFound, SpecError, TransientError
-from scheduler.spec import JobSpec
-from scheduler.workers.hooks import heartbeat, install
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.declared import periodic
+from cronchain.scheduler.errors import CronchainError, NotFound, SpecError, TransientError
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.workers.hooks import heartbeat, install
 
 __all__ = [
     "CronchainError",

@@ -16,20 +16,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from scheduler import outside
-from scheduler.controls import controls_of
-from scheduler.declarative import ApplyReport, apply
-from scheduler.engine import Engine
-from scheduler.errors import NotFound, SpecError
-from scheduler.explain import explain, iso
-from scheduler.pools import listing as pool_listing
-from scheduler.pools import set_sizes as set_pool_sizes
-from scheduler.settings import history_retention
-from scheduler.spec import JobSpec, load_job_file, validate_pools
-from scheduler.storage import alert_store, job_store, run_store
-from scheduler.storage.db import explained_failures
-from scheduler.storage.rows import HOLDS
-from statemachine import Pause, Resume
+from cronchain.scheduler import outside
+from cronchain.scheduler.controls import controls_of
+from cronchain.scheduler.declarative import ApplyReport, apply
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import NotFound, SpecError
+from cronchain.scheduler.explain import explain, iso
+from cronchain.scheduler.pools import listing as pool_listing
+from cronchain.scheduler.pools import set_sizes as set_pool_sizes
+from cronchain.scheduler.settings import history_retention
+from cronchain.scheduler.spec import JobSpec, load_job_file, validate_pools
+from cronchain.scheduler.storage import alert_store, job_store, run_store
+from cronchain.scheduler.storage.db import explained_failures
+from cronchain.scheduler.storage.rows import HOLDS
+from cronchain.statemachine import Pause, Resume
 
 # The times cronchain takes from a person: far enough either way for any schedule,
 # backfill or question, and far from the year 9999 where date arithmetic overflows.
@@ -89,7 +89,7 @@ class Scheduler:
 
     @classmethod
     def from_env(cls) -> Scheduler:
-        from scheduler.workers.runtime import Runtime
+        from cronchain.scheduler.workers.runtime import Runtime
 
         return cls(Runtime.from_env().engine)
 
@@ -97,8 +97,8 @@ class Scheduler:
     def upgrade(self) -> None:
         """Bring the database schema to the newest migration, and make the history
         partitions that slots may come due in (PostgreSQL)."""
-        from migrations import upgrade
-        from scheduler.retention import ensure_partitions
+        from cronchain.migrations import upgrade
+        from cronchain.scheduler.retention import ensure_partitions
 
         upgrade(self.engine.db)
         ensure_partitions(self.engine.db, self.engine.clock())
@@ -144,7 +144,7 @@ class Scheduler:
         declare with ``@periodic``, project by project as ``apply`` does with a file; or
         ``project``'s alone. Every project is checked (a dry run) before any is written,
         so that one refused project leaves the others as they were."""
-        from scheduler.declared import jobs_of_app
+        from cronchain.scheduler.declared import jobs_of_app
 
         declared = jobs_of_app(ref, project)
         if not dry_run:

@@ -2,10 +2,10 @@
 
 ``import-beat APP``, ``apply --app`` and beat's reconcile of ``CRONCHAIN_APPS`` need the
 user's app loaded, which runs the user's code. Not in cronchain's process: there the
-user's ``import celeryconfig`` or ``tasks`` would find cronchain's modules, the user's
-signal handlers would stay connected to cronchain's worker, and an edited module would
-never be read again. So a child interpreter (``python -m scheduler.appreader``, in the
-current directory, with the same environment) loads the app and answers in JSON; a
+user's signal handlers would stay connected to cronchain's worker, its configuration
+would be loaded beside cronchain's, and an edited module would never be read again. So
+a child interpreter (``python -m cronchain.scheduler.appreader``, in the current
+directory, with the same environment) loads the app and answers in JSON; a
 :class:`SpecError` there is one here.
 """
 
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from typing import Any, Literal
 
-from scheduler.errors import SpecError
+from cronchain.scheduler.errors import SpecError
 
 LOAD_TIMEOUT = 120.0  # seconds: an app that connects somewhere as it is imported
 Reading = Literal["beat", "periodic"]
@@ -27,7 +27,7 @@ Reading = Literal["beat", "periodic"]
 def read_app(reading: Reading, ref: str, project: str | None = None) -> dict[str, Any]:
     """What the child answers for the app ``ref``: its beat schedule as job entries
     (``beat``), or the jobs its ``@periodic`` tasks declare (``periodic``)."""
-    argv = [sys.executable, "-m", "scheduler.appreader", reading, ref, project or ""]
+    argv = [sys.executable, "-m", "cronchain.scheduler.appreader", reading, ref, project or ""]
     # The child finds modules where this process does (a worker's -A folder, a test's).
     path = os.pathsep.join(p for p in sys.path if p)
     env = os.environ | {"PYTHONPATH": path}
@@ -49,12 +49,12 @@ def read_app(reading: Reading, ref: str, project: str | None = None) -> dict[str
 
 
 def _answer(reading: str, ref: str, project: str | None) -> dict[str, Any]:
-    from scheduler.celeryapps import load_app
+    from cronchain.scheduler.celeryapps import load_app
 
     app = load_app(ref)
     if reading == "beat":
         return _beat(app, project)
-    from scheduler.declared import declared_jobs
+    from cronchain.scheduler.declared import declared_jobs
 
     declared = declared_jobs(app)
     return {
@@ -70,9 +70,9 @@ def _answer(reading: str, ref: str, project: str | None) -> dict[str, Any]:
 
 
 def _beat(app: Any, project: str | None) -> dict[str, Any]:
-    from scheduler.beatimport.entries import app_route, convert, entries_of_app
-    from scheduler.celeryapps import app_zone
-    from scheduler.specmodel import NAME
+    from cronchain.scheduler.beatimport.entries import app_route, convert, entries_of_app
+    from cronchain.scheduler.celeryapps import app_zone
+    from cronchain.scheduler.specmodel import NAME
 
     zone, note = app_zone(app)
     entries, broken = entries_of_app(app, zone)

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
-from scheduler import debuglog, gates, progress, upstream
-from scheduler.effects import Message, SendStart
-from scheduler.errors import SpecError
-from scheduler.explain import iso
-from scheduler.storage import partitions, run_store
-from scheduler.storage.rows import JobRow
-from scheduler.timing.schedules import Schedule
+from cronchain.scheduler import debuglog, gates, progress, upstream
+from cronchain.scheduler.effects import Message, SendStart
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.explain import iso
+from cronchain.scheduler.storage import partitions, run_store
+from cronchain.scheduler.storage.rows import JobRow
+from cronchain.scheduler.timing.schedules import Schedule
 
 if TYPE_CHECKING:
-    from scheduler.engine import Engine
+    from cronchain.scheduler.engine import Engine
 
 MAX_SLOTS = 10_000  # one backfill; split a longer range in several
 _INSTANT = timedelta(microseconds=1)

@@ -6,8 +6,8 @@ of ``CRONCHAIN_APPS``) the jobs its tasks declare with ``@periodic``
 (:mod:`scheduler.declared`). Both need the app configured as beat has it: the handlers of
 ``on_after_configure``/``on_after_finalize`` run (``add_periodic_task``), the modules of
 ``imports``/``include`` imported. The user's code runs in a process of its own
-(:mod:`scheduler.appreader`), never in cronchain's: its ``celeryconfig`` or ``tasks``
-module must not be cronchain's, and an edited module must be read afresh.
+(:mod:`scheduler.appreader`), never in cronchain's: its handlers must not stay connected
+to cronchain's worker, and an edited module must be read afresh.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from celery import Celery
 from celery.app.utils import find_app
 from kombu import Queue
 
-from scheduler.errors import CronchainError, SpecError
-from scheduler.timing.schedules import parse_zone
+from cronchain.scheduler.errors import CronchainError, SpecError
+from cronchain.scheduler.timing.schedules import parse_zone
 
 
 class NotFaithful(Exception):

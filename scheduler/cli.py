@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from scheduler import progress
-from scheduler.api import (
+from cronchain.scheduler import progress
+from cronchain.scheduler.api import (
     EARLIEST,
     LATEST,
     MAX_BACKFILL_CONCURRENCY,
@@ -22,19 +22,19 @@ from scheduler.api import (
     MAX_ID,
     iso,
 )
-from scheduler.beatimport.command import add_arguments as import_beat_arguments
-from scheduler.clitext import invocation_text, show, table
-from scheduler.declarative import collector_paused
-from scheduler.errors import NotFound, SpecError, TransientError
-from scheduler.outside import shown_on_a_terminal
-from scheduler.storage.alert_store import delivery_text
-from scheduler.timing.localtime import transitions
-from scheduler.timing.schedules import parse_schedule, parse_zone
-from scheduler.web import CHECKS
-from statemachine import InvalidTransition
+from cronchain.scheduler.beatimport.command import add_arguments as import_beat_arguments
+from cronchain.scheduler.clitext import invocation_text, show, table
+from cronchain.scheduler.declarative import collector_paused
+from cronchain.scheduler.errors import NotFound, SpecError, TransientError
+from cronchain.scheduler.outside import shown_on_a_terminal
+from cronchain.scheduler.storage.alert_store import delivery_text
+from cronchain.scheduler.timing.localtime import transitions
+from cronchain.scheduler.timing.schedules import parse_schedule, parse_zone
+from cronchain.scheduler.web import CHECKS
+from cronchain.statemachine import InvalidTransition
 
 if TYPE_CHECKING:
-    from scheduler.api import Scheduler
+    from cronchain.scheduler.api import Scheduler
 
 Handler = Callable[[argparse.Namespace], int]
 MAX_NEXT = 1000  # fire times `next` lists at most
@@ -89,8 +89,8 @@ class _LogLines(logging.Handler):
 def _scheduler(args: argparse.Namespace) -> Scheduler:
     """The command's scheduler. Its runtime stays on ``args``, for ``main`` to tell
     whether a message did not reach the broker."""
-    from scheduler.api import Scheduler
-    from scheduler.workers.runtime import Runtime
+    from cronchain.scheduler.api import Scheduler
+    from cronchain.scheduler.workers.runtime import Runtime
 
     args.runtime = Runtime.for_command()
     return Scheduler(args.runtime.engine)
@@ -351,7 +351,7 @@ def _offset(delta: timedelta) -> str:
 
 
 def cmd_import_beat(args: argparse.Namespace) -> int:
-    from scheduler.beatimport.command import cmd_import_beat
+    from cronchain.scheduler.beatimport.command import cmd_import_beat
 
     return cmd_import_beat(args)
 
@@ -371,7 +371,7 @@ def cmd_pool_list(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     """Migrate, apply the given job files, then run both paths until stopped
     (scheduler.up)."""
-    from scheduler.up import up
+    from cronchain.scheduler.up import up
 
     return up(
         args.files,
@@ -384,13 +384,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """/metrics, /healthz and the jobs page (scheduler.web)."""
-    from scheduler.web.serve import serve
+    from cronchain.scheduler.web.serve import serve
 
     return serve(args.host, args.port, args.basic_auth)
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from scheduler.web.serve import health
+    from cronchain.scheduler.web.serve import health
 
     return health(args.json, args.check or ())
 

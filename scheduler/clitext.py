@@ -6,9 +6,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from scheduler import gates
-from scheduler.outside import one_line, shown_on_a_terminal
-from scheduler.upstream import said
+from cronchain.scheduler import gates
+from cronchain.scheduler.outside import one_line, shown_on_a_terminal
+from cronchain.scheduler.upstream import said
 
 
 def show(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:

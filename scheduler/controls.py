@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from scheduler.invokers.call import DEFAULT_PRIORITY
-from scheduler.specmodel import RETRY_DEFAULTS, JobFields
-from statemachine import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
+from cronchain.scheduler.invokers.call import DEFAULT_PRIORITY
+from cronchain.scheduler.specmodel import RETRY_DEFAULTS, JobFields
+from cronchain.statemachine import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
 
 if TYPE_CHECKING:
-    from scheduler.specmodel import JobModel
-    from scheduler.storage.rows import JobRow
+    from cronchain.scheduler.specmodel import JobModel
+    from cronchain.scheduler.storage.rows import JobRow
 
 # The job fields that are controls: every field of the spec's model but what names the
 # job and when it runs.

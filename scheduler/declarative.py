@@ -22,18 +22,18 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler import pools, progress, upstream
-from scheduler.effects import Fed, Fill, Message, SendTick
-from scheduler.engine import Engine
-from scheduler.errors import CronchainError, SpecError, TransientError
-from scheduler.spec import JobFile, JobSpec, load_job_file
-from scheduler.storage import alert_store, job_store
-from scheduler.storage.job_batch import CHUNK, JobBatch
-from scheduler.storage.job_store import JobHead
-from scheduler.storage.rows import JobRow
-from scheduler.timing.schedules import Schedule
-from scheduler.triggergraph import reachable_cycle
-from statemachine import (
+from cronchain.scheduler import pools, progress, upstream
+from cronchain.scheduler.effects import Fed, Fill, Message, SendTick
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import CronchainError, SpecError, TransientError
+from cronchain.scheduler.spec import JobFile, JobSpec, load_job_file
+from cronchain.scheduler.storage import alert_store, job_store
+from cronchain.scheduler.storage.job_batch import CHUNK, JobBatch
+from cronchain.scheduler.storage.job_store import JobHead
+from cronchain.scheduler.storage.rows import JobRow
+from cronchain.scheduler.timing.schedules import Schedule
+from cronchain.scheduler.triggergraph import reachable_cycle
+from cronchain.statemachine import (
     Disable,
     Enable,
     Event,

@@ -25,12 +25,12 @@ import celery
 from celery import Celery, Task
 from celery.local import PromiseProxy, Proxy
 
-from scheduler.celeryapps import NotFaithful, send_options
-from scheduler.declarative import ApplyReport, apply
-from scheduler.engine import Engine
-from scheduler.errors import CronchainError, SpecError, TransientError
-from scheduler.spec import JobSpec
-from scheduler.specmodel import NAME
+from cronchain.scheduler.celeryapps import NotFaithful, send_options
+from cronchain.scheduler.declarative import ApplyReport, apply
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import CronchainError, SpecError, TransientError
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.specmodel import NAME
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -238,7 +238,7 @@ def jobs_of_app(ref: str, project: str | None = None) -> dict[str, list[JobSpec]
     so that the app's modules are read afresh each time. An app that declares none, or
     none of ``project``, is refused: applying nothing would disable every job of a
     project."""
-    from scheduler.appreader import read_app
+    from cronchain.scheduler.appreader import read_app
 
     answer = read_app("periodic", ref)["projects"]
     declared = {p: [JobSpec(p, **fields) for fields in jobs] for p, jobs in answer.items()}

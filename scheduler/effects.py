@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from scheduler.invokers import Call
-from statemachine import JobSnapshot
+from cronchain.scheduler.invokers import Call
+from cronchain.statemachine import JobSnapshot
 
 log = logging.getLogger("cronchain.engine")
 

@@ -26,11 +26,11 @@ import sqlalchemy.exc
 from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
-from scheduler import backfill as backfills
-from scheduler import debuglog, gates, pools, tick_batch, upstream
-from scheduler.alerts import raising
-from scheduler.controls import controls_of
-from scheduler.effects import (
+from cronchain.scheduler import backfill as backfills
+from cronchain.scheduler import debuglog, gates, pools, tick_batch, upstream
+from cronchain.scheduler.alerts import raising
+from cronchain.scheduler.controls import controls_of
+from cronchain.scheduler.effects import (
     Fed,
     Fill,
     Kept,
@@ -42,19 +42,19 @@ from scheduler.effects import (
     SendTick,
     send,
 )
-from scheduler.errors import TransientError
-from scheduler.invokers import Invoker
-from scheduler.leases import Leases
-from scheduler.rechecks import Rechecks
-from scheduler.runs import RUNNING, STARTING, WAITING, Runs
-from scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
-from scheduler.spec import JobSpec
-from scheduler.storage import job_store, revokes, run_store
-from scheduler.storage.db import unreachable, write_transaction
-from scheduler.storage.rows import InvocationRow, JobRow
-from scheduler.timing.eta import tick_eta
-from scheduler.timing.schedules import Schedule, stored_schedule
-from statemachine import (
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.invokers import Invoker
+from cronchain.scheduler.leases import Leases
+from cronchain.scheduler.rechecks import Rechecks
+from cronchain.scheduler.runs import RUNNING, STARTING, WAITING, Runs
+from cronchain.scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage import job_store, revokes, run_store
+from cronchain.scheduler.storage.db import unreachable, write_transaction
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.scheduler.timing.eta import tick_eta
+from cronchain.scheduler.timing.schedules import Schedule, stored_schedule
+from cronchain.statemachine import (
     Abandon,
     AbortActive,
     Action,

@@ -13,11 +13,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler import gates
-from scheduler.storage import alert_store, history_days, job_store, run_store
-from scheduler.storage.alert_store import AlertRow, delivery_text
-from scheduler.timing.schedules import Schedule, stored_schedule
-from scheduler.upstream import said
+from cronchain.scheduler import gates
+from cronchain.scheduler.storage import alert_store, history_days, job_store, run_store
+from cronchain.scheduler.storage.alert_store import AlertRow, delivery_text
+from cronchain.scheduler.timing.schedules import Schedule, stored_schedule
+from cronchain.scheduler.upstream import said
 
 
 def iso(t: datetime | None) -> str | None:

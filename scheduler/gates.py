@@ -29,18 +29,18 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
 
-from scheduler import debuglog, outside, pools
-from scheduler.controls import Controls, controls_of
-from scheduler.effects import CheckGate, Fed, Message
-from scheduler.invokers import Call, Outcome
-from scheduler.storage import run_store
-from scheduler.storage.models import invocations
-from scheduler.storage.rows import InvocationRow, JobRow
-from scheduler.unmet import settle as unmet_settle
-from statemachine import InvocationFinished, InvocationStatus
+from cronchain.scheduler import debuglog, outside, pools
+from cronchain.scheduler.controls import Controls, controls_of
+from cronchain.scheduler.effects import CheckGate, Fed, Message
+from cronchain.scheduler.invokers import Call, Outcome
+from cronchain.scheduler.storage import run_store
+from cronchain.scheduler.storage.models import invocations
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.scheduler.unmet import settle as unmet_settle
+from cronchain.statemachine import InvocationFinished, InvocationStatus
 
 if TYPE_CHECKING:
-    from scheduler.engine import Engine
+    from cronchain.scheduler.engine import Engine
 
 REASON = "gate"
 KEPT = 20  # the answers of each gate kept on the run, the latest
@@ -286,7 +286,7 @@ def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now
         return Fed(job.snapshot, alerts)
     run_store.update_invocation(conn, inv.id, **columns)
     if inv.backfill:  # not the machine's: the backfill's next slot takes its turn
-        from scheduler import backfill  # which starts its runs through ``begin``
+        from cronchain.scheduler import backfill  # which starts its runs through ``begin``
 
         return Fed(job.snapshot, alerts + backfill.promote(engine, conn, job, now))
     fed = engine.feed(conn, job, InvocationFinished(inv.id, now), now)

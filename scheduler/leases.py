@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine as Database
 
-from scheduler import debuglog, outside
-from scheduler.storage import run_store
-from scheduler.storage.db import write_transaction
+from cronchain.scheduler import debuglog, outside
+from cronchain.scheduler.storage import run_store
+from cronchain.scheduler.storage.db import write_transaction
 
 log = logging.getLogger("cronchain.leases")
 

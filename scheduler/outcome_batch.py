@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from scheduler.controls import controls_of
-from scheduler.effects import Fed, Message
-from scheduler.errors import TransientError
-from scheduler.invokers import Outcome
-from scheduler.storage import job_store, run_store
-from scheduler.storage.rows import ConcurrentUpdate, InvocationRow, JobRow
+from cronchain.scheduler.controls import controls_of
+from cronchain.scheduler.effects import Fed, Message
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.storage import job_store, run_store
+from cronchain.scheduler.storage.rows import ConcurrentUpdate, InvocationRow, JobRow
 
 if TYPE_CHECKING:
-    from scheduler.engine import Engine
-    from scheduler.runs import Runs
-    from statemachine import Event
+    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.runs import Runs
+    from cronchain.statemachine import Event
 
 log = logging.getLogger("cronchain.engine")
 

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from scheduler import debuglog
-from scheduler.effects import Fill, Message, SendStart
-from scheduler.invokers.call import DEFAULT_PRIORITY
-from scheduler.storage.models import invocations, jobs, pools
-from statemachine import InvocationStatus
-from statemachine.pool import Waiter, choose
+from cronchain.scheduler import debuglog
+from cronchain.scheduler.effects import Fill, Message, SendStart
+from cronchain.scheduler.invokers.call import DEFAULT_PRIORITY
+from cronchain.scheduler.storage.models import invocations, jobs, pools
+from cronchain.statemachine import InvocationStatus
+from cronchain.statemachine.pool import Waiter, choose
 
 if TYPE_CHECKING:
-    from scheduler.engine import Engine
+    from cronchain.scheduler.engine import Engine
 
 REASON = "pool"
 HOLDING = ("STARTING", "RUNNING")

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from scheduler.errors import TransientError
+from cronchain.scheduler.errors import TransientError
 
 log = logging.getLogger("cronchain.engine")
 RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds

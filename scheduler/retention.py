@@ -36,8 +36,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
-from scheduler.storage import history_days, partitions, statistics
-from scheduler.storage.db import first_line, write_transaction
+from cronchain.scheduler.storage import history_days, partitions, statistics
+from cronchain.scheduler.storage.db import first_line, write_transaction
 
 log = logging.getLogger("cronchain.retention")
 

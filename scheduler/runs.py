@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from sqlalchemy import Connection
 
-from scheduler import backfill, debuglog, outside, pools, upstream
-from scheduler.alerts import raising
-from scheduler.controls import controls_of
-from scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
-from scheduler.errors import NotFound
-from scheduler.invokers import Call, Outcome, celery_task_id
-from scheduler.outcome_batch import GroupCommit, HeldWrites, Report
-from scheduler.recording import patiently, textless_if_refused
-from scheduler.storage import job_store, revokes, run_store
-from scheduler.storage.rows import InvocationRow, JobRow
-from statemachine import (
+from cronchain.scheduler import backfill, debuglog, outside, pools, upstream
+from cronchain.scheduler.alerts import raising
+from cronchain.scheduler.controls import controls_of
+from cronchain.scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
+from cronchain.scheduler.errors import NotFound
+from cronchain.scheduler.invokers import Call, Outcome, celery_task_id
+from cronchain.scheduler.outcome_batch import GroupCommit, HeldWrites, Report
+from cronchain.scheduler.recording import patiently, textless_if_refused
+from cronchain.scheduler.storage import job_store, revokes, run_store
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.statemachine import (
     Event,
     InvocationFinished,
     InvocationStarted,
@@ -42,8 +42,8 @@ ACTIVE = (STARTING, RUNNING)
 WORKER_LIMIT = 200  # characters of a worker's name kept (invocations.worker)
 
 if TYPE_CHECKING:
-    from scheduler.engine import Engine
-    from scheduler.leases import Lease
+    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.leases import Lease
 # An attempt as a worker names it: (invocation, attempt), or with its job as the
 # engine's messages carry it, (invocation, attempt, job).
 AttemptRef = tuple[int, int] | tuple[int, int, int | None]

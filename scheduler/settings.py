@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from scheduler.errors import ConfigError, SpecError
+from cronchain.scheduler.errors import ConfigError, SpecError
 
 # Far below the Redis visibility timeout (celeryconfig sets 1 h), so that an ETA message is
 # never redelivered while it waits; ticks further away hop.
@@ -286,7 +286,7 @@ def _apps(env: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def _http_allow(env: Mapping[str, str]) -> str:
-    from scheduler.invokers.netguard import parse_allow
+    from cronchain.scheduler.invokers.netguard import parse_allow
 
     text = _text(env, "CRONCHAIN_HTTP_ALLOW")
     try:

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler import controls as job_controls
-from scheduler import outside
-from scheduler.alerts.channels import from_env as channels_from_env
-from scheduler.alerts.channels import validate_channels
-from scheduler.errors import SpecError
-from scheduler.specmodel import KINDS, NAME, kind_of, validate_entry
-from scheduler.timing.schedules import Schedule, parse_schedule
-from scheduler.yamlfile import read_yaml_file
+from cronchain.scheduler import controls as job_controls
+from cronchain.scheduler import outside
+from cronchain.scheduler.alerts.channels import from_env as channels_from_env
+from cronchain.scheduler.alerts.channels import validate_channels
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.specmodel import KINDS, NAME, kind_of, validate_entry
+from cronchain.scheduler.timing.schedules import Schedule, parse_schedule
+from cronchain.scheduler.yamlfile import read_yaml_file
 
 MAX_SPEC_BYTES = 64 * 1024
 

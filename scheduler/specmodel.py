@@ -35,8 +35,8 @@ from pydantic import (
     model_validator,
 )
 
-from scheduler.errors import SpecError
-from scheduler.timing.schedules import parse_schedule, parse_seconds, parse_zone
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.timing.schedules import parse_schedule, parse_seconds, parse_zone
 
 KINDS = ("noop", "http", "celery")
 # Every duration is at most this: long enough for any real lease, wait or backoff (and a

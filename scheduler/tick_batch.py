@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from scheduler.alerts.rules import rules_of
-from scheduler.effects import Fed, Message, SendRun, SendStart
-from scheduler.runs import STARTING
-from scheduler.storage import job_store, run_store
-from scheduler.storage.rows import JobRow
-from statemachine import (
+from cronchain.scheduler.alerts.rules import rules_of
+from cronchain.scheduler.effects import Fed, Message, SendRun, SendStart
+from cronchain.scheduler.runs import STARTING
+from cronchain.scheduler.storage import job_store, run_store
+from cronchain.scheduler.storage.rows import JobRow
+from cronchain.statemachine import (
     InvocationStarted,
     InvocationStatus,
     RecordSkipped,
@@ -44,7 +44,7 @@ from statemachine import (
 )
 
 if TYPE_CHECKING:
-    from scheduler.engine import Engine
+    from cronchain.scheduler.engine import Engine
 
 log = logging.getLogger("cronchain.engine")
 SKIPPED = InvocationStatus.SKIPPED.value

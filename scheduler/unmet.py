@@ -8,13 +8,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler import debuglog
-from scheduler.alerts import raising
-from scheduler.controls import controls_of
-from scheduler.effects import Message
-from scheduler.invokers import Outcome
-from scheduler.storage.rows import InvocationRow, JobRow
-from statemachine import InvocationStatus as S
+from cronchain.scheduler import debuglog
+from cronchain.scheduler.alerts import raising
+from cronchain.scheduler.controls import controls_of
+from cronchain.scheduler.effects import Message
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.statemachine import InvocationStatus as S
 
 
 def settle(

@@ -25,9 +25,9 @@ def up(
     """Exit status: 0 when SIGINT or SIGTERM, to ``up`` alone or to its process group,
     stopped both paths (in time, or by force at the third signal); 1 when a path exited
     on its own or did not stop in time (scheduler.supervise)."""
-    from scheduler.api import Scheduler
-    from scheduler.supervise import supervise
-    from scheduler.workers.runtime import Runtime
+    from cronchain.scheduler.api import Scheduler
+    from cronchain.scheduler.supervise import supervise
+    from cronchain.scheduler.workers.runtime import Runtime
 
     runtime = Runtime.for_command()
     settings = runtime.settings
@@ -45,7 +45,16 @@ def up(
     settings.home.mkdir(parents=True, exist_ok=True)
     control_queues = ",".join([settings.queue, *queues])
     threads = work_concurrency or settings.work_concurrency
-    celery = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", loglevel]
+    celery = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "cronchain.tasks",
+        "worker",
+        "--loglevel",
+        loglevel,
+    ]
     commands = {
         "control": [
             *celery,

@@ -37,20 +37,20 @@ from sqlalchemy import (
 )
 from sqlalchemy import update as sql_update
 
-from scheduler import debuglog, gates
-from scheduler.alerts import raising
-from scheduler.controls import Controls, controls_of
-from scheduler.effects import Fed, Fill, Message, Recheck
-from scheduler.storage import job_store, run_store
-from scheduler.storage.models import REQUIRING, invocations, jobs, requirements
-from scheduler.storage.rows import InvocationRow, JobRow
-from scheduler.triggergraph import target_ref
-from scheduler.unmet import settle as unmet_settle
-from statemachine import InvocationFinished, InvocationStatus
+from cronchain.scheduler import debuglog, gates
+from cronchain.scheduler.alerts import raising
+from cronchain.scheduler.controls import Controls, controls_of
+from cronchain.scheduler.effects import Fed, Fill, Message, Recheck
+from cronchain.scheduler.storage import job_store, run_store
+from cronchain.scheduler.storage.models import REQUIRING, invocations, jobs, requirements
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.scheduler.triggergraph import target_ref
+from cronchain.scheduler.unmet import settle as unmet_settle
+from cronchain.statemachine import InvocationFinished, InvocationStatus
 
 if TYPE_CHECKING:
-    from scheduler.engine import Engine
-    from scheduler.spec import JobSpec
+    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.spec import JobSpec
 
 REASON = "upstream"
 # How long a look again waits for an upstream's transaction: a success commits in

@@ -17,21 +17,21 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
-from scheduler import gates, pools, upstream
-from scheduler.alerts import raising
-from scheduler.alerts.delivery import resend_due
-from scheduler.controls import controls_of
-from scheduler.effects import Message, SendRevoke, SendRun, SendStart
-from scheduler.engine import Engine
-from scheduler.invokers import Outcome
-from scheduler.retention import run_once as retention_pass
-from scheduler.runs import RUNNING
-from scheduler.settings import history_retention
-from scheduler.storage import job_store, observed, revokes, run_store
-from scheduler.storage.db import write_transaction
-from scheduler.storage.models import REPAIRS
-from scheduler.storage.rows import InvocationRow, JobRow
-from statemachine import Repair
+from cronchain.scheduler import gates, pools, upstream
+from cronchain.scheduler.alerts import raising
+from cronchain.scheduler.alerts.delivery import resend_due
+from cronchain.scheduler.controls import controls_of
+from cronchain.scheduler.effects import Message, SendRevoke, SendRun, SendStart
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.retention import run_once as retention_pass
+from cronchain.scheduler.runs import RUNNING
+from cronchain.scheduler.settings import history_retention
+from cronchain.scheduler.storage import job_store, observed, revokes, run_store
+from cronchain.scheduler.storage.db import write_transaction
+from cronchain.scheduler.storage.models import REPAIRS
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.statemachine import Repair
 
 log = logging.getLogger("cronchain.watchdog")
 

@@ -47,7 +47,7 @@ from yaml.events import (
 from yaml.nodes import ScalarNode
 from yaml.reader import ReaderError
 
-from scheduler.errors import SpecError
+from cronchain.scheduler.errors import SpecError
 
 # A 100,000-job file is 6 MB of YAML (a line per job) to 20 MB (six lines, http options
 # and a merge key each); 32 MiB is the next round bound above. Reading is linear: a

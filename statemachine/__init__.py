@@ -5,7 +5,7 @@ nonce) comes in as an argument, so a step is a plain function that tests roll wi
 fixed clock, and the engine hosts it inside a database transaction.
 """
 
-from statemachine.actions import (
+from cronchain.statemachine.actions import (
     AbortActive,
     Action,
     BufferInvocation,
@@ -14,7 +14,7 @@ from statemachine.actions import (
     StartInvocation,
     TickLater,
 )
-from statemachine.events import (
+from cronchain.statemachine.events import (
     Abandon,
     Backfill,
     Disable,
@@ -30,9 +30,22 @@ from statemachine.events import (
     Trigger,
     Unbuffer,
 )
-from statemachine.invocation import InvocationStatus, check_move
-from statemachine.job import InvalidTransition, JobSnapshot, JobState, Schedule, Step, step
-from statemachine.policy import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
+from cronchain.statemachine.invocation import InvocationStatus, check_move
+from cronchain.statemachine.job import (
+    InvalidTransition,
+    JobSnapshot,
+    JobState,
+    Schedule,
+    Step,
+    step,
+)
+from cronchain.statemachine.policy import (
+    Misfire,
+    MisfirePolicy,
+    Overlap,
+    OverlapPolicy,
+    RetryPolicy,
+)
 
 __all__ = [
     "Abandon",

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from transitions import EventData
 
-from statemachine.actions import (
+from cronchain.statemachine.actions import (
     AbortActive,
     BufferInvocation,
     RecordSkipped,
@@ -15,9 +15,9 @@ from statemachine.actions import (
     StartInvocation,
     TickLater,
 )
-from statemachine.events import Abandon, InvocationFinished, Resume, Tick, Trigger
-from statemachine.policy import Misfire, Overlap
-from statemachine.snapshot import Context, JobSnapshot, JobState, Plan, Schedule
+from cronchain.statemachine.events import Abandon, InvocationFinished, Resume, Tick, Trigger
+from cronchain.statemachine.policy import Misfire, Overlap
+from cronchain.statemachine.snapshot import Context, JobSnapshot, JobState, Plan, Schedule
 
 # A misfire or a resume records the slots it does not run, the newest this many.
 MAX_SKIPPED_RECORDS = 1000

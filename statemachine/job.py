@@ -19,11 +19,11 @@ from typing import Any
 
 from transitions import Machine, MachineError
 
-from statemachine import callbacks as cb
-from statemachine.actions import Action
-from statemachine.events import Event, Repair, Tick
-from statemachine.policy import MisfirePolicy, OverlapPolicy
-from statemachine.snapshot import Context, JobSnapshot, JobState, Schedule, Step
+from cronchain.statemachine import callbacks as cb
+from cronchain.statemachine.actions import Action
+from cronchain.statemachine.events import Event, Repair, Tick
+from cronchain.statemachine.policy import MisfirePolicy, OverlapPolicy
+from cronchain.statemachine.snapshot import Context, JobSnapshot, JobState, Schedule, Step
 
 __all__ = ["InvalidTransition", "JobSnapshot", "JobState", "Schedule", "Step", "step"]
 

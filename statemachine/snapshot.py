@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
-from statemachine.actions import Action
-from statemachine.events import Event
-from statemachine.policy import MisfirePolicy, OverlapPolicy
+from cronchain.statemachine.actions import Action
+from cronchain.statemachine.events import Event
+from cronchain.statemachine.policy import MisfirePolicy, OverlapPolicy
 
 
 class JobState(StrEnum):

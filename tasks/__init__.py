@@ -1,7 +1,7 @@
-"""The Celery app: ``celery -A tasks worker``, ``celery -A tasks beat``,
-``celery -A tasks flower``. Importing the package registers cronchain's tasks."""
+"""The Celery app: ``celery -A cronchain.tasks worker``, ``celery -A cronchain.tasks beat``,
+``celery -A cronchain.tasks flower``. Importing the package registers cronchain's tasks."""
 
-from tasks import chain  # noqa: F401  (registers the tasks)
-from tasks.app import app
+from cronchain.tasks import chain  # noqa: F401  (registers the tasks)
+from cronchain.tasks.app import app
 
 __all__ = ["app"]

@@ -8,4 +8,4 @@ from celery import Celery
 logging.getLogger("transitions").setLevel(logging.WARNING)
 
 app = Celery("cronchain")
-app.config_from_object("celeryconfig")
+app.config_from_object("cronchain.celeryconfig")

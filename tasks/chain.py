@@ -16,20 +16,20 @@ from celery import Task, current_app
 from celery.concurrency import prefork
 from celery.signals import beat_init, worker_process_init, worker_ready
 
-from scheduler.alerts.delivery import deliver as deliver_alert
-from scheduler.declarative import ApplyReport, reconcile_folder
-from scheduler.declared import reconcile_apps
-from scheduler.errors import TransientError
-from scheduler.invokers import Outcome
-from scheduler.runs import AttemptRef
-from scheduler.settings import Settings
-from scheduler.watchdog import sweep, waited
-from scheduler.workers import heap
-from scheduler.workers.gatecheck import check as check_gate
-from scheduler.workers.runtime import Runtime
-from scheduler.workers.work import execute, execute_batch
-from statemachine import InvocationStatus
-from tasks.app import app
+from cronchain.scheduler.alerts.delivery import deliver as deliver_alert
+from cronchain.scheduler.declarative import ApplyReport, reconcile_folder
+from cronchain.scheduler.declared import reconcile_apps
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.runs import AttemptRef
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.watchdog import sweep, waited
+from cronchain.scheduler.workers import heap
+from cronchain.scheduler.workers.gatecheck import check as check_gate
+from cronchain.scheduler.workers.runtime import Runtime
+from cronchain.scheduler.workers.work import execute, execute_batch
+from cronchain.statemachine import InvocationStatus
+from cronchain.tasks.app import app
 
 log = logging.getLogger("cronchain.tasks")
 MAX_BATCH = 10_000  # far above any CRONCHAIN_TICK_BATCH; more is not ours
@@ -170,7 +170,7 @@ def _say_what_is_missing(sender: Any, **_: Any) -> None:
         log.info(
             "this worker does not consume %s, where noop and http runs go: they wait until"
             " a worker of the work path takes them (cronchain up starts one; elsewhere run"
-            " celery -A tasks worker --queues %s --pool threads --concurrency %s)",
+            " celery -A cronchain.tasks worker --queues %s --pool threads --concurrency %s)",
             settings.work_queue,
             settings.work_queue,
             settings.work_concurrency,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
-from migrations import upgrade
-from scheduler.engine import Engine
-from scheduler.invokers import Call, default_invokers
-from scheduler.storage.db import make_engine
+from cronchain.migrations import upgrade
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import Call, default_invokers
+from cronchain.scheduler.storage.db import make_engine
 from tests import services
 from tests.faults.rig import SUMMARY
 
@@ -41,7 +41,7 @@ class WorkerDied(BaseException):
 def deliver_runs(engine: Engine, port: RecordingPort) -> int:
     """Do what a work-path worker does with each ``cronchain.run`` message sent so far
     (``celery`` attempts are the user's workers'); returns how many."""
-    from scheduler.workers import work
+    from cronchain.scheduler.workers import work
 
     calls = [call for call in port.runs if call.kind != "celery"]
     port.runs[:] = [call for call in port.runs if call.kind == "celery"]
@@ -184,7 +184,7 @@ def cli_runner(env: Mapping[str, str], cwd: Path) -> Cli:
 
     def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "scheduler.cli", *args],
+            [sys.executable, "-m", "cronchain.scheduler.cli", *args],
             env=dict(env),
             capture_output=True,
             text=True,

@@ -8,7 +8,7 @@ Create Date: 2026-11-22
 import sqlalchemy as sa
 from alembic import op
 
-from scheduler.storage.models import UTCDateTime
+from cronchain.scheduler.storage.models import UTCDateTime
 
 revision = "0003"
 down_revision = "0002"

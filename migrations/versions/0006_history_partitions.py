@@ -19,8 +19,8 @@ Create Date: 2026-11-27
 import sqlalchemy as sa
 from alembic import op
 
-from scheduler.storage import partitions
-from scheduler.storage.models import UTCDateTime
+from cronchain.scheduler.storage import partitions
+from cronchain.scheduler.storage.models import UTCDateTime
 
 revision = "0006"
 down_revision = "0005"

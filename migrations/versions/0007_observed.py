@@ -22,7 +22,7 @@ Create Date: 2026-12-02
 import sqlalchemy as sa
 from alembic import op
 
-from scheduler.storage.models import UTCDateTime
+from cronchain.scheduler.storage.models import UTCDateTime
 
 revision = "0007"
 down_revision = "0006"

@@ -8,7 +8,7 @@ Create Date: 2026-11-25
 import sqlalchemy as sa
 from alembic import op
 
-from scheduler.storage.models import POOLED, UTCDateTime
+from cronchain.scheduler.storage.models import POOLED, UTCDateTime
 
 revision = "0012"
 down_revision = "0011"

@@ -14,7 +14,7 @@ Create Date: 2026-11-25
 import sqlalchemy as sa
 from alembic import op
 
-from scheduler.storage.models import UTCDateTime
+from cronchain.scheduler.storage.models import UTCDateTime
 
 revision = "0013"
 down_revision = "0012"

@@ -34,9 +34,9 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from scheduler import outside
-from scheduler.errors import SpecError
-from scheduler.specmodel import MAX_URL, _spec_error, _Strict
+from cronchain.scheduler import outside
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.specmodel import MAX_URL, _spec_error, _Strict
 
 ENV = "CRONCHAIN_CHANNELS"
 SMTP_ENV = "CRONCHAIN_SMTP_URL"

@@ -21,17 +21,17 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from scheduler import outside
-from scheduler.alerts import channels as channel_kinds
-from scheduler.alerts.channels import Alert, DeliveryError
-from scheduler.effects import SendAlert
-from scheduler.errors import SpecError
-from scheduler.settings import AlertDelivery
-from scheduler.storage import alert_store
-from scheduler.storage.alert_store import FAILED, PENDING, AlertRow
+from cronchain.scheduler import outside
+from cronchain.scheduler.alerts import channels as channel_kinds
+from cronchain.scheduler.alerts.channels import Alert, DeliveryError
+from cronchain.scheduler.effects import SendAlert
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.settings import AlertDelivery
+from cronchain.scheduler.storage import alert_store
+from cronchain.scheduler.storage.alert_store import FAILED, PENDING, AlertRow
 
 if TYPE_CHECKING:
-    from scheduler.engine import Engine
+    from cronchain.scheduler.engine import Engine
 
 log = logging.getLogger("cronchain.alerts")
 FIRST_BACKOFF = timedelta(seconds=10)

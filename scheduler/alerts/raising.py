@@ -12,11 +12,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from scheduler.alerts.rules import RECOVERED, UPSTREAM_STALE, AlertRules, rules_of
-from scheduler.effects import SendAlert
-from scheduler.invokers import Outcome
-from scheduler.storage import alert_store
-from scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.scheduler.alerts.rules import RECOVERED, UPSTREAM_STALE, AlertRules, rules_of
+from cronchain.scheduler.effects import SendAlert
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.storage import alert_store
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 
 
 def raise_one(

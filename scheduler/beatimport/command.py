@@ -12,10 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from scheduler.beatimport.entries import Converted, Imported
-from scheduler.beatimport.jobfile import job_file_text
-from scheduler.errors import SpecError
-from scheduler.specmodel import NAME
+from cronchain.scheduler.beatimport.entries import Converted, Imported
+from cronchain.scheduler.beatimport.jobfile import job_file_text
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.specmodel import NAME
 
 DJANGO_PROJECT = "beat"
 
@@ -54,8 +54,8 @@ def cmd_import_beat(args: argparse.Namespace) -> int:
 
 
 def _from_django(url: str, project: str) -> tuple[str, Converted]:
-    from scheduler.beatimport import djangobeat
-    from scheduler.beatimport.entries import convert
+    from cronchain.scheduler.beatimport import djangobeat
+    from cronchain.scheduler.beatimport.entries import convert
 
     entries, left_out, ignored = djangobeat.read_entries(url)
     converted = convert(entries, project, djangobeat.route_of)
@@ -66,7 +66,7 @@ def _from_django(url: str, project: str) -> tuple[str, Converted]:
 
 def _from_app(ref: str, project: str | None) -> tuple[str, Converted]:
     """The app is loaded in a process of its own (:mod:`scheduler.appreader`)."""
-    from scheduler.appreader import read_app
+    from cronchain.scheduler.appreader import read_app
 
     answer = read_app("beat", ref, project)
     converted = Converted(

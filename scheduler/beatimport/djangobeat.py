@@ -29,10 +29,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool
 
-from scheduler.beatimport.entries import BeatEntry
-from scheduler.beatimport.schedules import Unsupported
-from scheduler.errors import SpecError, TransientError
-from scheduler.storage.db import explained_failures, normalize_url
+from cronchain.scheduler.beatimport.entries import BeatEntry
+from cronchain.scheduler.beatimport.schedules import Unsupported
+from cronchain.scheduler.errors import SpecError, TransientError
+from cronchain.scheduler.storage.db import explained_failures, normalize_url
 
 FIELD = "--django-celery-beat"
 PAUSED = "disabled in django-celery-beat"

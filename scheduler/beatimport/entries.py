@@ -18,10 +18,10 @@ from typing import Any
 from celery import Celery
 from celery.schedules import maybe_schedule
 
-from scheduler.beatimport.schedules import Unsupported, schedule_text
-from scheduler.celeryapps import NotFaithful, send_options
-from scheduler.errors import SpecError
-from scheduler.spec import JobSpec
+from cronchain.scheduler.beatimport.schedules import Unsupported, schedule_text
+from cronchain.scheduler.celeryapps import NotFaithful, send_options
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.spec import JobSpec
 
 # The options a beat entry may carry that a ``celery`` job carries the same way.
 CARRIED = ("queue", "priority", "expires")

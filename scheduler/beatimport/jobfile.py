@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import yaml
 
-from scheduler.beatimport.entries import Imported
+from cronchain.scheduler.beatimport.entries import Imported
 
 
 def job_file_text(project: str, jobs: list[Imported], source: str) -> str:

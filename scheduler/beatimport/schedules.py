@@ -14,8 +14,8 @@ from typing import Any
 
 from celery.schedules import crontab, schedule, solar
 
-from scheduler.errors import SpecError
-from scheduler.timing.cron import DAY, HOUR, MINUTE, MONTH, WEEKDAY, FieldGrammar
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.timing.cron import DAY, HOUR, MINUTE, MONTH, WEEKDAY, FieldGrammar
 
 
 class Unsupported(Exception):

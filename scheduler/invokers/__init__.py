@@ -9,10 +9,10 @@ by the hooks of the user's worker (:mod:`scheduler.workers.hooks`).
 
 from __future__ import annotations
 
-from scheduler.invokers.call import SUCCEEDED, Call, Invoker, Outcome, celery_task_id
-from scheduler.invokers.http import HttpInvoker
-from scheduler.invokers.netguard import parse_allow
-from scheduler.invokers.noop import NoopInvoker
+from cronchain.scheduler.invokers.call import SUCCEEDED, Call, Invoker, Outcome, celery_task_id
+from cronchain.scheduler.invokers.http import HttpInvoker
+from cronchain.scheduler.invokers.netguard import parse_allow
+from cronchain.scheduler.invokers.noop import NoopInvoker
 
 __all__ = [
     "SUCCEEDED",

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from scheduler import outside
-from scheduler.debuglog import LINE_LIMIT
-from statemachine import InvocationStatus
+from cronchain.scheduler import outside
+from cronchain.scheduler.debuglog import LINE_LIMIT
+from cronchain.statemachine import InvocationStatus
 
 # A job's priority is 0-9, 9 first.
 DEFAULT_PRIORITY = 5

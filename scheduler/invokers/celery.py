@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery
 
-from scheduler.invokers.call import DEFAULT_PRIORITY, Call, redis_priority
+from cronchain.scheduler.invokers.call import DEFAULT_PRIORITY, Call, redis_priority
 
 HEADER = "cronchain"
 

@@ -30,8 +30,8 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from scheduler.invokers import netguard
-from scheduler.invokers.call import SUCCEEDED, Call, Outcome
+from cronchain.scheduler.invokers import netguard
+from cronchain.scheduler.invokers.call import SUCCEEDED, Call, Outcome
 
 DEFAULT_REDIRECTS = 5
 READ_LIMIT = 64 * 1024  # bytes of a response body read at most

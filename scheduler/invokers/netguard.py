@@ -14,7 +14,7 @@ import socket
 import time
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
-from scheduler.errors import SpecError
+from cronchain.scheduler.errors import SpecError
 
 Address = IPv4Address | IPv6Address
 Network = IPv4Network | IPv6Network

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.invokers.call import SUCCEEDED, Call, Outcome
+from cronchain.scheduler.invokers.call import SUCCEEDED, Call, Outcome
 
 
 class NoopInvoker:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from scheduler.storage.models import ALERTED, alerts, channels, invocations, jobs
+from cronchain.scheduler.storage.models import ALERTED, alerts, channels, invocations, jobs
 
 PENDING, SENT, FAILED = "pending", "sent", "failed"
 _INSERT = {

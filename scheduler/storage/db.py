@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 
-from scheduler.errors import SpecError, TransientError
+from cronchain.scheduler.errors import SpecError, TransientError
 
 _WRITE = "cronchain_write"
 

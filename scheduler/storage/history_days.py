@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from scheduler.storage import partitions
-from scheduler.storage.models import invocation_days
+from cronchain.scheduler.storage import partitions
+from cronchain.scheduler.storage.models import invocation_days
 
 # One statement over the runs filed before ``end`` (a month's partition and what the
 # default holds from before it): counts by status and by status/reason, and the lag of

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from scheduler.storage import job_store
-from scheduler.storage.rows import JobRow
-from statemachine import JobSnapshot, JobState
+from cronchain.scheduler.storage import job_store
+from cronchain.scheduler.storage.rows import JobRow
+from cronchain.statemachine import JobSnapshot, JobState
 
 if TYPE_CHECKING:
-    from scheduler.spec import JobSpec
+    from cronchain.scheduler.spec import JobSpec
 
 # Rows per statement, and the step at which a progress bar moves.
 CHUNK = 5000

@@ -26,15 +26,15 @@ from sqlalchemy import (
     update,
 )
 
-from scheduler.errors import NotFound
-from scheduler.specmodel import NAME
-from scheduler.storage import bulk
-from scheduler.storage.models import job_changes, jobs
-from scheduler.storage.rows import ConcurrentUpdate, JobRow
-from statemachine import JobSnapshot, JobState
+from cronchain.scheduler.errors import NotFound
+from cronchain.scheduler.specmodel import NAME
+from cronchain.scheduler.storage import bulk
+from cronchain.scheduler.storage.models import job_changes, jobs
+from cronchain.scheduler.storage.rows import ConcurrentUpdate, JobRow
+from cronchain.statemachine import JobSnapshot, JobState
 
 if TYPE_CHECKING:
-    from scheduler.spec import JobSpec
+    from cronchain.scheduler.spec import JobSpec
 
 
 # The hot path's statements are built once: building one costs about as much as running

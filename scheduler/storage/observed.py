@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, Connection, case, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from scheduler.storage.models import (
+from cronchain.scheduler.storage.models import (
     FIRE_LAG_BUCKETS,
     REPAIRS,
     fire_lags,

@@ -30,8 +30,8 @@ from sqlalchemy import (
     true,
 )
 
-from scheduler.specmodel import NAME
-from scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.specmodel import NAME
+from cronchain.scheduler.storage.models import invocations, jobs
 
 STRIP = 30  # outcomes a job's strip shows
 _IDS_PER_STATEMENT = 1000  # a page is 200 jobs; this only bounds a caller's list

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from scheduler.storage.models import revokes
+from cronchain.scheduler.storage.models import revokes
 
 _RECORD = {
     name: dialect.insert(revokes).on_conflict_do_nothing()

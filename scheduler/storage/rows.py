@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from scheduler.errors import TransientError
-from statemachine import JobSnapshot, JobState
+from cronchain.scheduler.errors import TransientError
+from cronchain.statemachine import JobSnapshot, JobState
 
 # Why a run the machine started may still wait before its first attempt.
 HOLDS = ("upstream", "gate", "pool")

@@ -25,10 +25,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from scheduler import debuglog
-from scheduler.storage import bulk
-from scheduler.storage.models import UTCDateTime, invocations, jobs
-from scheduler.storage.rows import HOLDS, InvocationRow, JobRow
+from cronchain.scheduler import debuglog
+from cronchain.scheduler.storage import bulk
+from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
+from cronchain.scheduler.storage.rows import HOLDS, InvocationRow, JobRow
 
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-from scheduler.storage.models import metadata
+from cronchain.scheduler.storage.models import metadata
 
 # Enough for a sample to show the data's shape (several hundred rows); below it, the
 # plan hardly matters.

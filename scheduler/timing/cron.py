@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from scheduler.errors import SpecError
+from cronchain.scheduler.errors import SpecError
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",

@@ -29,9 +29,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-from scheduler.errors import SpecError
-from scheduler.timing.cron import CronFields, StoredCron, parse_cron
-from scheduler.timing.localtime import Kind, Resolved, fold_occurrence, resolve, wall
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.timing.cron import CronFields, StoredCron, parse_cron
+from cronchain.scheduler.timing.localtime import Kind, Resolved, fold_occurrence, resolve, wall
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from flask import Flask, Response, abort, redirect, request, url_for
 
-from scheduler.errors import CronchainError, NotFound, SpecError, TransientError
-from scheduler.storage import pages
-from scheduler.web import csrf
-from scheduler.web.context import context
-from statemachine import InvalidTransition
+from cronchain.scheduler.errors import CronchainError, NotFound, SpecError, TransientError
+from cronchain.scheduler.storage import pages
+from cronchain.scheduler.web import csrf
+from cronchain.scheduler.web.context import context
+from cronchain.statemachine import InvalidTransition
 
 ACTIONS = ("pause", "resume", "trigger", "abort")
 MAX_REASON = 500  # characters of a pause reason kept

@@ -24,12 +24,12 @@ from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import Engine
 
-from scheduler.api import Scheduler
-from scheduler.settings import Settings
-from scheduler.web import actions, views
-from scheduler.web.context import WebContext
-from scheduler.web.health import check_health
-from scheduler.web.metrics import DatabaseCollector, render
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.web import actions, views
+from cronchain.scheduler.web.context import WebContext
+from cronchain.scheduler.web.health import check_health
+from cronchain.scheduler.web.metrics import DatabaseCollector, render
 
 OPEN_PATHS = frozenset({"/metrics", "/healthz"})
 
@@ -44,7 +44,7 @@ def create_app(
     """The app, reading ``db``, asking ``celery``'s broker and acting through
     ``scheduler`` (on the same database); credentials, if any, are
     ``settings.web_basic_auth`` (USER:PASSWORD). ``now``: a test's clock."""
-    app = Flask("scheduler.web")
+    app = Flask("cronchain.scheduler.web")
     app.extensions["cronchain"] = WebContext(
         db, scheduler, settings.web_basic_auth, now or (lambda: datetime.now(UTC))
     )

@@ -9,8 +9,8 @@ from datetime import datetime
 from flask import current_app
 from sqlalchemy import Engine
 
-from scheduler.api import Scheduler
-from scheduler.web import csrf
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.web import csrf
 
 
 @dataclass(frozen=True)

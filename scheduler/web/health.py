@@ -28,10 +28,10 @@ from celery import Celery
 from kombu.utils.url import maybe_sanitize_url
 from sqlalchemy import Engine, text
 
-from scheduler.settings import Settings
-from scheduler.storage import alert_store, observed
-from scheduler.storage.db import first_line
-from scheduler.web import CHECKS
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.storage import alert_store, observed
+from cronchain.scheduler.storage.db import first_line
+from cronchain.scheduler.web import CHECKS
 
 # Each probe's own patience: the broker's connection, and how long inspect collects replies.
 BROKER_TIMEOUT = 1.0

@@ -14,11 +14,11 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from scheduler import controls
-from scheduler.storage.alert_store import AlertRow, delivery_text
-from scheduler.storage.pages import Run
-from scheduler.timing.schedules import stored_schedule
-from scheduler.web.zones import Shown, dst_notes, shown
+from cronchain.scheduler import controls
+from cronchain.scheduler.storage.alert_store import AlertRow, delivery_text
+from cronchain.scheduler.storage.pages import Run
+from cronchain.scheduler.timing.schedules import stored_schedule
+from cronchain.scheduler.web.zones import Shown, dst_notes, shown
 
 UPCOMING = 10  # next slots the timeline shows
 

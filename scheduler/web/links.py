@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from scheduler.storage import pages
-from scheduler.triggergraph import target_ref
+from cronchain.scheduler.storage import pages
+from cronchain.scheduler.triggergraph import target_ref
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import Engine
 
-from scheduler.settings import Settings
-from scheduler.storage import observed
-from scheduler.storage.models import JOB_STATES
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.storage import observed
+from cronchain.scheduler.storage.models import JOB_STATES
 
 # The reasons a WAITING run has today, reported at 0 when none waits, so that a rate or
 # an alert on them has a series to read.

@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from scheduler.errors import ConfigError, SpecError
-from scheduler.settings import Settings
+from cronchain.scheduler.errors import ConfigError, SpecError
+from cronchain.scheduler.settings import Settings
 
 if TYPE_CHECKING:
     from celery import Celery
     from sqlalchemy import Engine
 
-    from scheduler.api import Scheduler
+    from cronchain.scheduler.api import Scheduler
 
 # waitress's threads: each request holds one for its few database queries, a /healthz
 # for up to about two seconds (scheduler.web.health).
@@ -37,7 +37,7 @@ def serve(host: str, port: int, basic_auth: str | None) -> int:
     ``CRONCHAIN_WEB_BASIC_AUTH``, protects every page but /metrics and /healthz."""
     import waitress
 
-    from scheduler.web.app import create_app
+    from cronchain.scheduler.web.app import create_app
 
     settings = _with_credentials(Settings.from_env(), basic_auth)
     if settings.web_basic_auth is None and not is_loopback(host):
@@ -58,7 +58,7 @@ def serve(host: str, port: int, basic_auth: str | None) -> int:
 def health(as_json: bool, only: Sequence[str] = ()) -> int:
     """Every check once (or those named in ``only``): exit status 0 when all pass, 1
     when one fails."""
-    from scheduler.web.health import Health, check_health
+    from cronchain.scheduler.web.health import Health, check_health
 
     settings = Settings.from_env()
     db, celery = _connections(settings)
@@ -104,9 +104,9 @@ def _scheduler(db: Engine, celery: Celery, settings: Settings) -> Scheduler:
     """The ``Scheduler`` the page's controls go through: the CLI's, wired as
     ``Runtime`` wires it, on the app's database engine and Celery app. Its sends give up
     on a silent broker quickly (the change is committed; the watchdog sends it)."""
-    from scheduler.api import Scheduler
-    from scheduler.workers.port import CeleryPort
-    from scheduler.workers.runtime import engine_of
+    from cronchain.scheduler.api import Scheduler
+    from cronchain.scheduler.workers.port import CeleryPort
+    from cronchain.scheduler.workers.runtime import engine_of
 
     port = CeleryPort(celery, settings.queue, settings.work_queue)
     return Scheduler(engine_of(db, port, settings))
@@ -114,8 +114,8 @@ def _scheduler(db: Engine, celery: Celery, settings: Settings) -> Scheduler:
 
 def _connections(settings: Settings) -> tuple[Engine, Celery]:
     """A database engine and a Celery app that gives up on a silent broker quickly."""
-    from scheduler.storage.db import make_engine
-    from scheduler.workers.runtime import sending_app
+    from cronchain.scheduler.storage.db import make_engine
+    from cronchain.scheduler.workers.runtime import sending_app
 
     try:
         db = make_engine(settings.database_url)

@@ -15,13 +15,13 @@ from typing import Any
 from flask import Flask, abort, render_template, request
 from markupsafe import Markup, escape
 
-from scheduler.api import EARLIEST, LATEST, MAX_ID
-from scheduler.errors import CronchainError
-from scheduler.specmodel import NAME
-from scheduler.storage import alert_store, job_store, pages
-from scheduler.web import csrf, jobview, links
-from scheduler.web.context import context
-from scheduler.web.zones import local_text, next_tick, shown, zone_of
+from cronchain.scheduler.api import EARLIEST, LATEST, MAX_ID
+from cronchain.scheduler.errors import CronchainError
+from cronchain.scheduler.specmodel import NAME
+from cronchain.scheduler.storage import alert_store, job_store, pages
+from cronchain.scheduler.web import csrf, jobview, links
+from cronchain.scheduler.web.context import context
+from cronchain.scheduler.web.zones import local_text, next_tick, shown, zone_of
 
 PAGE = 200  # jobs a page of / lists
 HISTORY = 50  # runs a page of a job's history lists

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from scheduler.timing.localtime import Transition, fold_occurrence, transitions
+from cronchain.scheduler.timing.localtime import Transition, fold_occurrence, transitions
 
 SOON = timedelta(days=7)  # a transition this close is shown even after the next tick
 HORIZON = timedelta(days=400)  # how far ahead a zone's next transition is looked for

@@ -16,10 +16,10 @@ from typing import Any
 
 from celery import Celery
 
-from scheduler import gates
-from scheduler.engine import Engine
-from scheduler.recording import patiently, textless_if_refused
-from scheduler.workers.work import make_call
+from cronchain.scheduler import gates
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.recording import patiently, textless_if_refused
+from cronchain.scheduler.workers.work import make_call
 
 log = logging.getLogger("cronchain.work")
 HEADER = "cronchain_gate"

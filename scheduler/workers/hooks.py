@@ -31,14 +31,14 @@ import celery
 from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
-from scheduler import gates, outside
-from scheduler.invokers import Outcome
-from scheduler.invokers.celery import HEADER
-from scheduler.leases import Lease
-from scheduler.workers import gatecheck
-from scheduler.workers.gatecheck import HEADER as GATE
-from scheduler.workers.runtime import Runtime
-from statemachine import InvocationStatus
+from cronchain.scheduler import gates, outside
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.invokers.celery import HEADER
+from cronchain.scheduler.leases import Lease
+from cronchain.scheduler.workers import gatecheck
+from cronchain.scheduler.workers.gatecheck import HEADER as GATE
+from cronchain.scheduler.workers.runtime import Runtime
+from cronchain.statemachine import InvocationStatus
 
 log = logging.getLogger("cronchain.worker")
 # The lease a delivery claimed is kept on that delivery's request, not by task id: every

@@ -17,9 +17,9 @@ from typing import Any
 import kombu.exceptions
 from celery import Celery
 
-from scheduler.invokers import Call
-from scheduler.invokers.call import redis_priority
-from scheduler.invokers.celery import send_task
+from cronchain.scheduler.invokers import Call
+from cronchain.scheduler.invokers.call import redis_priority
+from cronchain.scheduler.invokers.celery import send_task
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from kombu.exceptions import OperationalError
 from kombu.utils.url import maybe_sanitize_url
 from sqlalchemy import Engine as SqlEngine
 
-from scheduler.effects import Port
-from scheduler.engine import Engine
-from scheduler.errors import ConfigError, SpecError, TransientError
-from scheduler.invokers import Call, default_invokers
-from scheduler.settings import Settings
-from scheduler.storage.db import make_engine
-from scheduler.workers.port import CeleryPort
+from cronchain.scheduler.effects import Port
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import ConfigError, SpecError, TransientError
+from cronchain.scheduler.invokers import Call, default_invokers
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.workers.port import CeleryPort
 
 # How long a process that only sends (the CLI, a script) waits for a broker that does
 # not answer: each connection attempt or command gives up after SEND_TIMEOUT seconds, and
@@ -100,7 +100,7 @@ def sending_app() -> Celery:
     """The Celery app of a process that only sends: configured as the workers' is
     (celeryconfig), but with ``patience_of_a_command``."""
     app = Celery("cronchain")
-    app.config_from_object("celeryconfig")
+    app.config_from_object("cronchain.celeryconfig")
     return patience_of_a_command(app)
 
 

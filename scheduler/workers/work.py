@@ -3,7 +3,7 @@
 The control path (ticks, starts, the watchdog) only records an attempt and sends
 ``cronchain.run`` to the work queue (``cronchain.run_batch`` for attempts begun together,
 as the ticks of jobs due at the same instant are); it never waits for an endpoint. A
-work-path worker (``celery -A tasks worker --queues cronchain.work --pool threads``)
+work-path worker (``celery -A cronchain.tasks worker --queues cronchain.work --pool threads``)
 takes the message, claims the attempts (from then on their leases and timeouts count),
 makes each call while its lease is renewed, and records each outcome. A redelivered or
 repeated message finds its attempts claimed, or no longer current, and does nothing.
@@ -16,11 +16,11 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
-from scheduler import outside
-from scheduler.engine import Engine
-from scheduler.invokers import Call, Invoker, Outcome
-from scheduler.leases import Lease
-from scheduler.runs import AttemptRef
+from cronchain.scheduler import outside
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import Call, Invoker, Outcome
+from cronchain.scheduler.leases import Lease
+from cronchain.scheduler.runs import AttemptRef
 
 log = logging.getLogger("cronchain.work")
 

@@ -20,8 +20,8 @@ from typing import Any
 import sqlalchemy
 from sqlalchemy import select
 
-from scheduler.storage.db import make_engine
-from scheduler.storage.models import UTCDateTime, invocations, jobs
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 WATCHDOG_INTERVAL = 5
@@ -106,7 +106,7 @@ class Cluster:
 
     def cronchain(self, *args: str, timeout: float = 120) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "scheduler.cli", *args],
+            [sys.executable, "-m", "cronchain.scheduler.cli", *args],
             env=self.env,
             cwd=self.folder,
             capture_output=True,
@@ -129,8 +129,8 @@ class Cluster:
         )
 
     def start_celery(self, name: str, *args: str) -> None:
-        """``celery -A tasks ARGS``, as the README runs it."""
-        self.start(name, sys.executable, "-m", "celery", "-A", "tasks", *args)
+        """``celery -A cronchain.tasks ARGS``, as the README runs it."""
+        self.start(name, sys.executable, "-m", "celery", "-A", "cronchain.tasks", *args)
 
     def start_worker(
         self,

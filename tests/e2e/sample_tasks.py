@@ -4,7 +4,7 @@ import os
 import time
 from pathlib import Path
 
-from tasks import app
+from cronchain.tasks import app
 
 
 @app.task(name="sample.add")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from scheduler.storage.models import alerts, invocations
+from cronchain.scheduler.storage.models import alerts, invocations
 from tests.e2e.harness import Cluster, database, wait_until
 from tests.receivers import smtp_server, webhook
 

@@ -66,7 +66,14 @@ def serve(cluster: Cluster, name: str, *credentials: str) -> str:
     it answers."""
     port = free_port()
     cluster.start(
-        name, sys.executable, "-m", "scheduler.cli", "serve", "--port", str(port), *credentials
+        name,
+        sys.executable,
+        "-m",
+        "cronchain.scheduler.cli",
+        "serve",
+        "--port",
+        str(port),
+        *credentials,
     )
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: _answers(f"{base}/healthz"), 30, f"cronchain serve ({name})")

@@ -18,10 +18,10 @@ import pytest
 import sqlalchemy
 from celery import Celery
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.invokers import default_invokers
-from scheduler.workers.port import CeleryPort
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.workers.port import CeleryPort
 from tests import services
 from tests.e2e.harness import ROOT, WATCHDOG_INTERVAL, Cluster, Endpoint, database, wait_until
 from tests.services import RedisServer, redis_server

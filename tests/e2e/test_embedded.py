@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.models import invocations, jobs
 from tests.e2e.harness import (
     Cluster,
     HitCounter,
@@ -32,7 +32,7 @@ def test_up_runs_twenty_jobs_on_sqlite_without_lock_errors(tmp_path: Path):
     cluster = Cluster.create(tmp_path)
     path = job_file(tmp_path / "jobs.yaml", hits.url)
     try:
-        cluster.start("up", sys.executable, "-m", "scheduler.cli", "up", str(path))
+        cluster.start("up", sys.executable, "-m", "cronchain.scheduler.cli", "up", str(path))
         db = database(f"sqlite:///{tmp_path}/home/cronchain.db")
         wait_until(lambda: (tmp_path / "home" / "cronchain.db").exists(), 30, "the database")
         time.sleep(30)

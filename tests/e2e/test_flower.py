@@ -40,7 +40,7 @@ def test_flower_lists_cronchain_tasks(tmp_path: Path, pg_url: str):
                 "-m",
                 "celery",
                 "-A",
-                "tasks",
+                "cronchain.tasks",
                 "flower",
                 "--address=127.0.0.1",
                 f"--port={port}",

@@ -26,12 +26,12 @@ from pathlib import Path
 from celery import Celery
 from celery.schedules import crontab
 
-import scheduler
+import cronchain.scheduler
 
 app = Celery("shop", broker=os.environ["CRONCHAIN_BROKER_URL"])
 app.conf.timezone = "Europe/Berlin"
 app.conf.task_routes = {"shop.*": {"queue": "shop"}}
-scheduler.install(app)  # before the tasks: the worker claims and reports cronchain's runs
+cronchain.scheduler.install(app)  # before the tasks: the worker claims and reports cronchain's runs
 app.conf.beat_schedule = {
     "ping every 2s": {"task": "shop.ping", "schedule": 2.0, "args": ("a",)},
     "nightly report": {

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.models import invocations, jobs
 from tests.e2e.harness import Cluster, database, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]

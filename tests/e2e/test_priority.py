@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.models import invocations, jobs
 from tests.e2e.harness import Cluster, database, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -47,7 +47,7 @@ def test_higher_priorities_are_claimed_first_from_a_backed_up_queue(
     cluster.start(
         "work",
         sys.executable,
-        *("-m", "celery", "-A", "tasks", "worker", "--queues", "cronchain.work"),
+        *("-m", "celery", "-A", "cronchain.tasks", "worker", "--queues", "cronchain.work"),
         *("--pool", "threads", "--concurrency", "1", "--prefetch-multiplier", "1"),
     )
     wait_until(lambda: all(w for _, w, _ in runs()) and len(runs()) == 10, 60, "all claimed")

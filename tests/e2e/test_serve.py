@@ -53,7 +53,7 @@ def metrics(base: str) -> dict[tuple[str, tuple[Any, ...]], float]:
 
 def health(cluster: Cluster) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", "health", "--json"],
+        [sys.executable, "-m", "cronchain.scheduler.cli", "health", "--json"],
         env=cluster.env,
         cwd=cluster.folder,
         capture_output=True,
@@ -71,7 +71,7 @@ def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Clust
     base = f"http://127.0.0.1:{port}"
     cluster.start(
         "serve",
-        *(sys.executable, "-m", "scheduler.cli", "serve", "--port", str(port)),
+        *(sys.executable, "-m", "cronchain.scheduler.cli", "serve", "--port", str(port)),
         *("--basic-auth", CREDENTIALS),
     )
     status, body = wait_until(lambda: (r := get(f"{base}/healthz"))[0] and r, 30, "serve")
@@ -122,7 +122,7 @@ def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Clust
 def test_serve_refuses_other_addresses_without_credentials(tmp_path: Path):
     """Checked before anything connects: no database or broker is needed to refuse."""
     done = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", "serve", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "cronchain.scheduler.cli", "serve", "--host", "0.0.0.0"],
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "CRONCHAIN_HOME": str(tmp_path)},
         capture_output=True,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.models import invocations, jobs
 from tests.e2e.harness import Cluster, database, now, wait_until
 from tests.services import RedisServer
 

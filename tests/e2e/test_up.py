@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
-from scheduler.supervise import Supervisor
+from cronchain.scheduler.supervise import Supervisor
 from tests import services
 from tests.e2e.harness import Cluster, now, wait_until
 
@@ -87,7 +87,7 @@ def start_up(cluster: Cluster) -> subprocess.Popen[bytes]:
     does not land in the burst of tasks a start sends."""
     since = now().isoformat()
     jobs = str(job_file(cluster.folder))
-    cluster.start("up", sys.executable, "-m", "scheduler.cli", "up", jobs)
+    cluster.start("up", sys.executable, "-m", "cronchain.scheduler.cli", "up", jobs)
     up = cluster.processes["up"]
 
     def ready() -> bool:

@@ -6,7 +6,7 @@ body that ran twice for the same attempt (a fencing failure) from a retry."""
 import os
 import time
 
-from tasks import app
+from cronchain.tasks import app
 
 
 @app.task(name="faults.slow", bind=True)

@@ -29,10 +29,10 @@ from celery import Celery
 from kombu import Connection
 from sqlalchemy import func, select
 
-from migrations import upgrade
-from scheduler.storage.db import make_engine
-from scheduler.storage.models import UTCDateTime, invocations, jobs
-from scheduler.timing.schedules import parse_schedule
+from cronchain.migrations import upgrade
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
+from cronchain.scheduler.timing.schedules import parse_schedule
 from tests.e2e.harness import ROOT, Cluster, HitCounter, now, wait_until
 from tests.services import PostgresServer, RedisServer
 

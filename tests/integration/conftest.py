@@ -5,11 +5,11 @@ from datetime import timedelta
 
 import pytest
 
-import scheduler.cli
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.invokers import default_invokers
-from scheduler.storage.db import make_engine
+import cronchain.scheduler.cli
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.storage.db import make_engine
 from tests.conftest import Clock, RecordingPort
 
 
@@ -27,8 +27,8 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  #
     """``cronchain ARGV`` on a test's engine: (exit status, stdout, stderr)."""
 
     def run(engine: Engine, *argv: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(scheduler.cli, "_scheduler", lambda args: Scheduler(engine))
-        code = scheduler.cli.main(list(argv))
+        monkeypatch.setattr(cronchain.scheduler.cli, "_scheduler", lambda args: Scheduler(engine))
+        code = cronchain.scheduler.cli.main(list(argv))
         out, err = capsys.readouterr()
         return code, out, err
 

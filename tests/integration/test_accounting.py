@@ -13,12 +13,19 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.errors import SpecError
-from scheduler.invokers import Outcome
-from scheduler.timing.schedules import Every
-from statemachine import Backfill, InvalidTransition, InvocationStatus, JobSnapshot, JobState, step
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.timing.schedules import Every
+from cronchain.statemachine import (
+    Backfill,
+    InvalidTransition,
+    InvocationStatus,
+    JobSnapshot,
+    JobState,
+    step,
+)
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
 from tests.integration.test_engine import deliver_ticks, job

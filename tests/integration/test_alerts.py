@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from scheduler import watchdog
-from scheduler.alerts import delivery
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.errors import SpecError
-from scheduler.settings import AlertDelivery
-from scheduler.spec import load_job_file
-from scheduler.storage import alert_store
-from scheduler.storage.models import alerts
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.alerts import delivery
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.settings import AlertDelivery
+from cronchain.scheduler.spec import load_job_file
+from cronchain.scheduler.storage import alert_store
+from cronchain.scheduler.storage.models import alerts
 from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
 from tests.receivers import smtp_server, webhook
 

@@ -13,14 +13,14 @@ import pytest
 import sqlalchemy
 from sqlalchemy import update
 
-from scheduler import declarative, watchdog
-from scheduler.api import Scheduler
-from scheduler.declarative import reconcile_folder
-from scheduler.engine import Engine
-from scheduler.errors import SpecError
-from scheduler.invokers import Call, Outcome
-from scheduler.spec import JobSpec
-from scheduler.storage.models import jobs
+from cronchain.scheduler import declarative, watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.declarative import reconcile_folder
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.invokers import Call, Outcome
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage.models import jobs
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_engine import deliver_starts, deliver_ticks
 

@@ -13,12 +13,12 @@ import pytest
 import sqlalchemy
 from sqlalchemy import Connection
 
-from scheduler.engine import Engine
-from scheduler.errors import TransientError
-from scheduler.invokers import default_invokers
-from scheduler.storage import run_store
-from scheduler.storage.db import make_engine
-from scheduler.workers import work
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.storage import run_store
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.workers import work
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import apply, job, make, rows
 

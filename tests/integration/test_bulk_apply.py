@@ -20,17 +20,17 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select
 
-from migrations import upgrade
-from scheduler import declarative
-from scheduler.engine import Engine
-from scheduler.invokers import default_invokers
-from scheduler.spec import JobSpec
-from scheduler.storage import job_store
-from scheduler.storage.db import make_engine
-from scheduler.storage.job_batch import CHUNK, JobBatch
-from scheduler.storage.models import invocations, job_changes, jobs
-from scheduler.storage.rows import ConcurrentUpdate, JobRow
-from statemachine import Disable, Pause, Resume
+from cronchain.migrations import upgrade
+from cronchain.scheduler import declarative
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage import job_store
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.storage.job_batch import CHUNK, JobBatch
+from cronchain.scheduler.storage.models import invocations, job_changes, jobs
+from cronchain.scheduler.storage.rows import ConcurrentUpdate, JobRow
+from cronchain.statemachine import Disable, Pause, Resume
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_cli import KEEP_HISTORY
 
@@ -94,7 +94,7 @@ def test_applies_at_the_same_time_all_succeed_and_each_job_is_created_and_ticked
 ):
     path = job_file(tmp_path / "jobs.yaml", JOBS)
     env = cli_env(database_url, tmp_path / "home")
-    command = [sys.executable, "-m", "scheduler.cli", "apply", str(path)]
+    command = [sys.executable, "-m", "cronchain.scheduler.cli", "apply", str(path)]
     processes = [
         subprocess.Popen(
             command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -335,7 +335,7 @@ def on_a_terminal(command: list[str], env: dict[str, str], cwd: Path) -> tuple[i
 
 def test_a_bar_is_drawn_on_a_terminal_and_nothing_in_a_pipe(pg_url: str, tmp_path: Path):
     env = cli_env(pg_url, tmp_path / "home")
-    cli = [sys.executable, "-m", "scheduler.cli"]
+    cli = [sys.executable, "-m", "cronchain.scheduler.cli"]
     path = job_file(tmp_path / "jobs.yaml", 1500, schedule="every 1m")
     piped = subprocess.run([*cli, "apply", str(path)], env=env, cwd=tmp_path, capture_output=True)
     assert piped.returncode == 0 and piped.stderr == b""

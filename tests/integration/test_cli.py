@@ -138,7 +138,7 @@ def test_db_upgrade_on_an_empty_database(pg_admin, tmp_path: Path):  # type: ign
         )
         for _ in range(2):  # a second upgrade is a no-op
             done = subprocess.run(
-                [sys.executable, "-m", "scheduler.cli", "db", "upgrade"],
+                [sys.executable, "-m", "cronchain.scheduler.cli", "db", "upgrade"],
                 env=env,
                 capture_output=True,
                 text=True,

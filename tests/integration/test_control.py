@@ -10,13 +10,13 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select
 
-from scheduler import watchdog
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.invokers import Call, Outcome, default_invokers
-from scheduler.spec import JobSpec
-from scheduler.storage.models import invocations
-from statemachine import InvocationStatus
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import Call, Outcome, default_invokers
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage.models import invocations
+from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort, WorkerDied, deliver_runs
 from tests.integration.test_engine import deliver_ticks, job
 
@@ -272,7 +272,7 @@ def test_the_runner_renews_its_lease_and_learns_when_it_is_over(
     add(engine, spec(lease="30s"))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
-    from scheduler.leases import Lease
+    from cronchain.scheduler.leases import Lease
 
     lease = Lease(inv, 1, timedelta(seconds=30))
     clock.advance(20)

@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 import sqlalchemy
 
-from migrations import upgrade
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.invokers import Call, Outcome
-from scheduler.spec import JobSpec
-from scheduler.storage.db import make_engine
-from statemachine import InvocationStatus
+from cronchain.migrations import upgrade
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import Call, Outcome
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.services import PostgresServer, postgres_server
 

@@ -19,16 +19,16 @@ from celery import Celery, beat
 from celery.signals import beat_init
 from sqlalchemy import select
 
-from scheduler import periodic
-from scheduler.declared import declared_jobs
-from scheduler.engine import Engine
-from scheduler.errors import ConfigError, SpecError
-from scheduler.invokers import default_invokers
-from scheduler.settings import Settings
-from scheduler.spec import load_job_file
-from scheduler.storage.db import make_engine
-from scheduler.storage.models import jobs
-from scheduler.workers import runtime
+from cronchain.scheduler import periodic
+from cronchain.scheduler.declared import declared_jobs
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import ConfigError, SpecError
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.spec import load_job_file
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.storage.models import jobs
+from cronchain.scheduler.workers import runtime
 from tests.conftest import Cli, Clock, RecordingPort, cli_runner
 from tests.e2e.harness import wait_until
 
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.postgres
 ETL = """
 from celery import Celery
 
-from scheduler import periodic
+from cronchain.scheduler import periodic
 
 app = Celery("etl")
 app.conf.task_routes = {"etl.hourly": {"queue": "etl-hourly"}}
@@ -166,7 +166,7 @@ def test_an_apps_jobs_are_applied_as_a_files_are(cli: Cli, db: sqlalchemy.Engine
 MULTI = """
 from celery import Celery
 
-from scheduler import periodic
+from cronchain.scheduler import periodic
 
 app = Celery("etl")
 
@@ -293,7 +293,7 @@ def test_a_declaration_the_app_cannot_name_is_refused():
 RECONCILED = """
 from celery import Celery
 
-from scheduler import periodic
+from cronchain.scheduler import periodic
 
 app = Celery("etl")
 other = Celery("other")  # another app of the same module: its jobs are not app's
@@ -324,7 +324,7 @@ def test_the_reconcile_task_applies_the_apps_of_cronchain_apps(
     """Beat's reconcile applies each project of each app on its own: an app that does
     not load is reported and the others still apply, and a project that a file of the
     jobs folder declares is the file's."""
-    from tasks.chain import reconcile
+    from cronchain.tasks.chain import reconcile
 
     module(tmp_path, "reconciled_tasks", RECONCILED)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -383,7 +383,7 @@ def test_cronchain_apps_is_a_list_of_apps():
 def test_beat_makes_the_reconcile_due_as_it_starts(tmp_path: Path):
     """Celery sends an interval entry one interval after beat adds it (or after its last
     run, kept in the schedule file); cronchain's reconcile goes out at beat's start."""
-    import tasks.chain  # noqa: F401  (connects the handler, as beat's -A tasks does)
+    import cronchain.tasks.chain  # noqa: F401  (connects the handler, as beat's -A tasks does)
 
     app = Celery("beat-test", set_as_current=False)
     entry = {"task": "cronchain.reconcile", "schedule": 3600.0}
@@ -400,7 +400,7 @@ def test_beat_makes_the_reconcile_due_as_it_starts(tmp_path: Path):
 
 
 def test_a_real_beat_sends_the_reconcile_at_start_with_cronchain_apps_alone(tmp_path: Path):
-    """``celery -A tasks beat`` with ``CRONCHAIN_APPS`` set (no jobs folder) schedules the
+    """``celery -A cronchain.tasks beat`` with ``CRONCHAIN_APPS`` set (no jobs folder) schedules the
     reconcile, and sends it as it starts, an hour before its interval would."""
     home = tmp_path / "home"
     env = dict(
@@ -414,7 +414,7 @@ def test_a_real_beat_sends_the_reconcile_at_start_with_cronchain_apps_alone(tmp_
     log = tmp_path / "beat.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "INFO"],
+            [sys.executable, "-m", "celery", "-A", "cronchain.tasks", "beat", "--loglevel", "INFO"],
             env=env,
             cwd=Path(__file__).resolve().parents[2],
             stdout=out,

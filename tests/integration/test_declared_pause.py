@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.spec import JobSpec
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.spec import JobSpec
 
 pytestmark = pytest.mark.postgres
 

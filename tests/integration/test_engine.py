@@ -10,16 +10,16 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select, update
 
-from scheduler import watchdog
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.errors import TransientError
-from scheduler.invokers import Call, Outcome, default_invokers
-from scheduler.spec import JobSpec
-from scheduler.storage import job_store, run_store
-from scheduler.storage.models import invocations, jobs
-from scheduler.storage.rows import JobRow
-from statemachine import InvalidTransition, InvocationStatus
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.invokers import Call, Outcome, default_invokers
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage import job_store, run_store
+from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.rows import JobRow
+from cronchain.statemachine import InvalidTransition, InvocationStatus
 from tests.conftest import Clock, RecordingPort, WorkerDied, deliver_runs
 
 pytestmark = pytest.mark.postgres

@@ -26,14 +26,14 @@ import sqlalchemy
 from celery import Celery
 from kombu.exceptions import EncodeError
 
-from scheduler.api import Scheduler
-from scheduler.cli import main
-from scheduler.engine import Engine
-from scheduler.errors import NotFound, SpecError, TransientError
-from scheduler.invokers import default_invokers
-from scheduler.storage.db import make_engine
-from scheduler.workers.port import CeleryPort
-from scheduler.workers.runtime import CommandPort, patience_of_a_command
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.cli import main
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import NotFound, SpecError, TransientError
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.workers.port import CeleryPort
+from cronchain.scheduler.workers.runtime import CommandPort, patience_of_a_command
 from tests import services
 from tests.conftest import RecordingPort
 from tests.integration.test_cli import KEEP_HISTORY
@@ -91,7 +91,7 @@ def environment(folder: Path, **values: str) -> dict[str, str]:
 def cronchain(argv: list[str], env: dict[str, str], cwd: Path) -> Done:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", *argv],
+        [sys.executable, "-m", "cronchain.scheduler.cli", *argv],
         env=env,
         cwd=cwd,
         capture_output=True,

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, update
 
-from scheduler.engine import Engine
-from scheduler.storage import job_store, run_store
-from scheduler.storage.models import invocations
-from statemachine import InvocationFinished, Trigger
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.storage import job_store, run_store
+from cronchain.scheduler.storage.models import invocations
+from cronchain.statemachine import InvocationFinished, Trigger
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import add, spec
 from tests.integration.test_engine import job, rows

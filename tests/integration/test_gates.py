@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from scheduler import gates, recording, watchdog
-from scheduler.api import Scheduler
-from scheduler.cli import _with_wait
-from scheduler.clitext import invocation_text
-from scheduler.errors import SpecError, TransientError
-from scheduler.invokers import HttpInvoker
-from scheduler.invokers.netguard import parse_allow
-from scheduler.workers import gatecheck
-from statemachine import InvocationStatus
+from cronchain.scheduler import gates, recording, watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.cli import _with_wait
+from cronchain.scheduler.clitext import invocation_text
+from cronchain.scheduler.errors import SpecError, TransientError
+from cronchain.scheduler.invokers import HttpInvoker
+from cronchain.scheduler.invokers.netguard import parse_allow
+from cronchain.scheduler.workers import gatecheck
+from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import add, engine_with, rows, spec
 from tests.integration.test_engine import job

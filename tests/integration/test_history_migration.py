@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy
 
-from migrations import downgrade, upgrade
-from scheduler.storage import partitions, run_store
-from scheduler.storage.db import make_engine
+from cronchain.migrations import downgrade, upgrade
+from cronchain.scheduler.storage import partitions, run_store
+from cronchain.scheduler.storage.db import make_engine
 from tests import services
 
 pytestmark = pytest.mark.postgres

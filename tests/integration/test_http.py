@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.invokers import Call
-from scheduler.invokers.http import HttpInvoker, origin
-from scheduler.invokers.netguard import parse_allow
-from scheduler.spec import JobSpec
+from cronchain.scheduler.invokers import Call
+from cronchain.scheduler.invokers.http import HttpInvoker, origin
+from cronchain.scheduler.invokers.netguard import parse_allow
+from cronchain.scheduler.spec import JobSpec
 
 SECRET = "s3cr3t-Tok/en+="
 LOOPBACK = parse_allow("127.0.0.1/32")

@@ -28,17 +28,17 @@ from celery import Celery
 from celery.app.trace import build_tracer
 from sqlalchemy import select
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.invokers import SUCCEEDED, Call, Outcome, default_invokers
-from scheduler.invokers import celery as celery_kind
-from scheduler.invokers.call import ERROR_LIMIT, bounded_error
-from scheduler.settings import Settings
-from scheduler.spec import JobSpec
-from scheduler.storage import run_store
-from scheduler.storage.models import invocations, jobs
-from scheduler.workers import hooks, runtime, work
-from scheduler.workers.port import CeleryPort
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import SUCCEEDED, Call, Outcome, default_invokers
+from cronchain.scheduler.invokers import celery as celery_kind
+from cronchain.scheduler.invokers.call import ERROR_LIMIT, bounded_error
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage import run_store
+from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.workers import hooks, runtime, work
+from cronchain.scheduler.workers.port import CeleryPort
 from tests.conftest import Clock, RecordingPort
 
 pytestmark = pytest.mark.postgres
@@ -361,7 +361,7 @@ def test_the_job_travels_with_every_attempt_sent():
 def test_a_malformed_job_in_a_work_message_is_dropped(
     task: str, args: tuple[Any, ...], caplog: pytest.LogCaptureFixture
 ):
-    from tasks import chain
+    from cronchain.tasks import chain
 
     getattr(chain, task).run(*args)  # dropped before any database is reached
     assert "malformed" in caplog.text

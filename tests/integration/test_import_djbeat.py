@@ -23,13 +23,13 @@ import sqlalchemy
 import yaml
 from celery.schedules import crontab
 
-from scheduler.api import Scheduler
-from scheduler.beatimport import djangobeat
-from scheduler.cli import main
-from scheduler.engine import Engine
-from scheduler.errors import SpecError, TransientError
-from scheduler.invokers import default_invokers
-from scheduler.storage.db import make_engine
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.beatimport import djangobeat
+from cronchain.scheduler.cli import main
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import SpecError, TransientError
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.storage.db import make_engine
 from tests import services
 from tests.conftest import Clock, RecordingPort
 from tests.unit.test_beat_equivalence import (

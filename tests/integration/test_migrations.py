@@ -7,8 +7,8 @@ import sqlalchemy
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from migrations import downgrade, upgrade
-from scheduler.storage.models import metadata
+from cronchain.migrations import downgrade, upgrade
+from cronchain.scheduler.storage.models import metadata
 
 pytestmark = pytest.mark.postgres
 

@@ -15,16 +15,16 @@ from celery import Celery
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler import watchdog
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.settings import Settings
-from scheduler.spec import JobSpec
-from scheduler.storage import observed
-from scheduler.storage.db import make_engine
-from scheduler.web.health import check_health
-from scheduler.web.metrics import DatabaseCollector, registry, render
-from scheduler.workers.runtime import patience_of_a_command
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage import observed
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.web.health import check_health
+from cronchain.scheduler.web.metrics import DatabaseCollector, registry, render
+from cronchain.scheduler.workers.runtime import patience_of_a_command
 from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
 from tests.services import free_port
 

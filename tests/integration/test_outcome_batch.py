@@ -13,15 +13,15 @@ import pytest
 import sqlalchemy
 from sqlalchemy import Connection, select, update
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.errors import TransientError
-from scheduler.invokers import Call, Outcome, default_invokers
-from scheduler.outcome_batch import GroupCommit, Report, finish_together
-from scheduler.spec import JobSpec
-from scheduler.storage.db import make_engine
-from scheduler.storage.models import jobs
-from statemachine import InvocationStatus
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.invokers import Call, Outcome, default_invokers
+from cronchain.scheduler.outcome_batch import GroupCommit, Report, finish_together
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.storage.models import jobs
+from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_batches import GRACE, sent
 from tests.integration.test_engine import apply, job, make, rows

@@ -15,20 +15,20 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from scheduler import outside, watchdog
-from scheduler.alerts import channels
-from scheduler.alerts.channels import Alert
-from scheduler.api import Scheduler
-from scheduler.clitext import invocation_text
-from scheduler.errors import SpecError
-from scheduler.explain import _with_alerts
-from scheduler.invokers import HttpInvoker, Outcome
-from scheduler.invokers.netguard import parse_allow
-from scheduler.leases import Lease
-from scheduler.spec import JobSpec
-from scheduler.storage.alert_store import AlertRow
-from scheduler.workers import gatecheck, work
-from statemachine import InvocationStatus
+from cronchain.scheduler import outside, watchdog
+from cronchain.scheduler.alerts import channels
+from cronchain.scheduler.alerts.channels import Alert
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.clitext import invocation_text
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.explain import _with_alerts
+from cronchain.scheduler.invokers import HttpInvoker, Outcome
+from cronchain.scheduler.invokers.netguard import parse_allow
+from cronchain.scheduler.leases import Lease
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage.alert_store import AlertRow
+from cronchain.scheduler.workers import gatecheck, work
+from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock
 from tests.integration.test_alerts import rows as alert_rows
 from tests.integration.test_control import add, deliver, engine_with, rows, spec

@@ -22,10 +22,10 @@ import sqlalchemy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler import outside
-from scheduler.api import Scheduler
-from scheduler.invokers import Outcome
-from scheduler.leases import Lease
+from cronchain.scheduler import outside
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.leases import Lease
 from tests.conftest import Clock
 from tests.integration.test_control import add, rows, spec
 from tests.integration.test_gates import ask_due

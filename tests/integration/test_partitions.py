@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy
 from sqlalchemy import func, select
 
-from scheduler.engine import Engine
-from scheduler.retention import LOCK_KEY, HistoryReport, run_once
-from scheduler.storage import partitions, run_store
-from scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.retention import LOCK_KEY, HistoryReport, run_once
+from cronchain.scheduler.storage import partitions, run_store
+from cronchain.scheduler.storage.models import invocations, jobs
 from tests.conftest import Clock
 from tests.integration.test_engine import apply, job, make
 
@@ -141,7 +141,7 @@ def test_a_second_pass_skips_while_the_first_holds_the_lock(pg_engine: Engine):
 
 
 def test_db_upgrade_makes_the_current_months(pg_engine: Engine, clock: Clock):
-    from scheduler.api import Scheduler
+    from cronchain.scheduler.api import Scheduler
 
     clock.now = datetime(2033, 7, 4, tzinfo=UTC)
     Scheduler(pg_engine).upgrade()
@@ -152,7 +152,7 @@ def test_db_upgrade_makes_the_current_months(pg_engine: Engine, clock: Clock):
 
 def test_the_watchdog_sweep_makes_the_months_ahead(pg_engine: Engine, clock: Clock):
     """Beat drives the history pass through the watchdog: no task of its own to lose."""
-    from scheduler.watchdog import sweep
+    from cronchain.scheduler.watchdog import sweep
 
     clock.now = datetime(2034, 2, 10, tzinfo=UTC)
     sweep(pg_engine, budget=1.0, retention=RETENTION)

@@ -10,14 +10,14 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select
 
-from scheduler import watchdog
-from scheduler.api import Scheduler
-from scheduler.declarative import apply as declare
-from scheduler.errors import SpecError
-from scheduler.invokers import Outcome
-from scheduler.spec import parse_job_file
-from scheduler.storage.models import invocations
-from statemachine import InvocationStatus
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.declarative import apply as declare
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.spec import parse_job_file
+from cronchain.scheduler.storage.models import invocations
+from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock
 from tests.integration.test_control import Scripted, deliver, engine_with, rows, spec
 from tests.integration.test_engine import job

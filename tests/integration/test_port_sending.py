@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.errors import TransientError
-from scheduler.workers import port as port_module
-from scheduler.workers.port import CeleryPort
-from scheduler.workers.runtime import CommandPort, sending_app
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.workers import port as port_module
+from cronchain.scheduler.workers.port import CeleryPort
+from cronchain.scheduler.workers.runtime import CommandPort, sending_app
 from tests.services import RedisServer, free_port, redis_server
 
 pytestmark = pytest.mark.redis

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kombu import Connection
 
-from scheduler.workers.patches import reuse_redis_clients
+from cronchain.scheduler.workers.patches import reuse_redis_clients
 from tests.services import RedisServer, redis_server
 
 pytestmark = pytest.mark.redis

@@ -12,14 +12,14 @@ import pytest
 import sqlalchemy
 from sqlalchemy import func, select
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.errors import SpecError
-from scheduler.explain import explain
-from scheduler.invokers.call import SUCCEEDED
-from scheduler.retention import HistoryReport, run_once
-from scheduler.storage import partitions, run_store, statistics
-from scheduler.storage.models import invocation_days, invocations, jobs
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.explain import explain
+from cronchain.scheduler.invokers.call import SUCCEEDED
+from cronchain.scheduler.retention import HistoryReport, run_once
+from cronchain.scheduler.storage import partitions, run_store, statistics
+from cronchain.scheduler.storage.models import invocation_days, invocations, jobs
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import apply, make
 

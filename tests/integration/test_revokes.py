@@ -9,11 +9,11 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select
 
-from scheduler import watchdog
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.invokers import SUCCEEDED, default_invokers
-from scheduler.storage.models import revokes
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import SUCCEEDED, default_invokers
+from cronchain.scheduler.storage.models import revokes
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import add, claim_tasks, deliver, rows, spec
 

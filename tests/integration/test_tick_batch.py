@@ -12,15 +12,15 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select, update
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.errors import TransientError
-from scheduler.invokers import default_invokers
-from scheduler.spec import JobSpec
-from scheduler.storage import job_store, run_store
-from scheduler.storage.db import make_engine
-from scheduler.storage.models import invocations, jobs
-from scheduler.workers import work
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage import job_store, run_store
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.workers import work
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_batches import GRACE, sent
 from tests.integration.test_engine import apply, job, make, rows

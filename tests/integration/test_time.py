@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from scheduler import watchdog
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.spec import JobSpec
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.spec import JobSpec
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import deliver_starts, deliver_ticks, job, rows
 
@@ -241,7 +241,7 @@ def test_explain_answers(engine: Engine, port: RecordingPort, clock: Clock):
 
 
 def test_a_jobs_folder_is_reconciled_file_by_file(engine: Engine, tmp_path):  # type: ignore[no-untyped-def]
-    from scheduler.declarative import reconcile_folder
+    from cronchain.scheduler.declarative import reconcile_folder
 
     (tmp_path / "a.yaml").write_text(
         "project: p\njobs:\n  - {name: a, schedule: every 10s, noop: {}}\n"

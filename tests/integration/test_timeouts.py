@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from scheduler import watchdog
-from scheduler.api import Scheduler
-from scheduler.invokers import SUCCEEDED
-from scheduler.storage import run_store
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.invokers import SUCCEEDED
+from cronchain.scheduler.storage import run_store
 from tests.conftest import Clock, deliver_runs
 from tests.integration.test_control import add, deliver, engine_with, rows, spec
 

@@ -13,15 +13,15 @@ import pytest
 import sqlalchemy
 import yaml
 
-from scheduler import watchdog
-from scheduler.api import Scheduler
-from scheduler.errors import SpecError
-from scheduler.invokers import Outcome
-from scheduler.outcome_batch import Report, finish_together
-from scheduler.spec import JobSpec, load_job_file
-from scheduler.storage import job_store
-from scheduler.storage.db import make_engine
-from statemachine import InvocationStatus
+from cronchain.scheduler import watchdog
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.outcome_batch import Report, finish_together
+from cronchain.scheduler.spec import JobSpec, load_job_file
+from cronchain.scheduler.storage import job_store
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
 from tests.integration.test_engine import job

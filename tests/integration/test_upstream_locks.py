@@ -9,15 +9,15 @@ import time
 
 import pytest
 
-from scheduler import runs as runs_mod
-from scheduler import upstream
-from scheduler.api import Scheduler
-from scheduler.invokers import Outcome
-from scheduler.outcome_batch import Report, finish_together
-from scheduler.rechecks import Rechecks
-from scheduler.storage import job_store
-from scheduler.storage.db import make_engine
-from statemachine import InvocationStatus
+from cronchain.scheduler import runs as runs_mod
+from cronchain.scheduler import upstream
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.outcome_batch import Report, finish_together
+from cronchain.scheduler.rechecks import Rechecks
+from cronchain.scheduler.storage import job_store
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock
 from tests.e2e.harness import wait_until
 from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec

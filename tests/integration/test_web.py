@@ -18,14 +18,14 @@ import sqlalchemy
 from celery import Celery
 from flask.testing import FlaskClient
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.settings import Settings
-from scheduler.spec import JobSpec
-from scheduler.storage import pages
-from scheduler.storage.db import make_engine
-from scheduler.web import csrf
-from scheduler.web.app import create_app
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.storage import pages
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.web import csrf
+from cronchain.scheduler.web.app import create_app
 from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
 from tests.services import free_port
 
@@ -289,7 +289,7 @@ def test_strips_are_one_query_on_the_index(pg_url: str):
 
 def test_strips_on_sqlite_read_the_newest_runs(tmp_path: Path):
     """SQLite's form of the same query (no LATERAL) returns the same cells."""
-    from migrations import upgrade
+    from cronchain.migrations import upgrade
 
     db = make_engine(f"sqlite:///{tmp_path}/c.db")
     upgrade(db)

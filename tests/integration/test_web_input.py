@@ -9,12 +9,12 @@ import itertools
 import pytest
 from flask.testing import FlaskClient
 
-from scheduler.api import Scheduler
-from scheduler.engine import Engine
-from scheduler.errors import CronchainError
-from scheduler.spec import JobSpec
-from scheduler.web import csrf
-from statemachine import InvalidTransition
+from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import CronchainError
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.web import csrf
+from cronchain.statemachine import InvalidTransition
 from tests.conftest import Clock
 from tests.integration.test_web import AUTH, CREDENTIALS, SAME_SITE, client
 

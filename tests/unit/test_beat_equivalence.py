@@ -29,8 +29,8 @@ import pytest
 from celery import Celery
 from celery.schedules import crontab, maybe_schedule, schedule
 
-from scheduler import cli
-from scheduler.beatimport.entries import BeatEntry, convert
+from cronchain.scheduler import cli
+from cronchain.scheduler.beatimport.entries import BeatEntry, convert
 
 COUNT = 20
 JAN = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ def test_watchdog_runs_expire_behind_a_queue_deeper_than_an_interval() -> None:
     and resent them with new nonces: bench.fire_rate at 10k jobs every 50 s fell to 131
     fires/s at 5.2 transactions per fire; runs of that load with it kept 2.0. The expiry
     is also how a run knows how long it waited (``scheduler.watchdog.waited``)."""
-    config = importlib.import_module("celeryconfig")
+    config = importlib.import_module("cronchain.celeryconfig")
     entry = config.beat_schedule["cronchain-watchdog"]
     assert entry["task"] == "cronchain.watchdog"
     assert entry["options"]["expires"] == entry["schedule"]
@@ -20,5 +20,5 @@ def test_the_workers_free_the_tasks_held_for_their_eta() -> None:
     """Every tick is held for its ETA (scheduler.workers.patches)."""
     from celery.worker.consumer.consumer import Consumer
 
-    importlib.import_module("celeryconfig")
+    importlib.import_module("cronchain.celeryconfig")
     assert Consumer.apply_eta_task.releasing  # type: ignore[attr-defined]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from scheduler.settings import WORK_CONCURRENCY, Settings
-from scheduler.web import CHECKS
+from cronchain.scheduler.settings import WORK_CONCURRENCY, Settings
+from cronchain.scheduler.web import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,21 +30,21 @@ def test_compose_describes_the_production_topology():
     }
     commands = {name: " ".join(s.get("command", [])) for name, s in services.items()}
     assert commands["migrate"] == "cronchain db upgrade"
-    assert commands["worker"].startswith("celery -A tasks worker")
+    assert commands["worker"].startswith("celery -A cronchain.tasks worker")
     work = (
-        f"celery -A tasks worker --queues {Settings.work_queue} --pool threads"
+        f"celery -A cronchain.tasks worker --queues {Settings.work_queue} --pool threads"
         f" --concurrency {WORK_CONCURRENCY} --loglevel INFO"
     )
     assert commands["work"] == work
-    assert commands["beat"].startswith("celery -A tasks beat")
-    assert commands["flower"].startswith("celery -A tasks flower --basic-auth=")
+    assert commands["beat"].startswith("celery -A cronchain.tasks beat")
+    assert commands["flower"].startswith("celery -A cronchain.tasks flower --basic-auth=")
     assert commands["web"] == "cronchain serve --host 0.0.0.0 --port 8080"
     readme = (ROOT / "README.md").read_text()
     for command in (
         "cronchain db upgrade",
-        "celery -A tasks worker",
-        "celery -A tasks beat",
-        "celery -A tasks flower --basic-auth",
+        "celery -A cronchain.tasks worker",
+        "celery -A cronchain.tasks beat",
+        "celery -A cronchain.tasks flower --basic-auth",
         "cronchain serve --host 0.0.0.0",
         work,
     ):
@@ -69,7 +69,7 @@ def test_every_service_has_a_health_check_and_web_its_credentials():
     tests = {name: " ".join(services[name]["healthcheck"]["test"][1:]) for name in checked}
     assert tests["redis"] == "redis-cli ping"
     for worker in ("worker", "work"):
-        assert tests[worker].startswith("celery -A tasks inspect ping")
+        assert tests[worker].startswith("celery -A cronchain.tasks inspect ping")
         assert tests[worker].endswith("-d celery@$$HOSTNAME")  # $$: compose's escape
     beat = services["beat"]["healthcheck"]["test"]
     assert beat[1:4] == ["cronchain", "health", "--check"] and beat[4] in CHECKS

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from cronsim.cronsim import CronSimError, Field
 
-from scheduler.errors import SpecError
-from scheduler.timing.cron import DAY, HOUR, MINUTE, MONTH, SECOND, WEEKDAY, parse_cron
-from scheduler.timing.schedules import parse_schedule
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.timing.cron import DAY, HOUR, MINUTE, MONTH, SECOND, WEEKDAY, parse_cron
+from cronchain.scheduler.timing.schedules import parse_schedule
 
 SEED = int(os.environ.get("CRONCHAIN_DIFF_SEED", "14"))
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -31,9 +31,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim, CronSimError
 
-from scheduler.errors import SpecError
-from scheduler.timing.localtime import Kind, resolve, transitions, wall
-from scheduler.timing.schedules import parse_schedule
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.timing.localtime import Kind, resolve, transitions, wall
+from cronchain.scheduler.timing.schedules import parse_schedule
 
 SEED = int(os.environ.get("CRONCHAIN_DIFF_SEED", "14"))
 UTC_CASES = 2000

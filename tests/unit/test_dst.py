@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler.timing.schedules import parse_schedule
+from cronchain.scheduler.timing.schedules import parse_schedule
 
 
 def slots(expression: str, zone: str, after: str, until: str) -> list[str]:

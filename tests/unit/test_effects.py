@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from scheduler.effects import SendRun, send
-from scheduler.invokers import Call
-from scheduler.invokers.call import redis_priority
+from cronchain.scheduler.effects import SendRun, send
+from cronchain.scheduler.invokers import Call
+from cronchain.scheduler.invokers.call import redis_priority
 from tests.conftest import RecordingPort
 
 
@@ -27,7 +27,7 @@ def test_a_jobs_priority_as_redis_reads_it():
 
 
 def test_a_celery_jobs_priority_unless_its_task_options_set_the_brokers():
-    from scheduler.invokers.celery import send_task
+    from cronchain.scheduler.invokers.celery import send_task
 
     sent: list[dict[str, object]] = []
 

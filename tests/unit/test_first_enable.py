@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from scheduler.controls import Controls
-from scheduler.declarative import first_enable
-from scheduler.spec import JobSpec
-from scheduler.timing.schedules import parse_schedule, stored_schedule
-from statemachine import Enable, JobSnapshot, JobState, TickLater, step
+from cronchain.scheduler.controls import Controls
+from cronchain.scheduler.declarative import first_enable
+from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.timing.schedules import parse_schedule, stored_schedule
+from cronchain.statemachine import Enable, JobSnapshot, JobState, TickLater, step
 
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]
 CRONS = [

@@ -15,9 +15,9 @@ from celery import Celery, current_app
 from celery.concurrency import prefork, thread
 from kombu.asynchronous.timer import Timer
 
-from scheduler.errors import ConfigError
-from scheduler.workers import heap, runtime
-from tasks import chain
+from cronchain.scheduler.errors import ConfigError
+from cronchain.scheduler.workers import heap, runtime
+from cronchain.tasks import chain
 
 
 @pytest.fixture

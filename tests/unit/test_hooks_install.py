@@ -8,7 +8,7 @@ from typing import Any
 
 from celery import Celery
 
-from scheduler.workers.hooks import ANNOTATIONS, install
+from cronchain.scheduler.workers.hooks import ANNOTATIONS, install
 
 
 def test_install_waits_for_the_configuration_and_keeps_later_handlers():

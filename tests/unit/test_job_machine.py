@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import transitions
 
-from scheduler.timing.schedules import Every, FixedDelay, Triggered
-from statemachine import (
+from cronchain.scheduler.timing.schedules import Every, FixedDelay, Triggered
+from cronchain.statemachine import (
     Abandon,
     Disable,
     Enable,
@@ -30,8 +30,14 @@ from statemachine import (
     Unbuffer,
     step,
 )
-from statemachine.actions import AbortActive, BufferInvocation, StartBuffered
-from statemachine.policy import Misfire, MisfirePolicy, Overlap, OverlapPolicy, RetryPolicy
+from cronchain.statemachine.actions import AbortActive, BufferInvocation, StartBuffered
+from cronchain.statemachine.policy import (
+    Misfire,
+    MisfirePolicy,
+    Overlap,
+    OverlapPolicy,
+    RetryPolicy,
+)
 
 S = JobState
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -498,7 +504,7 @@ def test_enable_after_disable_does_not_record_or_run_missed_slots():
 
 
 def test_a_long_outage_records_only_the_newest_skipped_slots():
-    from statemachine.callbacks import MAX_SKIPPED_RECORDS
+    from cronchain.statemachine.callbacks import MAX_SKIPPED_RECORDS
 
     r = misfire(Misfire.LATEST, now=10 * 50_000 + 5)  # 50,000 slots missed
     skipped = [a for a in r.actions if isinstance(a, RecordSkipped)]

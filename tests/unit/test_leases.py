@@ -5,8 +5,8 @@ from __future__ import annotations
 import socket
 from datetime import timedelta
 
-from scheduler.leases import Lease, Leases, retry_delay
-from scheduler.storage.db import make_engine
+from cronchain.scheduler.leases import Lease, Leases, retry_delay
+from cronchain.scheduler.storage.db import make_engine
 from tests.conftest import Clock
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.outside import (
+from cronchain.scheduler.outside import (
     bounded,
     described,
     kept,

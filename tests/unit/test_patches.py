@@ -18,7 +18,7 @@ from celery.worker.consumer.consumer import Consumer
 from kombu.asynchronous.timer import Timer
 from kombu.transport import redis as transport
 
-from scheduler.workers.patches import guard_redis_channel, release_fired_eta_entries
+from cronchain.scheduler.workers.patches import guard_redis_channel, release_fired_eta_entries
 
 
 def test_a_detached_channel_raises_a_connection_error():

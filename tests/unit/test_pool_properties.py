@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine.pool import AGING, Waiter, choose, rank
+from cronchain.statemachine.pool import AGING, Waiter, choose, rank
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ import random
 
 from celery.utils.saferepr import saferepr
 
-from scheduler.workers.port import plain_repr
-from scheduler.workers.runtime import sending_app
+from cronchain.scheduler.workers.port import plain_repr
+from cronchain.scheduler.workers.runtime import sending_app
 
 
 def tick_args(rng: random.Random) -> tuple:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from scheduler import progress
-from scheduler.progress import CLEAR, MIN_ITEMS, Bar, render
+from cronchain.scheduler import progress
+from cronchain.scheduler.progress import CLEAR, MIN_ITEMS, Bar, render
 
 
 @pytest.mark.parametrize(

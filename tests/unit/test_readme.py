@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from scheduler import controls, specmodel
-from scheduler.errors import SpecError
-from scheduler.spec import KINDS, JobSpec
+from cronchain.scheduler import controls, specmodel
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.spec import KINDS, JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

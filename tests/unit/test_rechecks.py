@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from scheduler.rechecks import Rechecks
-from scheduler.workers.runtime import Runtime
+from cronchain.scheduler.rechecks import Rechecks
+from cronchain.scheduler.workers.runtime import Runtime
 
 
 def test_jobs_are_looked_at_in_a_thread_and_a_failure_drops_nothing_else():

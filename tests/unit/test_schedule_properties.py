@@ -10,8 +10,8 @@ from cronsim.cronsim import Field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.timing.localtime import Kind, resolve, transitions, wall
-from scheduler.timing.schedules import Cron, parse_schedule
+from cronchain.scheduler.timing.localtime import Kind, resolve, transitions, wall
+from cronchain.scheduler.timing.schedules import Cron, parse_schedule
 
 ZONES = [
     "UTC",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.errors import ConfigError, SpecError
-from scheduler.settings import TICK_BATCH, TICK_SLACK, WORK_CONCURRENCY, Settings
+from cronchain.scheduler.errors import ConfigError, SpecError
+from cronchain.scheduler.settings import TICK_BATCH, TICK_SLACK, WORK_CONCURRENCY, Settings
 
 
 def refused(variable: str, value: str) -> ConfigError:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.errors import SpecError
-from scheduler.spec import MAX_SPEC_BYTES, JobSpec, load_job_file
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.spec import MAX_SPEC_BYTES, JobSpec, load_job_file
 
 GOOD = """
 project: demo
@@ -126,8 +126,8 @@ def test_controls_are_validated_and_only_non_defaults_kept():
 
 
 def test_misfire_controls_reach_the_policy():
-    from scheduler.controls import Controls
-    from statemachine import Misfire
+    from cronchain.scheduler.controls import Controls
+    from cronchain.statemachine import Misfire
 
     spec = JobSpec(
         "p", "j", "every 5s", controls={"misfire": "all", "misfire_grace": "1m", "catchup_limit": 7}
@@ -144,7 +144,7 @@ def test_misfire_controls_reach_the_policy():
 
 
 def test_the_three_timeouts_have_their_own_names_and_defaults():
-    from scheduler.controls import Controls
+    from cronchain.scheduler.controls import Controls
 
     spec = JobSpec("p", "j", "every 5s", controls={"schedule_to_start": "10m", "lease": "20s"})
     assert spec.controls == {"schedule_to_start": 600.0, "lease": 20.0}
@@ -213,7 +213,7 @@ def test_bad_http_options_name_the_field(options: dict, message: str):
 def test_the_debug_log_keeps_its_start_and_end():
     from datetime import UTC, datetime
 
-    from scheduler import debuglog
+    from cronchain.scheduler import debuglog
 
     text = None
     for n in range(2000):

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scheduler.web import csrf
-from scheduler.web.zones import dst_notes, next_tick, shown
+from cronchain.scheduler.web import csrf
+from cronchain.scheduler.web.zones import dst_notes, next_tick, shown
 
 NOW = datetime(2026, 10, 20, 12, tzinfo=UTC)
 BACK = "DST: clocks go back 1 h on 2026-10-25: 03:00 CEST becomes 02:00 CET"

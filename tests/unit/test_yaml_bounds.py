@@ -22,9 +22,9 @@ from unittest import mock
 import pytest
 import yaml
 
-from scheduler import yamlfile
-from scheduler.errors import SpecError
-from scheduler.yamlfile import (
+from cronchain.scheduler import yamlfile
+from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.yamlfile import (
     EXPANSION_FACTOR,
     MAX_DEPTH,
     MAX_FILE_BYTES,
