@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,30 +105,41 @@ def test_python_statemachine_is_installed_beside_cronchain(tmp_path: Path):
 def test_the_wheel_installs_everything_beneath_cronchain(tmp_path: Path):
     """The built wheel holds one top-level package, ``cronchain``, with every module of
     the repository's folders and celeryconfig.py, and the console script points in it."""
+    source = tmp_path / "source"  # setuptools builds in the tree: a copy, not the checkout
+    for name in tracked_files():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    out = tmp_path / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
         check=True,
         capture_output=True,
     )
-    [wheel] = tmp_path.glob("cronchain-*.whl")
+    [wheel] = out.glob("cronchain-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {
         "cronchain",
         wheel.name.split("-py3")[0] + ".dist-info",
     }
-    tracked = subprocess.run(
-        ["git", "ls-files", *TOPS, "celeryconfig.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    modules = {f"cronchain/{f}" for f in tracked if f.endswith(".py")}
+    ours = [f for f in tracked_files() if f.split("/")[0] in (*TOPS, "celeryconfig.py")]
+    modules = {f"cronchain/{f}" for f in ours if f.endswith(".py")}
     assert modules <= set(names), sorted(modules - set(names))
     assert "cronchain/scheduler/web/templates/job.html" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert re.search(r"^cronchain = cronchain\.scheduler\.cli:main$", text, re.M)
+
+
+def tracked_files() -> list[str]:
+    """The repository's files, as a fresh clone has them (and any not committed yet)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [f for f in listed.stdout.splitlines() if (ROOT / f).is_file()]
 
 
 def test_every_package_folder_is_listed_in_pyproject():
