@@ -6,11 +6,11 @@ step, and is kept by the Pallets project; waitress serves it (``scheduler.web.se
 The app keeps no state but a database engine, a Celery app and the ``Scheduler`` its
 controls go through, so any number of serve processes answer alike.
 
-``/metrics`` and ``/healthz`` carry no job specs and need no credentials (Prometheus and
-a load balancer ask them). With credentials set, every other path asks for HTTP basic
-auth, compared in constant time, and whoever passes is the operator: the pages show the
-controls (``scheduler.web.actions``). Without credentials (loopback only) the pages are
-read-only and a control's POST answers 403.
+``/metrics``, ``/healthz`` and ``/livez`` carry no job specs and need no credentials
+(Prometheus, a load balancer and Kubernetes ask them). With credentials set, every other
+path asks for HTTP basic auth, compared in constant time, and whoever passes is the
+operator: the pages show the controls (``scheduler.web.actions``). Without credentials
+(loopback only) the pages are read-only and a control's POST answers 403.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.web import actions, views
 from cronchain.scheduler.web.context import WebContext
-from cronchain.scheduler.web.health import check_health
+from cronchain.scheduler.web.health import WorkerWatch, check_health
 from cronchain.scheduler.web.metrics import DatabaseCollector, render
 
-OPEN_PATHS = frozenset({"/metrics", "/healthz"})
+OPEN_PATHS = frozenset({"/metrics", "/healthz", "/livez"})
 
 
 def create_app(
@@ -40,10 +40,13 @@ def create_app(
     settings: Settings,
     scheduler: Scheduler,
     now: Callable[[], datetime] | None = None,
+    watch: WorkerWatch | None = None,
 ) -> Flask:
     """The app, reading ``db``, asking ``celery``'s broker and acting through
     ``scheduler`` (on the same database); credentials, if any, are
-    ``settings.web_basic_auth`` (USER:PASSWORD). ``now``: a test's clock."""
+    ``settings.web_basic_auth`` (USER:PASSWORD). ``now``: a test's clock. ``watch``:
+    what /healthz reads of the broker and the workers (``cronchain serve`` starts one);
+    without it, each request asks them (a second)."""
     app = Flask("cronchain.scheduler.web")
     app.extensions["cronchain"] = WebContext(
         db, scheduler, settings.web_basic_auth, now or (lambda: datetime.now(UTC))
@@ -88,8 +91,16 @@ def create_app(
 
     @app.get("/healthz")
     def healthz() -> tuple[Response, int]:
-        health = check_health(db, celery, settings)
+        """Readiness: every check, the broker's and the workers' as ``watch`` last saw
+        them (their detail says how long ago)."""
+        health = check_health(db, celery, settings, watch=watch)
         return jsonify(health.as_json()), 200 if health.ok else 503
+
+    @app.get("/livez")
+    def livez() -> Response:
+        """Liveness: the process answers. It asks nothing, so that a database or a broker
+        that is down makes the pod unready (``/healthz``), never restarted."""
+        return jsonify({"ok": True})
 
     views.register(app)
     actions.register(app)

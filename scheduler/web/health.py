@@ -13,10 +13,18 @@ hangs is read as one that failed, later.
   (default two watchdog intervals).
 - ``control_path``, ``work_path``: a worker consumes the control queue, and one the work
   queue (``noop`` and ``http`` runs wait in it otherwise), by Celery's ``inspect``.
+
+``cronchain health`` asks each of them. ``GET /healthz`` cannot afford to: ``inspect``
+waits a second for the workers' replies, which is Kubernetes' whole probe timeout. So
+``cronchain serve`` asks the broker and the workers from a thread of its own every
+``REFRESH`` seconds (:class:`WorkerWatch`), and a request reads their last answer, which
+says how old it is, beside the database's checks made then.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -33,6 +41,7 @@ from cronchain.scheduler.storage import alert_store, observed
 from cronchain.scheduler.storage.db import first_line
 from cronchain.scheduler.web import CHECKS
 
+log = logging.getLogger("cronchain.web")
 # Each probe's own patience: the broker's connection, and how long inspect collects replies.
 BROKER_TIMEOUT = 1.0
 INSPECT_TIMEOUT = 1.0
@@ -71,15 +80,22 @@ class Health:
 
 
 def check_health(
-    db: Engine, app: Celery, settings: Settings, now: Callable[[], datetime] | None = None
+    db: Engine,
+    app: Celery,
+    settings: Settings,
+    now: Callable[[], datetime] | None = None,
+    watch: WorkerWatch | None = None,
 ) -> Health:
-    """Every check, run at once (see the module's docstring)."""
+    """Every check, run at once (see the module's docstring); with ``watch``, the broker
+    and the workers as it last found them."""
     clock = now or (lambda: datetime.now(UTC))
     probes: dict[str, Callable[[], list[Check]]] = {
-        "database": lambda: _database_checks(db, settings, clock),
-        "broker": lambda: [_broker_check(app, settings)],
-        "workers": lambda: _worker_checks(app, settings),
+        "database": lambda: _database_checks(db, settings, clock)
     }
+    if watch is None:
+        probes |= _broker_and_workers(app, settings)
+    else:
+        probes["watched"] = watch.checks
     pool = ThreadPoolExecutor(len(probes), thread_name_prefix="health")
     futures = {pool.submit(probe): name for name, probe in probes.items()}
     wait(futures, timeout=DEADLINE)
@@ -98,7 +114,69 @@ _NAMES = {
     "database": ("database", "watchdog", "ticks", "alerts"),
     "broker": ("broker",),
     "workers": ("control_path", "work_path"),
+    "watched": ("broker", "control_path", "work_path"),
 }
+REFRESH = 10.0  # seconds between a WorkerWatch's looks
+
+
+def _broker_and_workers(app: Celery, settings: Settings) -> dict[str, Callable[[], list[Check]]]:
+    return {
+        "broker": lambda: [_broker_check(app, settings)],
+        "workers": lambda: _worker_checks(app, settings),
+    }
+
+
+class WorkerWatch:
+    """The broker's and the workers' checks, made by a thread every ``every`` seconds, for
+    a probe that cannot wait for them (``GET /healthz``). What it found says how long
+    ago; an answer older than three periods is a failure (the thread is stuck), and
+    before its first look each check fails as not made yet."""
+
+    def __init__(
+        self,
+        app: Celery,
+        settings: Settings,
+        every: float = REFRESH,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.app, self.settings, self.every, self.clock = app, settings, every, clock
+        self._found: list[Check] | None = None
+        self._at = 0.0
+        self._lock = threading.Lock()
+
+    def start(self) -> WorkerWatch:
+        threading.Thread(target=self._run, name="cronchain-health", daemon=True).start()
+        return self
+
+    def look(self) -> None:
+        """One look at the broker and the workers, now (the thread's, and tests')."""
+        found = [
+            c for probe in _broker_and_workers(self.app, self.settings).values() for c in probe()
+        ]
+        with self._lock:
+            self._found, self._at = found, self.clock()
+
+    def checks(self) -> list[Check]:
+        with self._lock:
+            found, at = self._found, self._at
+        names = _NAMES["watched"]
+        if found is None:
+            return [
+                Check(name, False, "not checked yet: cronchain serve has just started")
+                for name in names
+            ]
+        age = self.clock() - at
+        if age > 3 * self.every:
+            return [Check(name, False, f"not checked for {age:.0f} s") for name in names]
+        return [Check(c.name, c.ok, f"{c.detail} ({age:.0f} s ago)") for c in found]
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.look()
+            except Exception:  # its checks say what failed; this is a bug, logged
+                log.exception("the health checks of the broker and workers failed")
+            time.sleep(self.every)
 
 
 def _database_checks(db: Engine, settings: Settings, clock: Callable[[], datetime]) -> list[Check]:

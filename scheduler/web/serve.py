@@ -46,8 +46,11 @@ def serve(host: str, port: int, basic_auth: str | None) -> int:
             f"{host} is not a loopback address: give credentials (--basic-auth USER:PASSWORD"
             " or CRONCHAIN_WEB_BASIC_AUTH) to serve beyond this machine",
         )
+    from cronchain.scheduler.web.health import WorkerWatch
+
     db, celery = _connections(settings)
-    app = create_app(db, celery, settings, _scheduler(db, celery, settings))
+    watch = WorkerWatch(celery, settings).start()
+    app = create_app(db, celery, settings, _scheduler(db, celery, settings), watch=watch)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     auth = "basic auth on pages" if settings.web_basic_auth else "no credentials (read-only)"
     print(f"cronchain serve: http://{host}:{port}/ ({auth})", flush=True)

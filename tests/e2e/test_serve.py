@@ -90,6 +90,7 @@ def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Clust
     assert found["cronchain_watchdog_last_pass_timestamp_seconds", ()] == 0
 
     assert get(f"{base}/")[0] == 401  # the page asks; /metrics and /healthz did not
+    assert get(f"{base}/livez") == (200, '{"ok":true}\n')  # asks nothing, however unwell
     assert get(f"{base}/", "admin:wrong")[0] == 401
     status, page = get(f"{base}/", CREDENTIALS)
     assert status == 200 and "web/j2" in page

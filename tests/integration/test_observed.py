@@ -22,7 +22,7 @@ from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage import observed
 from cronchain.scheduler.storage.db import make_engine
-from cronchain.scheduler.web.health import check_health
+from cronchain.scheduler.web.health import WorkerWatch, check_health
 from cronchain.scheduler.web.metrics import DatabaseCollector, registry, render
 from cronchain.scheduler.workers.runtime import patience_of_a_command
 from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
@@ -33,13 +33,12 @@ INTERVAL = 30.0  # the watchdog's: its grace is 15 s, as the engine fixture's
 
 
 def settings(db: sqlalchemy.Engine, **values: Any) -> Settings:
-    """The settings these tests read: a broker where nothing listens."""
+    """The settings these tests read: a broker where nothing listens, unless given."""
     return Settings(
         database_url=db.url.render_as_string(hide_password=False),
-        broker_url=f"redis://127.0.0.1:{free_port()}/0",
         home=Path("."),
         watchdog_interval=INTERVAL,
-        **values,
+        **{"broker_url": f"redis://127.0.0.1:{free_port()}/0", **values},
     )
 
 
@@ -227,6 +226,31 @@ def test_health_names_each_check_that_fails(engine: Engine, port: RecordingPort,
     assert checks["ticks"]["detail"] == "1 overdue, the oldest 61 s past its grace (more than 60 s)"
     loose = settings(engine.db, overdue_limit=70.0)
     assert check_health(engine.db, app, loose, now=clock).as_json()["checks"]["ticks"]["ok"]
+
+
+NOT_YET = "not checked yet: cronchain serve has just started"
+
+
+def test_healthz_reads_the_workers_as_its_watch_last_saw_them(engine: Engine, clock: Clock):
+    """/healthz's broker and workers come from a thread's last look (Celery's inspect
+    waits a second for replies): before its first look they fail as not checked; then
+    they say how old they are; an answer older than three looks fails."""
+    conf = settings(engine.db, broker_url="redis://127.0.0.1:6379/15")  # the machine's
+    app = patience_of_a_command(Celery("cronchain", broker=conf.broker_url))
+    ticks = [100.0]
+    watch = WorkerWatch(app, conf, every=10.0, clock=lambda: ticks[0])
+    checks = check_health(engine.db, app, conf, now=clock, watch=watch).as_json()["checks"]
+    assert checks["broker"] == {"ok": False, "detail": NOT_YET}
+    assert checks["database"]["ok"]  # asked then, as every request asks it
+    watch.look()
+    ticks[0] += 12
+    checks = check_health(engine.db, app, conf, now=clock, watch=watch).as_json()["checks"]
+    assert checks["broker"]["ok"] and checks["broker"]["detail"].endswith("(12 s ago)")
+    assert not checks["control_path"]["ok"]  # no worker consumes the queue
+    assert checks["control_path"]["detail"].endswith("(12 s ago)")
+    ticks[0] += 20
+    checks = check_health(engine.db, app, conf, now=clock, watch=watch).as_json()["checks"]
+    assert checks["broker"] == {"ok": False, "detail": "not checked for 32 s"}
 
 
 def test_every_query_reads_an_index(pg_url: str, clock: Clock):
