@@ -64,6 +64,8 @@ class Settings:
     # How far past its grace a tick may be before the health check fails (None: two
     # watchdog intervals).
     overdue_limit: float | None = None
+    # /metrics reports each job's series (off for a registry too large to scrape so).
+    metrics_per_job: bool = True
 
     @property
     def health_overdue(self) -> timedelta:
@@ -131,6 +133,7 @@ class Settings:
             retention=history_retention(env),
             web_basic_auth=_basic_auth(env),
             overdue_limit=_seconds(env, "CRONCHAIN_HEALTH_OVERDUE", 0) or None,
+            metrics_per_job=_flag(env, "CRONCHAIN_METRICS_PER_JOB", True),
         )
 
 
@@ -182,6 +185,18 @@ def _whole(env: Mapping[str, str], name: str, default: int, low: int, high: int,
             name, f"must be a whole number of {unit} from {low} to {high}, not {text!r}"
         )
     return value
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    text = _text(env, name).lower()
+    if not text:
+        return default
+    if text not in (*_TRUE, *_FALSE):
+        raise ConfigError(name, f"must be true or false (or yes/no, on/off, 1/0), not {text!r}")
+    return text in _TRUE
 
 
 def _slack(env: Mapping[str, str]) -> timedelta:

@@ -111,6 +111,13 @@ jobs = Table(
     # The slot (a triggered run: when it was made) of its latest success, for the jobs
     # that require it (``scheduler.upstream``); kept by 0013's trigger.
     Column("last_success_filed", UTCDateTime),
+    # For /metrics, kept by the same trigger (migration 0014): when the newest failure
+    # ended, how many runs ended FAILED, and how many runs that started have ended and
+    # their seconds from claim to end in all (a summary).
+    Column("last_failure_at", UTCDateTime),
+    Column("failures", BigInteger, nullable=False, server_default=text("0")),
+    Column("runs_timed", BigInteger, nullable=False, server_default=text("0")),
+    Column("run_seconds", Float, nullable=False, server_default=text("0")),
     # A failure alert awaits its ``recovered`` (scheduler.alerts.raising): a success
     # reads it from the row it locked, not from the alerts.
     Column("alert_failing", Boolean, nullable=False, server_default=false()),

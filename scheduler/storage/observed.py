@@ -31,17 +31,6 @@ from cronchain.scheduler.storage.models import (
 
 
 @dataclass(frozen=True)
-class JobGauge:
-    """One job as the page shows it."""
-
-    project: str
-    name: str
-    state: str
-    next_tick: datetime | None
-    last_success: datetime | None
-
-
-@dataclass(frozen=True)
 class WatchdogPasses:
     """The watchdog's newest pass (None: it never passed) and its repairs so far."""
 
@@ -70,18 +59,6 @@ class Overdue:
     oldest: datetime | None
 
 
-_JOBS = select(
-    jobs.c.project, jobs.c.name, jobs.c.state, jobs.c.tick_at, jobs.c.last_success_at
-).order_by(jobs.c.project, jobs.c.name)
-
-
-def job_gauges(conn: Connection, limit: int | None = None) -> list[JobGauge]:
-    """Every job (or the first ``limit`` by project and name): one read of ``jobs``, the
-    registry, which /metrics reports job by job."""
-    query = _JOBS if limit is None else _JOBS.limit(limit)
-    return [JobGauge(*row) for row in conn.execute(query)]
-
-
 def _epoch(conn: Connection, column: ColumnElement[Any]) -> ColumnElement[float]:
     """A time column as seconds since the epoch, computed by the database: a scrape of
     10,000 jobs then builds no datetime objects."""
@@ -91,17 +68,32 @@ def _epoch(conn: Connection, column: ColumnElement[Any]) -> ColumnElement[float]
     return func.round((func.julianday(column) - 2440587.5) * 86400.0, 3)
 
 
-def job_series(conn: Connection) -> list[tuple[str, str, str, float | None, float | None]]:
-    """Every job as /metrics shows it: (project, name, state, next tick, last success),
-    the times in seconds since the epoch. One read of ``jobs``, the registry."""
+# A job as /metrics shows it: project, name, state, next tick, last success, last failure,
+# failures, runs timed and their seconds (times in seconds since the epoch).
+JobSeries = tuple[str, str, str, float | None, float | None, float | None, int, int, float]
+
+
+def job_series(conn: Connection) -> list[JobSeries]:
+    """Every job as /metrics shows it (``JobSeries``). One read of ``jobs``, the
+    registry: the trigger of migration 0014 keeps the counts on each job's row."""
     query = select(
         jobs.c.project,
         jobs.c.name,
         jobs.c.state,
         _epoch(conn, jobs.c.tick_at),
         _epoch(conn, jobs.c.last_success_at),
+        _epoch(conn, jobs.c.last_failure_at),
+        jobs.c.failures,
+        jobs.c.runs_timed,
+        jobs.c.run_seconds,
     ).order_by(jobs.c.project, jobs.c.name)
     return [tuple(row) for row in conn.execute(query).all()]  # type: ignore[misc]
+
+
+def jobs_by_state(conn: Connection) -> dict[str, int]:
+    """How many jobs are in each state (what /metrics reports without per-job series)."""
+    query = select(jobs.c.state, func.count()).group_by(jobs.c.state)
+    return dict(conn.execute(query).all())  # type: ignore[arg-type]
 
 
 def overdue_ticks(conn: Connection, cut: datetime) -> Overdue:

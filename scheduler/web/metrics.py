@@ -3,28 +3,37 @@
 Nothing is counted in the workers' memory, so any number of worker processes (prefork,
 threads, many machines) need no multiprocess setup, and any number of ``cronchain
 serve`` processes answer alike. Each scrape reads the job registry and a few indexes
-(``scheduler.storage.observed``): four short queries in one transaction.
+(``scheduler.storage.observed``): a few short queries in one transaction.
 
-Per job (labels ``project``, ``job``):
+Per job (labels ``project`` and ``job_name``: a scrape's target labels are ``job`` and
+``instance``, and Prometheus would rename a series' own to ``exported_job``):
 
-- ``cronchain_job_last_success_timestamp_seconds``: when its newest success finished,
-  0 if it never succeeded (every job has the series, so an alert needs no ``absent()``);
+- ``cronchain_job_last_success_timestamp_seconds``, ``..._last_failure_...``: when its
+  newest success (failure) finished, 0 if none did (every job has the series, so an
+  alert needs no ``absent()``);
 - ``cronchain_job_next_tick_timestamp_seconds``: the slot its pending tick stands for;
   no series for a job without one (paused, disabled, a triggered job);
-- ``cronchain_job_state``: 1, with the job's state as the ``state`` label (DISABLED,
-  SCHEDULED, SUSPENDED, QUEUED, RUNNING, OVERRUN): one series per job, not one per state.
+- ``cronchain_job_failures_total``: runs that ended FAILED;
+- ``cronchain_job_run_duration_seconds``: a summary (count and sum) of the runs that
+  started and ended, from the claim of the last attempt to the end;
+- ``cronchain_job_state``: one series per state, 1 for the job's state and 0 for the
+  others, as kube-state-metrics writes a state (an alert on ``== 1`` needs no regex).
 
-Overall: ``cronchain_slots_total{outcome,reason}`` (runs ended),
-``cronchain_fire_lag_seconds`` (a histogram of claim minus slot), both counted by
-triggers as runs end and start (migration 0008), ``cronchain_watchdog_last_pass_timestamp_seconds``,
-``cronchain_watchdog_repairs_total{kind}``, ``cronchain_overdue_ticks``,
-``cronchain_overdue_tick_seconds`` and ``cronchain_runs_waiting{reason}``.
+``CRONCHAIN_METRICS_PER_JOB=false`` leaves them out (a registry too large to scrape
+job by job); ``cronchain_jobs{state}`` counts the jobs in each state either way.
 
-The per-job families are three lines per job: at 10,000 jobs, prometheus_client's text
-writer spent 400 ms on them (a label-name check and escape per label per sample), so
-``render`` writes them itself, in the same format (a test parses both and compares), and
-leaves the others to prometheus_client. ``DatabaseCollector`` yields them all, for a
-registry of one's own.
+Overall: ``cronchain_build_info{version}``, ``cronchain_slots_total{outcome,reason}``
+(runs ended), ``cronchain_fire_lag_seconds`` (a histogram of claim minus slot), both
+counted by triggers as runs end and start (migration 0008),
+``cronchain_watchdog_last_pass_timestamp_seconds``, ``cronchain_watchdog_repairs_total{kind}``,
+``cronchain_overdue_ticks``, ``cronchain_overdue_tick_seconds`` and
+``cronchain_runs_waiting{reason}``.
+
+The per-job families are a dozen lines per job: at 10,000 jobs, prometheus_client's text
+writer spent 400 ms on three of them (a label-name check and escape per label per
+sample), so ``render`` writes them itself, in the same format (a test parses both and
+compares), and leaves the others to prometheus_client. ``DatabaseCollector`` yields
+them all, for a registry of one's own.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import Engine
@@ -46,28 +56,37 @@ from sqlalchemy import Engine
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.storage import observed
 from cronchain.scheduler.storage.models import JOB_STATES
+from cronchain.scheduler.version import VERSION
 
 # The reasons a WAITING run has today, reported at 0 when none waits, so that a rate or
 # an alert on them has a series to read.
 WAITING_REASONS = ("buffered", "backfill", "upstream", "gate", "pool")
 # Outcomes reported at 0 before any run had them, for the same reason.
 OUTCOMES = (("SUCCEEDED", ""), ("FAILED", ""))
-JOB = ("project", "job")
-JOB_FAMILIES = (  # name, help; each a gauge
-    (
-        "cronchain_job_last_success_timestamp_seconds",
-        "When the job's newest successful run finished (0: never)",
-    ),
-    ("cronchain_job_next_tick_timestamp_seconds", "The slot the job's pending tick stands for"),
-    ("cronchain_job_state", f"1, with the job's state as a label ({', '.join(JOB_STATES)})"),
-)
+JOB = ("project", "job_name")
+# The per-job families: name, help, type, whether every job has a series.
+LAST_SUCCESS = "cronchain_job_last_success_timestamp_seconds"
+LAST_FAILURE = "cronchain_job_last_failure_timestamp_seconds"
+NEXT_TICK = "cronchain_job_next_tick_timestamp_seconds"
+FAILURES = "cronchain_job_failures"
+DURATION = "cronchain_job_run_duration_seconds"
+STATE = "cronchain_job_state"
+HELP = {
+    LAST_SUCCESS: "When the job's newest successful run finished (0: never)",
+    LAST_FAILURE: "When the job's newest failed run finished (0: never)",
+    NEXT_TICK: "The slot the job's pending tick stands for",
+    FAILURES: "The job's runs that ended FAILED",
+    DURATION: "The job's runs that started and ended: seconds from the claim to the end",
+    STATE: f"1 for the job's state, 0 for the others ({', '.join(JOB_STATES)})",
+}
 
 
 @dataclass(frozen=True)
 class Observed:
     """What one scrape read, in one transaction."""
 
-    jobs: list[tuple[str, str, str, float | None, float | None]]
+    jobs: list[observed.JobSeries]  # empty without per-job series
+    states: dict[str, int]
     passes: observed.WatchdogPasses
     overdue: observed.Overdue
     waiting: dict[str, int]
@@ -89,8 +108,10 @@ class DatabaseCollector(Collector):
     def read(self) -> Observed:
         now = self.now()
         with self.db.connect() as conn:
+            per_job = observed.job_series(conn) if self.settings.metrics_per_job else []
             return Observed(
-                jobs=observed.job_series(conn),
+                jobs=per_job,
+                states=_states(per_job) if per_job else observed.jobs_by_state(conn),
                 passes=observed.watchdog_passes(conn),
                 overdue=observed.overdue_ticks(conn, now - self.settings.watchdog_grace),
                 waiting=observed.waiting_by_reason(conn),
@@ -131,19 +152,44 @@ class _Fixed(Collector):
         return iter(self.metrics)
 
 
-def _job_text(jobs: list[tuple[str, str, str, float | None, float | None]]) -> str:
+def _states(jobs: list[observed.JobSeries]) -> dict[str, int]:
+    counted = dict.fromkeys(JOB_STATES, 0)
+    for job in jobs:
+        counted[job[2]] += 1
+    return counted
+
+
+def _job_text(jobs: list[observed.JobSeries]) -> str:
     """The per-job families in Prometheus's text format: the HELP and TYPE lines, the
     samples and their labels as prometheus_client writes them; values in Python's repr
     of a float (``1772366410.0``) where prometheus_client writes Go's (``1.77236641e+09``),
     which the format takes alike."""
-    success, ticks, states = ([f"# HELP {n} {h}", f"# TYPE {n} gauge"] for n, h in JOB_FAMILIES)
-    for project, name, state, next_tick, last_success in jobs:
-        labels = f'job="{_escape(name)}",project="{_escape(project)}"'
-        success.append(f"{JOB_FAMILIES[0][0]}{{{labels}}} {float(last_success or 0)!r}")
-        if next_tick is not None:
-            ticks.append(f"{JOB_FAMILIES[1][0]}{{{labels}}} {float(next_tick)!r}")
-        states.append(f'{JOB_FAMILIES[2][0]}{{{labels},state="{state}"}} 1.0')
-    return "\n".join([*success, *ticks, *states, ""])
+    if not jobs:
+        return ""
+    blocks = {
+        name: [f"# HELP {key} {HELP[name]}", f"# TYPE {key} {kind}"]
+        for name, key, kind in (
+            (LAST_SUCCESS, LAST_SUCCESS, "gauge"),
+            (LAST_FAILURE, LAST_FAILURE, "gauge"),
+            (NEXT_TICK, NEXT_TICK, "gauge"),
+            (FAILURES, FAILURES + "_total", "counter"),
+            (DURATION, DURATION, "summary"),
+            (STATE, STATE, "gauge"),
+        )
+    }
+    success, failure, ticks, failures, duration, states = blocks.values()
+    others = [(s, f'state="{s}"') for s in JOB_STATES]
+    for project, name, state, tick, succeeded, failed, count, timed, seconds in jobs:
+        labels = f'job_name="{_escape(name)}",project="{_escape(project)}"'
+        success.append(f"{LAST_SUCCESS}{{{labels}}} {float(succeeded or 0)!r}")
+        failure.append(f"{LAST_FAILURE}{{{labels}}} {float(failed or 0)!r}")
+        if tick is not None:
+            ticks.append(f"{NEXT_TICK}{{{labels}}} {float(tick)!r}")
+        failures.append(f"{FAILURES}_total{{{labels}}} {float(count)!r}")
+        duration.append(f"{DURATION}_count{{{labels}}} {float(timed)!r}")
+        duration.append(f"{DURATION}_sum{{{labels}}} {float(seconds)!r}")
+        states += [f"{STATE}{{{labels},{s}}} {1.0 if one == state else 0.0}" for one, s in others]
+    return "\n".join([*success, *failure, *ticks, *failures, *duration, *states, ""])
 
 
 def _escape(value: str) -> str:
@@ -154,21 +200,38 @@ def _escape(value: str) -> str:
     return value
 
 
-def _job_metrics(
-    jobs: list[tuple[str, str, str, float | None, float | None]],
-) -> Iterator[Metric]:
-    success, next_tick = (GaugeMetricFamily(n, h, labels=JOB) for n, h in JOB_FAMILIES[:2])
-    state = GaugeMetricFamily(*JOB_FAMILIES[2], labels=[*JOB, "state"])
-    for project, name, job_state, tick, last_success in jobs:
-        success.add_metric([project, name], float(last_success or 0))
+def _job_metrics(jobs: list[observed.JobSeries]) -> Iterator[Metric]:
+    if not jobs:
+        return iter(())
+    success, failure, next_tick = (
+        GaugeMetricFamily(n, HELP[n], labels=JOB) for n in (LAST_SUCCESS, LAST_FAILURE, NEXT_TICK)
+    )
+    failures = CounterMetricFamily(FAILURES, HELP[FAILURES], labels=JOB)
+    duration = SummaryMetricFamily(DURATION, HELP[DURATION], labels=JOB)
+    state = GaugeMetricFamily(STATE, HELP[STATE], labels=[*JOB, "state"])
+    for project, name, job_state, tick, succeeded, failed, count, timed, seconds in jobs:
+        success.add_metric([project, name], float(succeeded or 0))
+        failure.add_metric([project, name], float(failed or 0))
         if tick is not None:
             next_tick.add_metric([project, name], float(tick))
-        state.add_metric([project, name, job_state], 1.0)
-    return iter((success, next_tick, state))
+        failures.add_metric([project, name], count)
+        duration.add_metric([project, name], count_value=timed, sum_value=seconds)
+        for one in JOB_STATES:
+            state.add_metric([project, name, one], 1.0 if one == job_state else 0.0)
+    return iter((success, failure, next_tick, failures, duration, state))
 
 
 def _overall_metrics(seen: Observed) -> Iterator[Metric]:
     passes, overdue = seen.passes, seen.overdue
+    build = GaugeMetricFamily(
+        "cronchain_build_info", "1, with cronchain's version", labels=["version"]
+    )
+    build.add_metric([VERSION], 1.0)
+    yield build
+    jobs = GaugeMetricFamily("cronchain_jobs", "Jobs, by state", labels=["state"])
+    for state in JOB_STATES:
+        jobs.add_metric([state], seen.states.get(state, 0))
+    yield jobs
     slots = CounterMetricFamily(
         "cronchain_slots",
         "Runs ended (a slot's, or a triggered run), by outcome and reason ('' for none)",

@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import ROOT, WATCHDOG_INTERVAL, Cluster, wait_until
-from tests.services import free_port
+from tests.integration.test_prometheus import readme_block
+from tests.services import free_port, unavailable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 CREDENTIALS = "admin:s3cret"
@@ -83,7 +87,7 @@ def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Clust
 
     found = metrics(base)
     for i in range(3):
-        job = (("job", f"j{i}"), ("project", "web"))
+        job = (("job_name", f"j{i}"), ("project", "web"))
         assert found["cronchain_job_last_success_timestamp_seconds", job] == 0
         assert found["cronchain_job_state", (*job, ("state", "SCHEDULED"))] == 1
         assert found["cronchain_job_next_tick_timestamp_seconds", job] > 0
@@ -133,3 +137,49 @@ def test_serve_refuses_other_addresses_without_credentials(tmp_path: Path):
     assert done.returncode == 2
     assert done.stderr.startswith("cronchain: --host: 0.0.0.0 is not a loopback address")
     assert "--basic-auth" in done.stderr and "CRONCHAIN_WEB_BASIC_AUTH" in done.stderr
+
+
+def test_a_real_prometheus_scrapes_serve_and_keeps_the_job_s_labels(
+    cluster: Cluster, tmp_path: Path
+):
+    """Prometheus (Debian's) scrapes ``cronchain serve`` as the README configures it; its
+    query API returns each job's series with ``job_name`` as cronchain wrote it, beside
+    the scrape's own ``job``, and no ``exported_job``."""
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        unavailable("prometheus (apt-get install prometheus)")
+    cluster.cronchain("db", "upgrade")
+    (cluster.folder / "jobs.yaml").write_text(JOBS)
+    cluster.cronchain("apply", "jobs.yaml")
+    port, prom_port = free_port(), free_port()
+    cluster.start(
+        "serve", sys.executable, "-m", "cronchain.scheduler.cli", "serve", "--port", str(port)
+    )
+    config = yaml.safe_load(readme_block("# prometheus.yml"))
+    config["global"] = {"scrape_interval": "1s"}
+    config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    cluster.start(
+        "prometheus",
+        prometheus,
+        f"--config.file={tmp_path / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{prom_port}",
+    )
+    query = urllib.parse.quote('cronchain_job_state{state="SCHEDULED"} == 1')
+    url = f"http://127.0.0.1:{prom_port}/api/v1/query?query={query}"
+
+    def scraped() -> list[dict[str, Any]] | None:
+        status, body = get(url)
+        found = json.loads(body)["data"]["result"] if status == 200 else []
+        return found if len(found) == 3 else None
+
+    series = wait_until(scraped, 60, "Prometheus to scrape the jobs' states")
+    labels = sorted((s["metric"] for s in series), key=lambda m: m["job_name"])
+    assert [m["job_name"] for m in labels] == ["j0", "j1", "j2"]
+    for metric in labels:
+        assert metric["job"] == "cronchain" and metric["project"] == "web"
+        assert "exported_job" not in metric
+    status, body = get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=cronchain_build_info")
+    [build] = json.loads(body)["data"]["result"]
+    assert build["metric"]["version"] and build["value"][1] == "1"

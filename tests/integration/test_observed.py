@@ -18,10 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.invokers.call import SUCCEEDED
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage import observed
 from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.storage.models import JOB_STATES
+from cronchain.scheduler.version import VERSION
 from cronchain.scheduler.web.health import WorkerWatch, check_health
 from cronchain.scheduler.web.metrics import DatabaseCollector, registry, render
 from cronchain.scheduler.workers.runtime import patience_of_a_command
@@ -61,7 +65,7 @@ def samples(db: sqlalchemy.Engine, clock: Clock) -> dict[tuple[str, tuple[Any, .
 
 def of(job: str) -> tuple[tuple[str, str], ...]:
     """A job's labels, as ``samples`` keys them."""
-    return (("job", job), ("project", "p"))
+    return (("job_name", job), ("project", "p"))
 
 
 def job(name: str, schedule: str = "every 10s", **controls: Any) -> JobSpec:
@@ -79,6 +83,14 @@ def test_metrics_say_what_the_engine_did(engine: Engine, port: RecordingPort, cl
     assert before[success, of("ok")] == 0  # never succeeded: 0, not absent
     assert before["cronchain_job_state", (*of("off"), ("state", "SUSPENDED"))] == 1
     assert before["cronchain_job_state", (*of("ok"), ("state", "SCHEDULED"))] == 1
+    states = {
+        k[1][2][1]: v
+        for k, v in before.items()
+        if k[0] == "cronchain_job_state" and k[1][:2] == of("ok")
+    }
+    assert states == dict.fromkeys(JOB_STATES, 0) | {"SCHEDULED": 1}  # a series per state
+    assert before["cronchain_jobs", (("state", "SCHEDULED"),)] == 2
+    assert before["cronchain_build_info", (("version", VERSION),)] == 1
     assert (next_tick, of("off")) not in before  # paused: no tick
     assert before["cronchain_watchdog_last_pass_timestamp_seconds", ()] == 0
 
@@ -107,6 +119,52 @@ def test_metrics_say_what_the_engine_did(engine: Engine, port: RecordingPort, cl
     assert after["cronchain_watchdog_repairs_total", (("kind", "ticks"),)] == 2
     watchdog.sweep(engine, budget=5)  # counts add up; the pass's time moves
     assert samples(engine.db, clock)["cronchain_watchdog_repairs_total", (("kind", "ticks"),)] == 2
+
+
+def test_each_job_counts_its_failures_and_its_run_time(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    """Migration 0014's trigger, on the job's row: a run that ends FAILED counts, with
+    when; a run that started adds its time from the claim to the end (a summary); one
+    that failed without starting (its upstream never succeeded) counts, untimed."""
+    scheduler = Scheduler(engine)
+    unmet = {"requires": [{"job": "n", "succeeded_within": "1h"}], "max_wait": "10s"}
+    unmet["on_unmet"] = "fail"
+    specs = [job("c", "triggered"), job("n", "triggered"), job("d", "triggered", **unmet)]
+    scheduler.apply(specs, project="p")
+    outcomes = [SUCCEEDED, Outcome.failed("boom", "error")]
+    for seconds, outcome in zip((7, 2), outcomes, strict=True):
+        scheduler.trigger("p/c")
+        deliver_ticks(engine, port)  # the start, sent to the work path
+        [call] = port.runs
+        port.runs.clear()
+        assert engine.runs.claim(call.invocation_id, call.attempt, "w") is not None
+        clock.advance(seconds)
+        engine.runs.record_patiently(call.invocation_id, call.attempt, outcome)
+    failed_at = clock.now
+    clock.advance(60)
+    scheduler.trigger("p/d")  # waits for n's success within the hour, which never comes
+    clock.advance(11)
+    watchdog.run_once(engine)  # max_wait passed: FAILED, never started
+    found = samples(engine.db, clock)
+    assert found["cronchain_job_failures_total", of("c")] == 1
+    assert found["cronchain_job_last_failure_timestamp_seconds", of("c")] == failed_at.timestamp()
+    assert found["cronchain_job_run_duration_seconds_count", of("c")] == 2
+    assert found["cronchain_job_run_duration_seconds_sum", of("c")] == pytest.approx(9, abs=1e-3)
+    assert found["cronchain_job_failures_total", of("d")] == 1
+    assert found["cronchain_job_run_duration_seconds_count", of("d")] == 0
+    assert found["cronchain_job_last_success_timestamp_seconds", of("d")] == 0
+
+
+def test_per_job_series_can_be_turned_off(engine: Engine, clock: Clock):
+    Scheduler(engine).apply([job("a"), job("b", paused=True)], project="p")
+    quiet = settings(engine.db, metrics_per_job=False)
+    found = parsed(render(DatabaseCollector(engine.db, quiet, now=clock)).decode())
+    assert not [name for name, _ in found if name.startswith("cronchain_job_")]
+    assert found["cronchain_jobs", (("state", "SCHEDULED"),)] == 1
+    assert found["cronchain_jobs", (("state", "SUSPENDED"),)] == 1
+    assert found["cronchain_jobs", (("state", "DISABLED"),)] == 0
+    assert Settings.from_env({"CRONCHAIN_METRICS_PER_JOB": "off"}).metrics_per_job is False
 
 
 def test_each_run_that_ends_and_each_first_claim_is_counted_once(
