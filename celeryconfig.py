@@ -16,7 +16,9 @@ broker_connection_retry_on_startup = True
 if _settings.embedded_broker:
     from cronchain.scheduler.workers.fsbroker import ALIAS
 
-    broker_url = f"{ALIAS}://"  # kombu's filesystem transport, made safe across processes
+    # kombu's filesystem transport, made safe across processes; a host it ignores, named
+    # so that kombu does not warn at each connection that none was given.
+    broker_url = f"{ALIAS}://localhost/"
     _queue_folder = _settings.broker_folder / "queue"
     for _folder in (_queue_folder, _settings.broker_folder / "control"):
         _folder.mkdir(parents=True, exist_ok=True)

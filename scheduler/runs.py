@@ -333,14 +333,7 @@ class Runs:
                     f"{start_at.isoformat()} (after {delay.total_seconds():.1f}s)",
                 ),
             )
-            log.info(
-                "%s invocation %s attempt %s failed (%s); retry in %.1fs",
-                job.ref,
-                inv.id,
-                inv.attempt,
-                outside.one_line(outcome.error or ""),
-                delay.total_seconds(),
-            )
+            _log_outcome(job, inv, outcome, now, f"; retry in {delay.total_seconds():.1f} s")
             eta = min(start_at, now + self.engine.horizon)
             alerts = raising.on_end(conn, job, inv, outcome, False, now)
             return Fed(job.snapshot, [*revoke, *alerts, SendStart(inv.id, inv.attempt + 1, eta)])
@@ -353,9 +346,7 @@ class Runs:
             deadline=None,
             log=text,
         )
-        slot = inv.slot.isoformat() if inv.slot else f"trigger {inv.trigger_id}"
-        error = f" ({outside.one_line(outcome.error)})" if outcome.error else ""
-        log.info("%s %s: %s%s", job.ref, slot, status, error)
+        _log_outcome(job, inv, outcome, now)
         first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
         first += pools.freed(inv.pool, inv.status)
         released: list[Message] = []
@@ -461,6 +452,27 @@ class Runs:
         fed = self.engine.feed(conn, job, event, now)
         fed.messages[:0] = freed
         return fed
+
+
+def _log_outcome(
+    job: JobRow, inv: InvocationRow, outcome: Outcome, now: datetime, then: str = ""
+) -> None:
+    """The one line a run's end (or an attempt's failure, ``then`` a retry) is logged as:
+    its job, slot, attempt, status, how long since its claim, why; at WARNING when it
+    failed (a lapsed lease, a timeout, retries given up among them). A log shipper reads
+    the same as fields (``scheduler.workers.logs``)."""
+    slot = inv.slot.isoformat().replace("+00:00", "Z") if inv.slot else "triggered"
+    seconds = (now - inv.started_at).total_seconds() if inv.started_at else None
+    took = "" if seconds is None else f" in {seconds:.3f} s"
+    error = outside.one_line(outcome.error) if outcome.error else None
+    why = f" ({error})" if error else ""
+    status = outcome.status.value
+    fields = dict(
+        job=job.ref, slot=slot, attempt=inv.attempt, status=status, duration=seconds, error=error
+    )
+    level = logging.WARNING if outcome.status == S.FAILED else logging.INFO
+    text = "%s %s attempt %s %s%s%s%s"
+    log.log(level, text, job.ref, slot, inv.attempt, status, took, why, then, extra=fields)
 
 
 def _log_other_job(

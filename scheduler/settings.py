@@ -66,6 +66,7 @@ class Settings:
     overdue_limit: float | None = None
     # /metrics reports each job's series (off for a registry too large to scrape so).
     metrics_per_job: bool = True
+    log_format: str = "text"  # or json: how cronchain's workers log (workers.logs)
 
     @property
     def health_overdue(self) -> timedelta:
@@ -134,6 +135,7 @@ class Settings:
             web_basic_auth=_basic_auth(env),
             overdue_limit=_seconds(env, "CRONCHAIN_HEALTH_OVERDUE", 0) or None,
             metrics_per_job=_flag(env, "CRONCHAIN_METRICS_PER_JOB", True),
+            log_format=_choice(env, "CRONCHAIN_LOG_FORMAT", ("text", "json")),
         )
 
 
@@ -197,6 +199,14 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     if text not in (*_TRUE, *_FALSE):
         raise ConfigError(name, f"must be true or false (or yes/no, on/off, 1/0), not {text!r}")
     return text in _TRUE
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices``, the first when unset."""
+    text = _text(env, name).lower() or choices[0]
+    if text not in choices:
+        raise ConfigError(name, f"must be {' or '.join(choices)}, not {text!r}")
+    return text
 
 
 def _slack(env: Mapping[str, str]) -> timedelta:

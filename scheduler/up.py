@@ -8,10 +8,14 @@ stops and watches them.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from kombu.utils.url import maybe_sanitize_url
 from sqlalchemy.engine import make_url
+
+# Set for up's workers: each knows the other path runs beside it.
+STARTED_BY_UP = "CRONCHAIN_STARTED_BY_UP"
 
 
 def up(
@@ -45,16 +49,12 @@ def up(
     settings.home.mkdir(parents=True, exist_ok=True)
     control_queues = ",".join([settings.queue, *queues])
     threads = work_concurrency or settings.work_concurrency
-    celery = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "cronchain.tasks",
-        "worker",
-        "--loglevel",
-        loglevel,
-    ]
+    # No banner (two screens of it) unless asked for at DEBUG, with Celery's per-task
+    # lines (scheduler.workers.logs).
+    quiet = [] if loglevel.upper() == "DEBUG" else ["--quiet"]
+    celery = [sys.executable, "-m", "celery", "-A", "cronchain.tasks", *quiet]
+    celery += ["worker", "--loglevel", loglevel]
+    os.environ[STARTED_BY_UP] = "1"  # inherited by the workers
     commands = {
         "control": [
             *celery,

@@ -23,6 +23,7 @@ from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.runs import AttemptRef
 from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.up import STARTED_BY_UP
 from cronchain.scheduler.watchdog import sweep, waited
 from cronchain.scheduler.workers import heap
 from cronchain.scheduler.workers.gatecheck import check as check_gate
@@ -166,6 +167,8 @@ def _say_what_is_missing(sender: Any, **_: Any) -> None:
     wait with no worker to take them, the watchdog warns as it sends them again."""
     settings = Settings.from_env()  # not the runtime: no database in the main process
     consumed = set(sender.app.amqp.queues.consume_from or ())
+    if os.environ.get(STARTED_BY_UP):  # up starts the work path beside this worker
+        return
     if settings.queue in consumed and settings.work_queue not in consumed:
         log.info(
             "this worker does not consume %s, where noop and http runs go: they wait until"

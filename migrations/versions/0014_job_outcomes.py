@@ -66,9 +66,7 @@ CREATE TRIGGER invocations_last_success AFTER UPDATE OF status ON invocations
 FOR EACH ROW WHEN (NEW.status = 'SUCCEEDED' AND OLD.status <> 'SUCCEEDED')
 EXECUTE FUNCTION cronchain_last_success()
 """
-_SQLITE_SECONDS = (
-    "coalesce((julianday(NEW.finished_at) - julianday(NEW.started_at)) * 86400.0, 0)"
-)
+_SQLITE_SECONDS = "coalesce((julianday(NEW.finished_at) - julianday(NEW.started_at)) * 86400.0, 0)"
 _SQLITE_TRIGGERS = (
     f"""
     CREATE TRIGGER invocations_last_success AFTER UPDATE OF status ON invocations
