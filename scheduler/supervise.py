@@ -14,11 +14,13 @@ cold), and so would their prefork pool processes, which exit on SIGTERM at once,
 middle of their tasks. (systemd's default ``KillMode=control-group`` signals every
 process of the unit regardless; ``KillMode=mixed`` signals the main process only.)
 
-A second signal asks for Celery's cold shutdown (SIGQUIT: running tasks are cancelled), a
-third kills each worker's process group. A path that exits unasked is a failure: the other
-is stopped and ``up`` exits 1; so does a path that does not stop within ``grace``
-seconds, killed then. If ``up`` itself dies unasked (SIGKILL), Linux sends each worker
-SIGTERM.
+The first signal stops new work: each path finishes the runs it holds, for at most
+``grace`` seconds, and ``up`` says which runs it waits for (``waiting``). A second stops
+at once: each worker's process group is killed, as it is when ``grace`` runs out. Either
+way ``up`` stopped as asked and exits 0; what a killed worker left unfinished is the
+watchdog's (its leases lapse; the job's retries apply). A path that exits unasked is a
+failure: the other is stopped and ``up`` exits 1. If ``up`` itself dies unasked
+(SIGKILL), Linux sends each worker SIGTERM.
 """
 
 from __future__ import annotations
@@ -38,17 +40,21 @@ from typing import Any
 
 # Time a path has to finish its running tasks once asked to stop, before it is killed.
 STOP_GRACE = 30.0
-# What the children get for the first, second and later stop requests.
-ESCALATION = (signal.SIGTERM, signal.SIGQUIT, signal.SIGKILL)
+# What the children get for the first, and for a second, stop request.
+ESCALATION = (signal.SIGTERM, signal.SIGKILL)
 _PR_SET_PDEATHSIG = 1
 
 
-def supervise(commands: Mapping[str, Sequence[str]], grace: float = STOP_GRACE) -> int:
+def supervise(
+    commands: Mapping[str, Sequence[str]],
+    grace: float = STOP_GRACE,
+    waiting: Callable[[], str] | None = None,
+) -> int:
     """Run each named command as a child until a stop is asked for or one exits.
 
-    Returns 0 when SIGINT or SIGTERM stopped every child (within ``grace`` seconds, or
-    by force at the third), and 1 when a child exited unasked or had to be killed after
-    ``grace``."""
+    Returns 0 when SIGINT or SIGTERM stopped every child (in their time, or killed at a
+    second request or after ``grace`` seconds), and 1 when a child exited unasked.
+    ``waiting``: what the children are finishing, said at the first request."""
     requests: list[int] = []
     with _signals_recorded(requests) as wakeup:
         children: dict[str, subprocess.Popen[bytes]] = {}
@@ -60,7 +66,7 @@ def supervise(commands: Mapping[str, Sequence[str]], grace: float = STOP_GRACE) 
                 process.kill()
                 process.wait()
             raise
-        return Supervisor(children, grace).run(requests, wakeup)
+        return Supervisor(children, grace, waiting=waiting).run(requests, wakeup)
 
 
 class Supervisor:
@@ -75,10 +81,12 @@ class Supervisor:
         children: Mapping[str, subprocess.Popen[Any]],
         grace: float,
         clock: Callable[[], float] = time.monotonic,
+        waiting: Callable[[], str] | None = None,
     ) -> None:
         self.children = dict(children)
         self.grace = grace
         self.clock = clock
+        self.waiting = waiting
         self.handled = 0  # stop requests acted on
         self.stop_deadline: float | None = None
         self.killed = False
@@ -102,7 +110,10 @@ class Supervisor:
         anything), or None once every child has exited."""
         while self.handled < len(requests):
             name = signal.Signals(requests[self.handled]).name
+            first = self.handled == 0 and self.stop_deadline is None
             self._stop(ESCALATION[min(self.handled, len(ESCALATION) - 1)], f"got {name}")
+            if first:
+                self._say_what_it_waits_for()
             self.handled += 1
         alive = {name: p for name, p in self.children.items() if p.poll() is None}
         for name, process in self.children.items():
@@ -116,15 +127,15 @@ class Supervisor:
         left = self.stop_deadline - self.clock()
         if left > 0 or self.killed:
             return left if left > 0 else 0.5  # killed: until the kernel reaps them
-        self.failures.append(f"{', '.join(alive)} did not stop within {self.grace:g} s")
-        self._stop(signal.SIGKILL, self.failures[-1])
-        self.killed = True
+        self._stop(signal.SIGKILL, f"{', '.join(alive)} did not stop within {self.grace:g} s")
         return 0.5
 
     def _stop(self, sig: signal.Signals, why: str) -> None:
         if self.stop_deadline is None:
             self.stop_deadline = self.clock() + self.grace
         alive = [name for name, p in self.children.items() if p.poll() is None]
+        if sig == signal.SIGKILL:
+            self.killed = True
         if alive:
             _say(f"{why}: sending {sig.name} to {', '.join(alive)}")
         for name in alive:
@@ -133,6 +144,17 @@ class Supervisor:
                     os.killpg(self.children[name].pid, sig)
                 else:  # its main process, which stops the others in its own time
                     self.children[name].send_signal(sig)
+
+
+    def _say_what_it_waits_for(self) -> None:
+        try:
+            what = self.waiting() if self.waiting else ""
+        except Exception as err:  # the database is away: say so, and stop all the same
+            what = f"the runs in hand (which ones, unknown: {type(err).__name__})"
+        _say(
+            f"finishing {what or 'the tasks in hand'} for at most {self.grace:g} s;"
+            " again (Ctrl-C) to stop at once: the watchdog takes over what is left"
+        )
 
 
 @contextlib.contextmanager

@@ -9,9 +9,12 @@ stops and watches them.
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from datetime import UTC, datetime
 
 from kombu.utils.url import maybe_sanitize_url
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 # Set for up's workers: each knows the other path runs beside it.
@@ -55,16 +58,17 @@ def up(
     celery = [sys.executable, "-m", "celery", "-A", "cronchain.tasks", *quiet]
     celery += ["worker", "--loglevel", loglevel]
     os.environ[STARTED_BY_UP] = "1"  # inherited by the workers
+    host = socket.gethostname()  # what %h is to Celery
     commands = {
         "control": [
             *celery,
             *("--beat", "--queues", control_queues, "--concurrency", str(concurrency)),
-            *("--hostname", "control@%h"),
+            *("--hostname", f"control@{host}"),
         ],
         "work": [
             *celery,
             *("--queues", settings.work_queue, "--pool", "threads"),
-            *("--concurrency", str(threads), "--hostname", "work@%h"),
+            *("--concurrency", str(threads), "--hostname", f"work@{host}"),
         ],
     }
     database = make_url(settings.database_url).render_as_string(hide_password=True)
@@ -74,4 +78,25 @@ def up(
         f"beat); work path on {settings.work_queue} (threads, {threads})",
         flush=True,
     )
-    return supervise(commands)
+    workers = [f"{name}@{host}" for name in commands]
+    return supervise(commands, waiting=lambda: runs_in_hand(runtime.engine.db, workers))
+
+
+def runs_in_hand(db: Engine, workers: list[str], shown: int = 5) -> str:
+    """The runs ``workers`` have claimed and not ended, in words: what a first Ctrl-C
+    waits for (``2 runs: demo/slow (slot 12:37:00Z, 1.2 s in), ...``)."""
+    from cronchain.scheduler.explain import iso
+    from cronchain.scheduler.storage import run_store
+
+    with db.connect() as conn:
+        runs = run_store.claimed_by(conn, workers)
+    if not runs:
+        return "no run"
+    now = datetime.now(UTC)
+    said = [
+        f"{job} ({'slot ' + iso(slot) if slot else 'triggered'}"
+        f"{f', {(now - started).total_seconds():.1f} s in' if started else ''})"
+        for job, slot, started in runs[:shown]
+    ]
+    more = f" and {len(runs) - shown} more" if len(runs) > shown else ""
+    return f"{len(runs)} run(s): {', '.join(said)}{more}"

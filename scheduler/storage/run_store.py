@@ -444,3 +444,23 @@ def history(
         query = query.where(invocations.c.created_at >= since)
     query = query.order_by(invocations.c.id.desc()).limit(limit)
     return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def claimed_by(
+    conn: Connection, workers: list[str]
+) -> list[tuple[str, datetime | None, datetime | None]]:
+    """The RUNNING runs that a worker named by one of ``workers`` (``work@host``, as its
+    hostname goes) has claimed: (job, slot, claimed at), oldest claim first. Read from
+    the partial index of deadlines, which every RUNNING run has."""
+    claimed = or_(*(invocations.c.worker.like(f"{name}:%") for name in workers))
+    query = (
+        select(
+            (jobs.c.project + "/" + jobs.c.name).label("job"),
+            invocations.c.slot,
+            invocations.c.started_at,
+        )
+        .join(jobs, jobs.c.id == invocations.c.job_id)
+        .where(invocations.c.deadline.isnot(None), invocations.c.status == "RUNNING", claimed)
+        .order_by(invocations.c.started_at)
+    )
+    return [tuple(row) for row in conn.execute(query)]  # type: ignore[misc]

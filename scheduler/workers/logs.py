@@ -5,7 +5,7 @@ A deployment's log is read for what happened to runs. Celery's INFO lines say wh
 happened to messages: two per task (``received``, ``succeeded in``), and cronchain's
 control path sends several tasks per run (ticks, starts, the watchdog). So in
 cronchain's workers, at any level but DEBUG, those loggers (``celery.app.trace``,
-``celery.worker.strategy``, and beat's ``Sending due task``) log warnings only, and each
+``celery.worker.strategy``; beat's ``Sending due task`` lines) log warnings only, and each
 run's end is one line (``scheduler.runs``): its job, slot, attempt, status, duration
 and error, at WARNING when it failed.
 
@@ -29,7 +29,8 @@ from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_
 
 from cronchain.scheduler.settings import Settings
 
-CHATTER = ("celery.app.trace", "celery.worker.strategy", "celery.beat")
+CHATTER = ("celery.app.trace", "celery.worker.strategy")
+BEAT = "celery.beat"  # its "Scheduler: Sending due task" lines: one per send
 TEXT = "[%(asctime)s: %(levelname)s/%(processName)s] %(cronchain_path)s: %(message)s"
 # What an outcome line carries besides its text (``extra=`` of the log call).
 OUTCOME_FIELDS = ("job", "slot", "attempt", "status", "duration", "error")
@@ -76,6 +77,13 @@ def install() -> None:
     after_setup_task_logger.connect(_set_up, weak=False)
 
 
+class _NoSends(logging.Filter):
+    """Beat's INFO line for each task it sends goes; its others (``Starting...``) stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Scheduler: Sending due task")
+
+
 def _know_path(sender: Any, instance: Any, **_: Any) -> None:
     global _path
     settings = Settings.from_env()
@@ -88,6 +96,9 @@ def _set_up(logger: logging.Logger, loglevel: int | str | None = None, **_: Any)
     if level is None or level > logging.DEBUG:
         for name in CHATTER:
             logging.getLogger(name).setLevel(logging.WARNING)
+        beat = logging.getLogger(BEAT)
+        if not any(isinstance(f, _NoSends) for f in beat.filters):
+            beat.addFilter(_NoSends())
     json_lines = Settings.from_env().log_format == "json"
     formatter = JsonFormatter() if json_lines else logging.Formatter(TEXT)
     for handler in logger.handlers:

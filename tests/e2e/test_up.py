@@ -73,20 +73,22 @@ def cluster(tmp_path: Path, broker_settings: dict[str, str]) -> Iterator[Cluster
         process.wait()
 
 
-def job_file(folder: Path, count: int = 1) -> Path:
-    """``count`` noop jobs every second."""
+def job_file(folder: Path, count: int = 1, long: bool = False) -> Path:
+    """``count`` noop jobs every second (and with ``long``, one that takes 60 s every 2)."""
     jobs = [f"  - {{name: noop{i}, schedule: every 1s, noop: {{}}}}\n" for i in range(count)]
+    if long:
+        jobs.append("  - {name: long, schedule: every 2s, noop: {sleep: 60s}}\n")
     path = folder / "jobs.yaml"
     path.write_text("project: up\njobs:\n" + "".join(jobs))
     return path
 
 
-def start_up(cluster: Cluster) -> subprocess.Popen[bytes]:
+def start_up(cluster: Cluster, long: bool = False) -> subprocess.Popen[bytes]:
     """``cronchain up`` with a noop job every second; returns once both workers are ready,
     beat has started and a run has succeeded (through both paths), so that the signal
     does not land in the burst of tasks a start sends."""
     since = now().isoformat()
-    jobs = str(job_file(cluster.folder))
+    jobs = str(job_file(cluster.folder, long=long))
     cluster.start("up", sys.executable, "-m", "cronchain.scheduler.cli", "up", jobs)
     up = cluster.processes["up"]
 
@@ -154,6 +156,32 @@ def test_up_stops_cleanly(cluster: Cluster, sig: signal.Signals, to: str) -> Non
 
 
 @pytest.mark.parametrize("broker_settings", BROKERS[:1], indirect=True)
+def test_a_first_ctrl_c_says_what_it_waits_for_and_a_second_stops_at_once(
+    cluster: Cluster,
+) -> None:
+    """A run of a minute is in hand: the first SIGINT says so and how long it waits; the
+    second stops both paths at once, ``up`` exits 0 (it stopped as asked), and the run
+    it left is the watchdog's (RUNNING, its lease to lapse)."""
+    up = start_up(cluster, long=True)
+    wait_until(lambda: claimed_long_run(cluster), 30, "the long run to be claimed")
+    up.send_signal(signal.SIGINT)
+    wait_until(lambda: "for at most 30 s" in cluster.log("up"), 10, "what up waits for")
+    log = cluster.log("up")
+    assert re.search(r"finishing 1 run\(s\): up/long \(slot \S+Z, \d+\.\d s in\)", log), log
+    assert "again (Ctrl-C) to stop at once: the watchdog takes over what is left" in log
+    up.send_signal(signal.SIGINT)
+    assert wait_for_exit(cluster) == 0
+    log = cluster.log("up")
+    assert "got SIGINT: sending SIGKILL to" in log and "cronchain: stopped" in log, log[-3000:]
+    assert claimed_long_run(cluster)  # still RUNNING: the watchdog ends it when its lease lapses
+
+
+def claimed_long_run(cluster: Cluster) -> bool:
+    runs = json.loads(cluster.cronchain("history", "up/long", "--json"))
+    return any(run["status"] == "RUNNING" and run["started_at"] for run in runs)
+
+
+@pytest.mark.parametrize("broker_settings", BROKERS[:1], indirect=True)
 def test_a_path_that_exits_on_its_own_stops_the_other(cluster: Cluster) -> None:
     """A work path that dies leaves no control path running without it: ``up`` stops it
     and exits 1, saying which path ended."""
@@ -206,16 +234,17 @@ def stubborn() -> subprocess.Popen[str]:
     return process
 
 
-def test_each_stop_request_asks_harder_and_a_requested_kill_is_no_failure() -> None:
+def test_a_second_stop_request_kills_and_is_no_failure(capsys: pytest.CaptureFixture[str]) -> None:
     child = stubborn()
-    supervisor = Supervisor({"work": child}, grace=30, clock=lambda: 0.0)
+    supervisor = Supervisor(
+        {"work": child}, grace=30, clock=lambda: 0.0, waiting=lambda: "1 run(s): p/a"
+    )
     assert child.stdout is not None
     requests = [signal.SIGINT]
     assert supervisor.step(requests) == 30
     assert child.stdout.readline() == "SIGTERM\n"
-    requests.append(signal.SIGTERM)
-    supervisor.step(requests)
-    assert child.stdout.readline() == "SIGQUIT\n"
+    said = capsys.readouterr().err
+    assert "finishing 1 run(s): p/a for at most 30 s; again (Ctrl-C) to stop at once" in said
     requests.append(signal.SIGINT)
     supervisor.step(requests)
     assert child.wait(timeout=5) == -signal.SIGKILL
@@ -223,7 +252,7 @@ def test_each_stop_request_asks_harder_and_a_requested_kill_is_no_failure() -> N
     assert supervisor.failures == []
 
 
-def test_a_path_that_does_not_stop_within_the_grace_is_killed_and_a_failure() -> None:
+def test_a_path_that_does_not_stop_within_the_grace_is_killed_as_asked() -> None:
     child = stubborn()
     now = [0.0]
     supervisor = Supervisor({"work": child}, grace=30, clock=lambda: now[0])
@@ -234,4 +263,19 @@ def test_a_path_that_does_not_stop_within_the_grace_is_killed_and_a_failure() ->
     supervisor.step([signal.SIGTERM])
     assert child.wait(timeout=5) == -signal.SIGKILL
     assert supervisor.step([signal.SIGTERM]) is None
-    assert supervisor.failures == ["work did not stop within 30 s"]
+    assert supervisor.failures == []  # asked to stop, and stopped: exit 0
+
+
+def test_what_it_waits_for_is_said_even_when_it_cannot_be_known(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def unknown() -> str:
+        raise ConnectionError("the database is away")
+
+    child = stubborn()
+    supervisor = Supervisor({"work": child}, grace=5, clock=lambda: 0.0, waiting=unknown)
+    supervisor.step([signal.SIGINT])
+    said = capsys.readouterr().err
+    assert "finishing the runs in hand (which ones, unknown: ConnectionError) for at most" in said
+    supervisor.step([signal.SIGINT, signal.SIGINT])
+    assert child.wait(timeout=5) == -signal.SIGKILL
