@@ -8,19 +8,25 @@ TEST_WORKERS ?= 3
 
 .PHONY: run test lint
 
-$(BIN)/cronchain: pyproject.toml
+# Running needs cronchain and what it depends on; the tests need the dev extras too
+# (Django, selenium, hypothesis, ...). Each stamp says what the venv holds.
+$(VENV)/.run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.run
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-run: $(BIN)/cronchain
+run: $(VENV)/.run
 	$(BIN)/cronchain up examples/demo.yaml
 
-test: $(BIN)/cronchain
+test: $(VENV)/.dev
 	bash scripts/services.sh
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
-lint: $(BIN)/cronchain
+lint: $(VENV)/.dev
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -128,6 +128,13 @@ def test_the_wheel_installs_everything_beneath_cronchain(tmp_path: Path):
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert re.search(r"^cronchain = cronchain\.scheduler\.cli:main$", text, re.M)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0 and "PASSED" in checked.stdout, checked.stdout + checked.stderr
 
 
 def tracked_files() -> list[str]:

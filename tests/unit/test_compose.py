@@ -5,6 +5,8 @@ service has a health check."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -79,3 +81,43 @@ def test_every_service_has_a_health_check_and_web_its_credentials():
     for name in ("CRONCHAIN_DATABASE_URL", "CRONCHAIN_BROKER_URL"):  # the others' settings
         assert web["environment"][name] == services["worker"]["environment"][name]
     assert web["ports"] == ["8080:8080"]
+
+
+def test_the_image_runs_as_a_user_and_caches_its_dependencies():
+    """The Dockerfile, read (no Docker engine here): dependencies installed from
+    pyproject.toml alone before the source is copied (a change of code rebuilds one
+    layer), and the processes run as a user other than root. The command that lists the
+    dependencies is run here on the real pyproject.toml."""
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    steps = [line.split()[0] for line in lines if line and not line.startswith((" ", "#"))]
+    copies = [line for line in lines if line.startswith("COPY")]
+    assert copies == ["COPY pyproject.toml ./", "COPY . ."]
+    assert lines.index(copies[0]) < lines.index(copies[1])
+    install = next(line for line in lines if "tomllib" in line)
+    assert lines.index(copies[0]) < lines.index(install) < lines.index(copies[1])
+    user = next(line for line in lines if line.startswith("USER"))
+    assert user.split()[1] not in ("root", "0") and steps.index("USER") < steps.index("CMD")
+    listing = install.split('python -c "', 1)[1].split('" >', 1)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", listing], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert "celery[redis]>=5.4" in done.stdout.splitlines()
+
+
+def test_the_deployment_runs_no_demo_job():
+    """The folder beat applies in docker-compose holds no job that fails on purpose
+    (examples/demo.yaml's ``flaky``, which ``make run`` shows)."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    [mount] = services["beat"]["volumes"]
+    folder = ROOT / mount.split(":")[0]
+    assert folder != ROOT / "examples" and folder.is_dir()
+    for path in folder.glob("*.yaml"):
+        for job in yaml.safe_load(path.read_text())["jobs"]:
+            assert not job.get("noop", {}).get("fail"), (path, job["name"])
+
+
+def test_make_run_installs_no_dev_extras():
+    text = (ROOT / "Makefile").read_text()
+    run_recipe = text.split("$(VENV)/.run: pyproject.toml\n", 1)[1].split("\n\n", 1)[0]
+    assert "-e ." in run_recipe and "[dev]" not in run_recipe
+    assert "\nrun: $(VENV)/.run\n" in text and "\ntest: $(VENV)/.dev\n" in text
