@@ -422,14 +422,14 @@ def test_a_real_beat_sends_the_reconcile_at_start_with_cronchain_apps_alone(tmp_
             start_new_session=True,
         )
     try:
-        sent = "Sending due task cronchain-reconcile (cronchain.reconcile)"
-        wait_until(lambda: sent in log.read_text(), 30, "beat to send the reconcile")
-
-        def queued() -> bool:  # beat logs the send before the message is written
-            messages = list((home / "broker" / "queue").iterdir())
+        # Beat's own line for each send is off in cronchain's processes (workers.logs):
+        # the message itself is what it sent.
+        def queued() -> bool:
+            folder = home / "broker" / "queue"
+            messages = list(folder.iterdir()) if folder.exists() else []
             return any("cronchain.reconcile" in m.read_text() for m in messages)
 
-        wait_until(queued, 10, "the reconcile message in the broker's folder")
+        wait_until(queued, 30, "the reconcile message in the broker's folder")
     finally:
         process.terminate()
         process.wait(timeout=30)
