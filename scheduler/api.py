@@ -94,6 +94,13 @@ class Scheduler:
         return cls(Runtime.from_env().engine)
 
     @_explained
+    def revision(self) -> str | None:
+        """The migration the database is at (None: never migrated)."""
+        from cronchain.migrations import current
+
+        return current(self.engine.db)
+
+    @_explained
     def upgrade(self) -> None:
         """Bring the database schema to the newest migration, and make the history
         partitions that slots may come due in (PostgreSQL)."""
@@ -182,16 +189,24 @@ class Scheduler:
 
     @_explained
     def history(
-        self, job: str | None = None, *, since: datetime | None = None, limit: int = 50
+        self,
+        job: str | None = None,
+        *,
+        since: datetime | None = None,
+        before: int | None = None,
+        limit: int = 50,
     ) -> list[dict[str, Any]]:
         """Invocations, newest first, at most ``limit`` (up to MAX_HISTORY); ``job`` is
-        ``project/name`` (or a unique name)."""
+        ``project/name`` (or a unique name). ``before``: only older than that invocation
+        id, the last one of a page: the next page (keyset paging, the page's way)."""
         check_count("limit", limit, MAX_HISTORY)
         if since is not None:
             check_time("since", since)
+        if before is not None:
+            check_count("before", before, MAX_ID)
         with self.engine.db.connect() as conn:
             job_id = None if job is None else job_store.resolve_job(conn, job)
-            rows = run_store.history(conn, job_id=job_id, since=since, limit=limit)
+            rows = run_store.history(conn, job_id=job_id, since=since, before=before, limit=limit)
         return [_summary(r) for r in rows]
 
     @_explained

@@ -1,13 +1,24 @@
 """The ``cronchain`` command line.
 
 Exit status: 0 done; 1 the database or the broker cannot be reached, or the database is
-not migrated; 2 bad input (a file, a job, an argument or a ``CRONCHAIN_*`` variable).
-Each failure cronchain expects is one line on stderr, never a traceback."""
+not migrated; 2 bad input (a file, a job, an argument or a ``CRONCHAIN_*`` variable);
+141 the reader of its output went away (``| head``), as Unix tools do. Each failure
+cronchain expects is one line on stderr, never a traceback, with a suggestion for a
+misspelt command, option, job or zone.
+
+argparse, kept rather than click or typer: every option is plain, the standard library
+has all it needs (a suggestion for a misspelt choice is a dozen lines here), and the
+tests and ``cronchain up``'s children call ``main`` as it is.
+"""
 
 from __future__ import annotations
 
 import argparse
+import csv
+import difflib
+import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -30,6 +41,7 @@ from cronchain.scheduler.outside import shown_on_a_terminal
 from cronchain.scheduler.storage.alert_store import delivery_text
 from cronchain.scheduler.timing.localtime import transitions
 from cronchain.scheduler.timing.schedules import parse_schedule, parse_zone
+from cronchain.scheduler.version import VERSION
 from cronchain.scheduler.web import CHECKS
 from cronchain.statemachine import InvalidTransition
 
@@ -42,8 +54,24 @@ MAX_PROCESSES = 1000  # `up --concurrency`
 MAX_THREADS = 10_000  # `up --work-concurrency`, as CRONCHAIN_WORK_CONCURRENCY
 
 
+DESCRIPTION = """cronchain: a durable cron and job scheduler for Celery.
+
+Exit status: 0 done; 1 the database or the broker cannot be reached, or the database
+is not migrated; 2 bad input (a file, a job, an argument or a CRONCHAIN_* variable)."""
+CLOSED_PIPE = 141  # 128 + SIGPIPE: what `yes | head` leaves
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status (see the module's docstring)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `cronchain jobs --json | head`: the reader has what it wants
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the flush at exit fails no more
+        return CLOSED_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     logs = _LogLines()
     logger = logging.getLogger("cronchain")
@@ -136,8 +164,13 @@ _invocation_id = _count(MAX_ID, "invocation id")
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    _scheduler(args).upgrade()
-    print("database is at the newest revision")
+    scheduler = _scheduler(args)
+    scheduler.upgrade()
+    revision = scheduler.revision()
+    if args.json:
+        _print_json({"revision": revision})
+    else:
+        print(f"database is at the newest revision ({revision})")
     return 0
 
 
@@ -153,19 +186,27 @@ def cmd_apply(args: argparse.Namespace) -> int:
     # collector_paused) while 100,000 specs are read and applied.
     with progress.drawing(sys.stderr), collector_paused():
         if args.app is None:
-            reports = {"": _scheduler(args).apply(args.file, **options)}
+            report = _scheduler(args).apply(args.file, **options)
+            reports = {report.project: report}
         else:
             reports = _scheduler(args).apply_app(args.app, project=args.project, **options)
+    kinds = [w for w in APPLIED if w != "deleted" or args.prune]
+    if args.json:
+        found = {project: {w: getattr(r, w) for w in kinds} for project, r in reports.items()}
+        _print_json({"dry_run": args.dry_run, "projects": found})
+        return 0
     prefix = "would be " if args.dry_run else ""
     for project, report in reports.items():
-        label = f"{project}: " if len(reports) > 1 else ""
-        for what in ("created", "updated", "disabled", "deleted", "unchanged"):
-            if what == "deleted" and not args.prune:
-                continue
+        label = f"{project}: " if args.app is not None and len(reports) > 1 else ""
+        for what in kinds:
             names = getattr(report, what)
-            listed = f" ({', '.join(names)})" if names else ""
-            print(f"{label}{prefix}{what}: {len(names)}{listed}")
+            print(f"{label}{prefix}{what}: {len(names)}")
+            if args.verbose:  # a name a line: a file may hold 100,000 jobs
+                print("".join(f"  {name}\n" for name in names), end="")
     return 0
+
+
+APPLIED = ("created", "updated", "disabled", "deleted", "unchanged")
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -181,13 +222,29 @@ def cmd_history(args: argparse.Namespace) -> int:
             raise NotFound(f"invocation {args.invocation} is not one of {args.job}'s")
         show(detail, args.json, invocation_text)
         return 0
-    rows = _scheduler(args).history(args.job, since=args.since, limit=args.limit)
+    rows = _scheduler(args).history(
+        args.job, since=args.since, before=args.before, limit=args.limit
+    )
     columns = [
         *("id", "job", "slot", "status", "reason", "attempt", "started_at", "finished_at"),
         "error",
     ]
-    show(rows, args.json, lambda rows: table([_with_wait(r) for r in rows], columns))
+    if args.csv:
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(HISTORY_CSV)
+        out.writerows([row[c] for c in HISTORY_CSV] for row in map(_with_wait, rows))
+    else:
+        show(rows, args.json, lambda rows: table([_with_wait(r) for r in rows], columns))
+    if len(rows) == args.limit and not (args.json or args.csv) and sys.stderr.isatty():
+        print(f"cronchain: more: --before {rows[-1]['id']}", file=sys.stderr)
     return 0
+
+
+# What ``history --csv`` writes: the summary's fields but ``checks`` (JSON, in --json).
+HISTORY_CSV = (
+    *("id", "job", "slot", "status", "reason", "attempt", "started_at", "finished_at"),
+    *("error", "trigger_id", "revision"),
+)
 
 
 def _with_wait(row: dict[str, Any]) -> dict[str, Any]:
@@ -226,6 +283,9 @@ def cmd_abort(args: argparse.Namespace) -> int:
     if (args.job is None) == (args.invocation is None):
         raise SpecError("abort", "name a JOB or give --invocation ID (one of them)")
     aborted = _scheduler(args).abort(args.job, invocation=args.invocation)
+    if args.json:
+        _print_json({"job": args.job, "invocation": args.invocation, "aborted": aborted})
+        return 0
     what = args.job or f"invocation {args.invocation}"
     counts = [
         f"{len(ids)} {status.lower()} ({_ids(ids)})" for status, ids in aborted.items() if ids
@@ -249,6 +309,9 @@ _WAITS_FOR = {"upstream": "its upstreams", "gate": "its gates", "pool": "a place
 
 def cmd_trigger(args: argparse.Namespace) -> int:
     r = _scheduler(args).trigger(args.job)
+    if args.json:
+        _print_json({"job": args.job, **r})
+        return 0
     match r["result"]:
         case "started":
             print(f"{args.job}: invocation {r['invocation']} started")
@@ -274,13 +337,19 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     _scheduler(args).pause(args.job, args.reason)
-    print(f"{args.job}: paused")
+    if args.json:
+        _print_json({"job": args.job, "paused": True, "reason": args.reason})
+    else:
+        print(f"{args.job}: paused")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     _scheduler(args).resume(args.job, catch_up=args.catch_up)
-    print(f"{args.job}: resumed" + (", catching up" if args.catch_up else ""))
+    if args.json:
+        _print_json({"job": args.job, "paused": False, "catch_up": args.catch_up})
+    else:
+        print(f"{args.job}: resumed" + (", catching up" if args.catch_up else ""))
     return 0
 
 
@@ -358,8 +427,15 @@ def cmd_import_beat(args: argparse.Namespace) -> int:
 
 def cmd_pool_set(args: argparse.Namespace) -> int:
     _scheduler(args).set_pool(args.name, args.size)
-    print(f"pool {args.name}: {args.size} places")
+    if args.json:
+        _print_json({"pool": args.name, "size": args.size})
+    else:
+        print(f"pool {args.name}: {args.size} places")
     return 0
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
 
 
 def cmd_pool_list(args: argparse.Namespace) -> int:
@@ -397,27 +473,68 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 # --- the parser ------------------------------------------------------------------------
 
+JSON_HELP = "print the result as JSON"
+JOB_HELP = "project/name (or a name that one project has)"
+TIME_HELP = "an ISO 8601 time with a zone (2026-03-01T12:00Z)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, saying which command or option was meant when one is misspelt."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            hint = _like(str(value), choices)
+            listed = ", ".join(choices)
+            message = f"invalid choice: {value!r}{hint} (choose from {listed})"
+            raise argparse.ArgumentError(action, message)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        found, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = getattr(found, "command_parser", self)
+            options = [o for action in parser._actions for o in action.option_strings]
+            flags = [e for e in extras if e.startswith("-")]
+            hint = _like(flags[0].split("=")[0], options) if flags else ""
+            parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return found
+
+
+def _like(given: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cronchain", description=__doc__)
-    sub = p.add_subparsers(required=True, metavar="COMMAND")
+    p = _Parser(
+        prog="cronchain",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"cronchain {VERSION}")
+    sub = p.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
 
-    def command(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help, description=help)
-        c.set_defaults(handler=handler)
+    def command(
+        name: str, handler: Handler, help: str, parent: Any = sub
+    ) -> argparse.ArgumentParser:
+        c = parent.add_parser(name, help=help, description=help)
+        c.set_defaults(handler=handler, command_parser=c)
         return c
 
+    def as_json(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--json", action="store_true", help=JSON_HELP)
+
     db = command("db", lambda a: 0, "database maintenance")
-    db_sub = db.add_subparsers(required=True, metavar="ACTION")
-    up = db_sub.add_parser("upgrade", help="migrate the database to the newest schema")
-    up.set_defaults(handler=cmd_db_upgrade)
+    db_sub = db.add_subparsers(required=True, metavar="ACTION", parser_class=_Parser)
+    c = command("upgrade", cmd_db_upgrade, "migrate the database to the newest schema", db_sub)
+    as_json(c)
 
     c = command(
         "apply",
         cmd_apply,
         "create, update and disable a project's jobs from a file, or from an app's @periodic tasks",
     )
-    c.add_argument("file", nargs="?")
+    c.add_argument("file", nargs="?", help="a job file (YAML)")
     c.add_argument("--app", metavar="MODULE:APP", help="a Celery app whose tasks declare jobs")
     c.add_argument("--project", help="with --app: apply this project's jobs only")
     c.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
@@ -426,59 +543,93 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="delete the project's jobs missing from the file or app (with their history)",
     )
+    c.add_argument(
+        "-v", "--verbose", action="store_true", help="list each job's name under its count"
+    )
+    as_json(c)
 
     c = command("jobs", cmd_jobs, "list jobs")
-    c.add_argument("--json", action="store_true")
+    as_json(c)
 
     c = command("history", cmd_history, "list invocations, newest first")
-    c.add_argument("job", nargs="?", help="project/name (all jobs if left out)")
-    c.add_argument("--since", type=_time, help="ISO 8601 time with a zone")
-    c.add_argument("--limit", type=_count(MAX_HISTORY), default=50, metavar="N")
+    c.add_argument("job", nargs="?", help=f"{JOB_HELP}; all jobs if left out")
+    c.add_argument("--since", type=_time, help=f"made at or after this time: {TIME_HELP}")
+    c.add_argument(
+        "--before",
+        type=_invocation_id,
+        metavar="ID",
+        help="older than invocation ID: the next page (the last id a page listed)",
+    )
+    c.add_argument(
+        "--limit",
+        type=_count(MAX_HISTORY),
+        default=50,
+        metavar="N",
+        help=f"at most N invocations (default 50, at most {MAX_HISTORY}: page with --before)",
+    )
     c.add_argument(
         "--invocation", type=_invocation_id, metavar="ID", help="one invocation, with its log"
     )
-    c.add_argument("--json", action="store_true")
+    out = c.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help=JSON_HELP)
+    out.add_argument("--csv", action="store_true", help="print CSV, a header line first")
 
     c = command("alerts", cmd_alerts, "list alerts, newest first, with their delivery")
-    c.add_argument("job", nargs="?", help="project/name (all jobs if left out)")
-    c.add_argument("--limit", type=_count(MAX_HISTORY), default=50, metavar="N")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("job", nargs="?", help=f"{JOB_HELP}; all jobs if left out")
+    c.add_argument(
+        "--limit",
+        type=_count(MAX_HISTORY),
+        default=50,
+        metavar="N",
+        help="at most N alerts (default 50)",
+    )
+    as_json(c)
 
     c = command(
         "abort", cmd_abort, "abort a job's active and waiting invocations, or one invocation"
     )
-    c.add_argument("job", nargs="?", help="project/name")
-    c.add_argument("--invocation", type=_invocation_id, metavar="ID")
+    c.add_argument("job", nargs="?", help=JOB_HELP)
+    c.add_argument("--invocation", type=_invocation_id, metavar="ID", help="this invocation only")
+    as_json(c)
 
     c = command("trigger", cmd_trigger, "run a job now")
-    c.add_argument("job")
+    c.add_argument("job", help=JOB_HELP)
+    as_json(c)
 
     c = command("pause", cmd_pause, "stop a job's ticks until it is resumed")
-    c.add_argument("job")
-    c.add_argument("--reason")
+    c.add_argument("job", help=JOB_HELP)
+    c.add_argument("--reason", help="why, kept with the pause (jobs and explain show it)")
+    as_json(c)
 
     c = command("resume", cmd_resume, "tick again from the next slot after now")
-    c.add_argument("job")
+    c.add_argument("job", help=JOB_HELP)
     c.add_argument(
         "--catch-up",
         action="store_true",
         help="let the job's misfire policy run the slots missed while paused",
     )
+    as_json(c)
 
     c = command("explain", cmd_explain, "say why a job did or did not run at a time")
-    c.add_argument("job")
-    c.add_argument("--at", type=_time, required=True, help="ISO 8601 time with a zone")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("job", help=JOB_HELP)
+    c.add_argument("--at", type=_time, required=True, help=TIME_HELP)
+    as_json(c)
 
     c = command("backfill", cmd_backfill, "run a job once for each slot in a range")
-    c.add_argument("job")
-    c.add_argument("--from", dest="start", type=_time, required=True, help="ISO 8601, inclusive")
-    c.add_argument("--to", dest="end", type=_time, required=True, help="ISO 8601, inclusive")
+    c.add_argument("job", help=JOB_HELP)
     c.add_argument(
-        "--max-concurrent", type=_count(MAX_BACKFILL_CONCURRENCY), default=1, metavar="N"
+        "--from", dest="start", type=_time, required=True, help=f"{TIME_HELP}; inclusive"
+    )
+    c.add_argument("--to", dest="end", type=_time, required=True, help=f"{TIME_HELP}; inclusive")
+    c.add_argument(
+        "--max-concurrent",
+        type=_count(MAX_BACKFILL_CONCURRENCY),
+        default=1,
+        metavar="N",
+        help="backfill runs in flight at once (default 1)",
     )
     c.add_argument("--dry-run", action="store_true", help="list the slots; create nothing")
-    c.add_argument("--json", action="store_true")
+    as_json(c)
 
     c = command(
         "import-beat", cmd_import_beat, "write a job file from a Celery beat schedule, to apply"
@@ -486,21 +637,22 @@ def _parser() -> argparse.ArgumentParser:
     import_beat_arguments(c)
 
     c = command("next", cmd_next, "show the next fire times of a schedule")
-    c.add_argument("schedule")
+    c.add_argument("schedule", help="a schedule as a job gives it (cron, every 5m, ...)")
     c.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
-    c.add_argument("--after", type=_time, help="ISO 8601 time with a zone (default now)")
-    c.add_argument("--count", type=_count(MAX_NEXT), default=5, metavar="N")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--after", type=_time, help=f"{TIME_HELP} (default now)")
+    c.add_argument(
+        "--count", type=_count(MAX_NEXT), default=5, metavar="N", help="how many (default 5)"
+    )
+    as_json(c)
 
     pool = command("pool", lambda a: 0, "pools: places shared by jobs (pool: in a job)")
-    pool_sub = pool.add_subparsers(required=True, metavar="ACTION")
-    c = pool_sub.add_parser("set", help="make a pool, or change its size, now")
-    c.set_defaults(handler=cmd_pool_set)
-    c.add_argument("name")
+    pool_sub = pool.add_subparsers(required=True, metavar="ACTION", parser_class=_Parser)
+    c = command("set", cmd_pool_set, "make a pool, or change its size, now", pool_sub)
+    c.add_argument("name", help="the pool's name")
     c.add_argument("size", type=int, help="places: runs STARTING or RUNNING at once (0-10000)")
-    c = pool_sub.add_parser("list", help="every pool: size, places taken, runs waiting")
-    c.set_defaults(handler=cmd_pool_list)
-    c.add_argument("--json", action="store_true")
+    as_json(c)
+    c = command("list", cmd_pool_list, "every pool: size, places taken, runs waiting", pool_sub)
+    as_json(c)
 
     c = command("up", cmd_up, "migrate, apply job files, run both paths' workers and beat")
     c.add_argument("files", nargs="*", metavar="FILE", help="job files to apply first")
@@ -509,7 +661,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_count(MAX_PROCESSES),
         default=2,
         metavar="N",
-        help="processes of the control path",
+        help="processes of the control path (default 2)",
     )
     c.add_argument(
         "--queues",
@@ -523,11 +675,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="threads of the work path (default CRONCHAIN_WORK_CONCURRENCY, or 100)",
     )
-    c.add_argument("--loglevel", default="INFO")
+    c.add_argument(
+        "--loglevel",
+        default="INFO",
+        help="the workers' log level (default INFO; DEBUG adds Celery's per-task lines)",
+    )
 
     c = command("serve", cmd_serve, "serve /metrics, /healthz and the jobs page over HTTP")
     c.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    c.add_argument("--port", type=_count(65_535, "port"), default=8080, help="default 8080")
+    c.add_argument(
+        "--port", type=_count(65_535, "port"), default=8080, help="port to listen on (default 8080)"
+    )
     c.add_argument(
         "--basic-auth",
         metavar="USER:PASSWORD",
@@ -536,7 +694,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     c = command("health", cmd_health, "check cronchain's health: exit 0 healthy, 1 not")
-    c.add_argument("--json", action="store_true")
+    as_json(c)
     c.add_argument(
         "--check",
         action="append",

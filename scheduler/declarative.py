@@ -51,8 +51,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ApplyReport:
-    """What an apply did (or, dry, would do), by ``project/name``."""
+    """What an apply did (or, dry, would do) to ``project``'s jobs, by ``project/name``."""
 
+    project: str = ""
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     disabled: list[str] = field(default_factory=list)
@@ -209,7 +210,7 @@ class _Changes:
     def of(
         cls, project: str, specs: list[JobSpec], heads: dict[str, JobHead], *, prune: bool
     ) -> _Changes:
-        changes = cls()
+        changes = cls(ApplyReport(project))
         report, left = changes.report, dict(heads)
         for spec in specs:
             head = left.pop(spec.name, None)

@@ -145,7 +145,6 @@ class Supervisor:
                 else:  # its main process, which stops the others in its own time
                     self.children[name].send_signal(sig)
 
-
     def _say_what_it_waits_for(self) -> None:
         try:
             what = self.waiting() if self.waiting else ""

@@ -194,6 +194,7 @@ def cli_runner(env: Mapping[str, str], cwd: Path) -> Cli:
         assert done.returncode == code, done.stderr
         return done
 
+    run.env = dict(env)  # type: ignore[attr-defined]  # for a test's own processes
     return run
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from datetime import datetime
+from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
@@ -80,10 +81,21 @@ def resolve_job(conn: Connection, ref: str) -> int:
     if project:
         query = query.where(jobs.c.project == project)
     ids = conn.execute(query.limit(2)).scalars().all()
-    if len(ids) != 1:
-        why = "no job" if not ids else "more than one job"
-        raise NotFound(f"{why} named {ref!r}" + ("; use project/name" if ids else ""))
+    if len(ids) > 1:
+        raise NotFound(f"more than one job named {ref!r}; use project/name")
+    if not ids:
+        raise NotFound(f"no job named {ref!r}{_named_like(conn, ref)}")
     return ids[0]
+
+
+def _named_like(conn: Connection, ref: str) -> str:
+    """``; did you mean 'etl/nightly'?`` for a misspelt job, or nothing. Reads every
+    job's name: a mistake's price, never the found path's."""
+    rows = conn.execute(select(jobs.c.project, jobs.c.name))
+    # A bare name is compared with the names, project/name with the refs.
+    known = {n if "/" not in ref else f"{p}/{n}": f"{p}/{n}" for p, n in rows}
+    close = get_close_matches(ref, known, n=1, cutoff=0.75)
+    return f"; did you mean {known[close[0]]!r}?" if close else ""
 
 
 def lock_job_named(conn: Connection, ref: str) -> JobRow:

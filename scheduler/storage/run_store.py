@@ -433,15 +433,19 @@ def history(
     *,
     job_id: int | None = None,
     since: datetime | None = None,
+    before: int | None = None,
     limit: int = 50,
 ) -> list[dict[str, Any]]:
-    """Invocations, newest first, with the job's ``project/name``."""
+    """Invocations, newest first, with the job's ``project/name``; ``before``: with ids
+    below it (the next page)."""
     ref = (jobs.c.project + "/" + jobs.c.name).label("job")
     query = select(invocations, ref).join(jobs, jobs.c.id == invocations.c.job_id)
     if job_id is not None:
         query = query.where(invocations.c.job_id == job_id)
     if since is not None:
         query = query.where(invocations.c.created_at >= since)
+    if before is not None:
+        query = query.where(invocations.c.id < before)
     query = query.order_by(invocations.c.id.desc()).limit(limit)
     return [dict(r._mapping) for r in conn.execute(query)]
 

@@ -24,8 +24,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import MAXYEAR, MINYEAR, UTC, datetime, timedelta
+from difflib import get_close_matches
 from functools import cached_property
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, croniter
 
@@ -98,7 +99,16 @@ def parse_zone(name: str, field: str = "timezone") -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise SpecError(field, f"unknown time zone {name!r}") from None
+        raise SpecError(field, f"unknown time zone {name!r}{_zone_like(name)}") from None
+
+
+def _zone_like(name: str) -> str:
+    """``; did you mean 'Europe/Berlin'?`` for a misspelt zone name, or nothing."""
+    if not isinstance(name, str):
+        return ""
+    zones = {zone.lower(): zone for zone in available_timezones()}
+    close = get_close_matches(name.lower(), zones, n=1, cutoff=0.75)
+    return f"; did you mean {zones[close[0]]!r}?" if close else ""
 
 
 def _require_aware(t: datetime) -> None:

@@ -35,13 +35,17 @@ jobs:
 KEEP_HISTORY = {"CRONCHAIN_RETENTION": "36500"}
 
 
-@pytest.fixture
-def cli(pg_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+def process_cli(pg_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """``cronchain ARGS`` in a process of its own, on ``pg_url``'s database."""
     env = dict(os.environ, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_HOME=str(tmp_path / "home"))
     env |= KEEP_HISTORY
     env.pop("CRONCHAIN_BROKER_URL", None)  # messages go to the embedded filesystem broker
-
     return cli_runner(env, tmp_path)
+
+
+@pytest.fixture
+def cli(pg_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    return process_cli(pg_url, tmp_path)
 
 
 def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
@@ -49,9 +53,9 @@ def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[n
     path.write_text(FILE)
     assert "would be created: 2" in cli("apply", str(path), "--dry-run").stdout
     assert json.loads(cli("jobs", "--json").stdout) == []
-    out = cli("apply", str(path)).stdout
-    assert "created: 2 (demo/ping, demo/nightly)" in out
-    assert "unchanged: 2" in cli("apply", str(path)).stdout
+    out = cli("apply", str(path), "-v").stdout
+    assert "created: 2\n  demo/ping\n  demo/nightly\n" in out
+    assert cli("apply", str(path)).stdout.endswith("unchanged: 2\n")  # counts alone
 
     listed = json.loads(cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == ["demo/nightly", "demo/ping"]
@@ -205,6 +209,6 @@ def test_time_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
     )
 
     path.write_text(FILE.split("  - name: nightly")[0])
-    out = cli("apply", str(path), "--prune").stdout
-    assert "deleted: 1 (demo/nightly)" in out
+    out = json.loads(cli("apply", str(path), "--prune", "--json").stdout)
+    assert out["projects"]["demo"]["deleted"] == ["demo/nightly"] and not out["dry_run"]
     assert [j["id"] for j in json.loads(cli("jobs", "--json").stdout)] == ["demo/ping"]
