@@ -137,7 +137,9 @@ def test_an_imported_beat_schedule_runs_on_the_users_worker_once_per_slot(
     # An edit, applied while everything runs: the next slots follow it, no restart.
     text = (tmp_path / "shop.yaml").read_text()
     (tmp_path / "shop.yaml").write_text(text.replace("schedule: every 2s", "schedule: every 5s"))
-    assert "updated: 1 (shop-beat/ping-every-2s)" in cluster.cronchain("apply", "shop.yaml")
+    assert "updated: 1\n  shop-beat/ping-every-2s\n" in cluster.cronchain(
+        "apply", "-v", "shop.yaml"
+    )
     applied = datetime.now(UTC)
 
     def slots_after_edit() -> list[datetime] | None:

@@ -94,7 +94,7 @@ def test_applies_at_the_same_time_all_succeed_and_each_job_is_created_and_ticked
 ):
     path = job_file(tmp_path / "jobs.yaml", JOBS)
     env = cli_env(database_url, tmp_path / "home")
-    command = [sys.executable, "-m", "cronchain.scheduler.cli", "apply", str(path)]
+    command = [sys.executable, "-m", "cronchain.scheduler.cli", "apply", "-v", str(path)]
     processes = [
         subprocess.Popen(
             command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -106,9 +106,9 @@ def test_applies_at_the_same_time_all_succeed_and_each_job_is_created_and_ticked
     assert [code for code, _, _ in done] == [0] * APPLIES, failures
     outputs = sorted(out.decode() for _, out, _ in done)
     # One apply created the jobs; each one after it found them as the file says.
-    names = ", ".join(f"deploy/job{i:04d}" for i in range(JOBS))
-    created = f"created: {JOBS} ({names})\nupdated: 0\ndisabled: 0\nunchanged: 0\n"
-    unchanged = f"created: 0\nupdated: 0\ndisabled: 0\nunchanged: {JOBS} ({names})\n"
+    names = "".join(f"  deploy/job{i:04d}\n" for i in range(JOBS))
+    created = f"created: {JOBS}\n{names}updated: 0\ndisabled: 0\nunchanged: 0\n"
+    unchanged = f"created: 0\nupdated: 0\ndisabled: 0\nunchanged: {JOBS}\n{names}"
     assert outputs == sorted([created] + [unchanged] * (APPLIES - 1))
 
     db = make_engine(database_url)

@@ -110,22 +110,21 @@ def rows(db: sqlalchemy.Engine) -> dict[str, dict[str, Any]]:
 
 
 def report(prefix: str = "", **names: str) -> str:
-    """The lines ``apply`` prints, as for a file: ``report(created=IDS)``."""
+    """The lines ``apply -v`` prints, as for a file: ``report(created=IDS)``."""
     lines = []
     for what in ("created", "updated", "disabled", "unchanged"):
-        listed = names.get(what, "")
-        count = len(listed.split(", ")) if listed else 0
-        lines.append(f"{prefix}{what}: {count}" + (f" ({listed})" if listed else ""))
+        listed = names.get(what, "").split(", ") if names.get(what) else []
+        lines += [f"{prefix}{what}: {len(listed)}", *(f"  {name}" for name in listed)]
     return "\n".join(lines) + "\n"
 
 
 def test_an_apps_jobs_are_applied_as_a_files_are(cli: Cli, db: sqlalchemy.Engine, tmp_path: Path):
     etl_module(tmp_path)
-    assert cli("apply", "--app", "etl_tasks:app", "--dry-run").stdout == report(
+    assert cli("apply", "-v", "--app", "etl_tasks:app", "--dry-run").stdout == report(
         "would be ", created=IDS
     )
     assert rows(db) == {}
-    assert cli("apply", "--app", "etl_tasks:app").stdout == report(created=IDS)
+    assert cli("apply", "-v", "--app", "etl_tasks:app").stdout == report(created=IDS)
 
     stored = rows(db)
     nightly, hourly = stored["etl/etl.nightly"], stored["etl/etl.hourly"]
@@ -147,16 +146,16 @@ def test_an_apps_jobs_are_applied_as_a_files_are(cli: Cli, db: sqlalchemy.Engine
     (tmp_path / "etl.yaml").write_text(ETL_FILE)
     declared = {spec.id: spec.revision for spec in load_job_file(tmp_path / "etl.yaml").jobs}
     assert declared == {ref: job["revision"] for ref, job in stored.items()}
-    assert cli("apply", "etl.yaml", "--dry-run").stdout == report("would be ", unchanged=IDS)
+    assert cli("apply", "-v", "etl.yaml", "--dry-run").stdout == report("would be ", unchanged=IDS)
 
-    assert cli("apply", "--app", "etl_tasks:app").stdout == report(unchanged=IDS)
+    assert cli("apply", "-v", "--app", "etl_tasks:app").stdout == report(unchanged=IDS)
     assert rows(db) == stored  # not even updated_at
 
     etl_module(tmp_path, hourly=False)  # the task stays; its @periodic is gone
-    out = cli("apply", "--app", "etl_tasks:app", "--dry-run").stdout
+    out = cli("apply", "-v", "--app", "etl_tasks:app", "--dry-run").stdout
     assert out == report("would be ", disabled="etl/etl.hourly", unchanged="etl/etl.nightly")
     assert rows(db) == stored
-    out = cli("apply", "--app", "etl_tasks:app").stdout
+    out = cli("apply", "-v", "--app", "etl_tasks:app").stdout
     assert out == report(disabled="etl/etl.hourly", unchanged="etl/etl.nightly")
     after = rows(db)
     assert not after["etl/etl.hourly"]["enabled"]
@@ -189,12 +188,12 @@ def test_each_project_of_an_app_is_applied_and_one_may_be_chosen(
     cli: Cli, db: sqlalchemy.Engine, tmp_path: Path
 ):
     module(tmp_path, "multi", MULTI)
-    out = cli("apply", "--app", "multi:app").stdout
+    out = cli("apply", "-v", "--app", "multi:app").stdout
     assert out == report("etl: ", created="etl/daily, etl/etl.load") + report(
         "ml: ", created="ml/train"
     )
     assert rows(db)["ml/train"]["spec"]["overlap"] == "buffer_one"
-    assert cli("apply", "--app", "multi:app", "--project", "ml").stdout == report(
+    assert cli("apply", "-v", "--app", "multi:app", "--project", "ml").stdout == report(
         unchanged="ml/train"
     )
 
@@ -211,8 +210,8 @@ def test_each_project_of_an_app_is_applied_and_one_may_be_chosen(
     assert rows(db)["ml/train"]["enabled"]
 
     module(tmp_path, "multi", MULTI.replace('@periodic("every 1d", name="daily")', ""))
-    out = cli("apply", "--app", "multi:app", "--prune").stdout
-    assert "deleted: 1 (etl/daily)" in out
+    out = cli("apply", "-v", "--app", "multi:app", "--prune").stdout
+    assert "etl: deleted: 1\n  etl/daily\n" in out
     assert set(rows(db)) == {"etl/etl.load", "ml/train"}
 
 
