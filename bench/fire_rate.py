@@ -37,6 +37,11 @@ herd, and cronchain's worst herd over the other's best): under 1, cronchain drai
 each, met (``bench.common.with_requirements``): the ``requires`` line divides its lag p99
 by plain cronchain's of the same run.
 
+``cronchain+monitored`` and ``cronchain+flower`` are cronchain with task events on, as
+Flower turns them on: Celery's own alone, and with each run's (``scheduler.workers.events``,
+what lets Flower show runs under their jobs). Their CPU per fire against plain
+cronchain's, in one run, is what a monitored deployment pays, before and after.
+
 ``--rates 300,400,500`` finds a ceiling: for each rate, ascending, each system runs
 ``rate * period`` jobs (``--jobs`` is ignored), the systems taking turns at each rate, and
 a system stops at its first rate not sustained. Each run prints its figures; then one line
@@ -55,6 +60,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+from celery import Celery
 
 from bench.bare import BareHerds
 from bench.common import (
@@ -85,7 +92,20 @@ from bench.herds import (
 from tests.e2e.harness import Cluster
 from tests.services import redis_server
 
-SYSTEMS = ("cronchain", "beat", "redbeat", "bare", "cronchain+requires")
+SYSTEMS = (
+    "cronchain",
+    "beat",
+    "redbeat",
+    "bare",
+    "cronchain+requires",
+    "cronchain+monitored",
+    "cronchain+flower",
+)
+# Task events on, as Flower turns them on as it starts (a control broadcast): Celery's
+# own only (``+monitored``, CRONCHAIN_RUN_EVENTS=false: before the work path sent its runs'
+# events), or with each run's (``+flower``). No monitor reads them here: what is
+# measured is what sending them costs the workers.
+EVENTS = {"cronchain+monitored": "celery", "cronchain+flower": "runs"}
 CEILING_SYSTEMS = ("cronchain", "redbeat")
 SUSTAINED_P99 = 1.0  # seconds
 
@@ -158,14 +178,19 @@ def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str
     return t0, t1, {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
 
 
-def run_cronchain(folder: Path, load: Load, requires: bool = False) -> Run:
-    with deployment(folder) as d:
+def run_cronchain(
+    folder: Path, load: Load, requires: bool = False, events: str | None = None
+) -> Run:
+    settings = {"CRONCHAIN_RUN_EVENTS": "false"} if events == "celery" else {}
+    with deployment(folder, **settings) as d:
         db, c = d.db, d.cluster
         # The workers run before the jobs exist: each job's first slot comes after its
         # creation, so none is overdue when it starts (no startup backlog to drain).
         # WARNING, as the baseline's worker: INFO writes two lines per task.
         d.start(loglevel="WARNING")
         d.wait_ready()
+        if events is not None:  # as Flower does as it starts
+            Celery(broker=d.redis.url).control.enable_events()
         d.apply(job_document(load.jobs, load.period, load.step, requires=requires), timeout=120)
 
         try:
@@ -304,7 +329,8 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
 def run_system(system: str, load: Load) -> Run:
     with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as tmp:
         if system.startswith("cronchain"):
-            return run_cronchain(Path(tmp), load, requires=system == "cronchain+requires")
+            requires = system == "cronchain+requires"
+            return run_cronchain(Path(tmp), load, requires, EVENTS.get(system))
         return run_baseline(Path(tmp), load, system)
 
 

@@ -15,32 +15,35 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from cronchain.scheduler.errors import TransientError
+
+T = TypeVar("T")
 
 log = logging.getLogger("cronchain.engine")
 RETRY_DELAYS = (0.25, 0.5, 1, 2, 4, 8)  # seconds
 
 
-def patiently(attempt: Callable[[], object], what: str) -> None:
+def patiently(attempt: Callable[[], T], what: str) -> T:
     """``attempt()`` until it does not raise TransientError, for about 15 s; then the
-    TransientError is raised."""
+    TransientError is raised. Returns what ``attempt`` returned."""
     for delay in (*RETRY_DELAYS, None):
         try:
-            attempt()
-            return
+            return attempt()
         except TransientError as err:
             if delay is None:
                 raise
             log.warning("recording %s: %s; again in %s s", what, err, delay)
             time.sleep(delay)
+    raise AssertionError("unreachable: the last delay raises")
 
 
-def textless_if_refused(record: Callable[[bool], object], what: str) -> None:
+def textless_if_refused(record: Callable[[bool], T], what: str) -> T:
     """``record(True)``; if that raises anything but TransientError, ``record(False)``,
     which records the same without its text (logged at ERROR, with why)."""
     try:
-        record(True)
+        return record(True)
     except TransientError:
         raise
     except Exception:
@@ -49,4 +52,4 @@ def textless_if_refused(record: Callable[[bool], object], what: str) -> None:
             what,
             exc_info=True,
         )
-        record(False)
+        return record(False)

@@ -203,15 +203,18 @@ class Runs:
         self.engine.send(alerts)
         return calls
 
-    def report(self, lease: Lease, outcome: Outcome) -> bool:
+    def report(self, lease: Lease, outcome: Outcome) -> bool | None:
         """Record the outcome of the attempt that ``lease`` holds, then let the lease go,
         recorded or not: an outcome that cannot be recorded must not leave its run
         RUNNING for good behind a lease this process keeps renewing. Its lease then
         lapses, and the watchdog ends the attempt as "lease expired" and applies the
-        job's retries. False, logged at ERROR, when it was not recorded."""
+        job's retries. True when it was recorded, False when the attempt had ended
+        elsewhere (aborted, timed out: ``finish_invocation``), None, logged at ERROR,
+        when it could not be recorded."""
         try:
-            self.record_patiently(lease.invocation_id, lease.attempt, outcome, job_id=lease.job_id)
-            return True
+            return self.record_patiently(
+                lease.invocation_id, lease.attempt, outcome, job_id=lease.job_id
+            )
         except Exception:
             log.exception(
                 "invocation %s attempt %s: its outcome (%s) was not recorded; its lease is"
@@ -220,25 +223,26 @@ class Runs:
                 lease.attempt,
                 outcome.status.value,
             )
-            return False
+            return None
         finally:
             self.engine.leases.release(lease)
 
     def record_patiently(
         self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
-    ) -> None:
+    ) -> bool:
         """Record an outcome that exists only in this process (``scheduler.recording``):
         through a database restart, and without its text if the database refuses it.
         Outcomes that threads of this process report together are recorded together
-        (``scheduler.outcome_batch``)."""
+        (``scheduler.outcome_batch``). False: the attempt had ended already (as
+        ``finish_invocation`` says)."""
 
-        def record(with_text: bool) -> None:
+        def record(with_text: bool) -> bool:
             told = outcome if with_text else outcome.without_text()
             report = partial(Report, invocation_id, attempt, told, job_id)
-            patiently(lambda: self.together.finish(report()), f"invocation {invocation_id}")
+            return patiently(lambda: self.together.finish(report()), f"invocation {invocation_id}")
 
         what = f"invocation {invocation_id} attempt {attempt}: its outcome"
-        textless_if_refused(record, what)
+        return textless_if_refused(record, what)
 
     def finish_invocation(
         self,

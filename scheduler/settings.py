@@ -67,6 +67,7 @@ class Settings:
     # /metrics reports each job's series (off for a registry too large to scrape so).
     metrics_per_job: bool = True
     log_format: str = "text"  # or json: how cronchain's workers log (workers.logs)
+    run_events: bool = True  # task events per run, for Flower (workers.events)
 
     @property
     def health_overdue(self) -> timedelta:
@@ -136,6 +137,7 @@ class Settings:
             overdue_limit=_seconds(env, "CRONCHAIN_HEALTH_OVERDUE", 0) or None,
             metrics_per_job=_flag(env, "CRONCHAIN_METRICS_PER_JOB", True),
             log_format=_choice(env, "CRONCHAIN_LOG_FORMAT", ("text", "json")),
+            run_events=_flag(env, "CRONCHAIN_RUN_EVENTS", True),
         )
 
 

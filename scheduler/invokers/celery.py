@@ -34,6 +34,7 @@ def send_task(app: Celery, call: Call) -> None:
         queue=o["queue"],
         task_id=call.task_id,
         headers={HEADER: header},
+        shadow=call.job,  # what Flower and Celery's logs name it by: the job
         # Only when the job sets them: a task's own defaults and routes apply otherwise;
         # ``celery: {priority}`` is the broker's own number, the job's is cronchain's.
         **{key: o[key] for key in ("priority", "expires") if key in o},

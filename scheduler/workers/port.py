@@ -94,15 +94,17 @@ class CeleryPort:
         )
 
     def run(self, call: Call) -> None:
-        """A ``celery`` attempt is the job's own task; any other kind's is
-        ``cronchain.run`` on the work path. Under the attempt's task id, so that a repeated
-        send is one task to revoke, and only one of its deliveries can claim it."""
+        """A ``celery`` attempt is the job's own task, under the attempt's task id, so
+        that a repeated send is one task to revoke. Any other kind's is ``cronchain.run``
+        on the work path, under an id of its own: the attempt's is the run's, which the
+        work path's task events give it in Flower (``scheduler.workers.events``); the
+        carrier's events would merge with the run's there."""
         if call.kind != "celery":
             self.app.send_task(
                 "cronchain.run",
                 args=(call.invocation_id, call.attempt, call.job_id),
                 queue=self.work_queue,
-                task_id=call.task_id,
+                task_id=f"{call.task_id}-work",
                 priority=redis_priority(call.priority),
             )
             return

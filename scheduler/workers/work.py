@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from cronchain.scheduler import outside
@@ -21,6 +22,7 @@ from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import Call, Invoker, Outcome
 from cronchain.scheduler.leases import Lease
 from cronchain.scheduler.runs import AttemptRef
+from cronchain.scheduler.workers import events
 
 log = logging.getLogger("cronchain.work")
 
@@ -39,6 +41,7 @@ def execute(
             job_id,
         )
         return None
+    events.started(call)
     return _run(engine, call)
 
 
@@ -50,6 +53,8 @@ def execute_batch(
     comes; returns once all are recorded, so that the message is acknowledged only
     then."""
     calls = engine.runs.claim_many(attempts, worker)
+    for call in calls:
+        events.started(call)
     if len(calls) < len(attempts):
         log.info(
             "%s of %s attempts not current or claimed already",
@@ -68,13 +73,15 @@ def execute_batch(
 def _run(engine: Engine, call: Call) -> Outcome:
     lease = Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost, job_id=call.job_id)
     engine.leases.hold(lease)  # until the outcome is recorded: the watchdog leaves it alone
+    started = time.monotonic()
     try:
         outcome = make_call(engine.invokers.get(call.kind), call)
     except BaseException:  # the worker is stopping (make_call keeps every Exception):
         # the attempt is the watchdog's once its lease lapses
         engine.leases.release(lease)
         raise
-    engine.runs.report(lease, outcome)
+    recorded = engine.runs.report(lease, outcome)
+    events.ended(call, outcome, recorded, time.monotonic() - started)
     return outcome
 
 

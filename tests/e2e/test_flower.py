@@ -1,12 +1,15 @@
-"""Flower, started against the same broker, shows cronchain's workers and tasks."""
+"""Flower, started against the same broker, shows cronchain's workers and tasks, and
+each run as a task of its own, under its job's name (scheduler.workers.events)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +81,62 @@ def test_flower_lists_cronchain_tasks(tmp_path: Path, pg_url: str):
         finally:
             cluster.stop_all()
             hits.close()
+
+
+RUNS = """
+project: shop
+jobs:
+  - {name: ok, schedule: every 2s, noop: {}}
+  - {name: bad, schedule: every 2s, noop: {fail: true}}
+  - {name: long, schedule: triggered, lease: 3s, noop: {sleep: 60s}}
+  - {name: add, schedule: triggered, celery: {task: sample.add, queue: etl, args: [2, 3]}}
+"""
+
+
+def test_flower_shows_each_run_under_its_job_in_the_state_it_ended_in(
+    tasks_cluster: Cluster, tmp_path: Path
+):
+    """Real task events read by a real Flower: the work path's runs (which travel in
+    cronchain.run and cronchain.run_batch tasks) are each an entry named after the job,
+    with the slot and attempt, SUCCESS or FAILURE (with the error) as they ended, REVOKED
+    when aborted while running; a celery run is listed under its job too (shadow)."""
+    cluster = tasks_cluster
+    port = free_port()
+    cluster.start_celery(
+        "flower", "flower", "--address=127.0.0.1", f"--port={port}", "--basic-auth=ops:secret"
+    )
+    base = f"http://127.0.0.1:{port}/api"
+    wait_until(lambda: get(f"{base}/workers") is not None, 60, "flower to answer")
+    cluster.start_worker(queues="cronchain,etl")
+    cluster.start_work_worker()
+    cluster.wait_ready()
+    cluster.wait_ready("work")
+    (tmp_path / "runs.yaml").write_text(RUNS)
+    cluster.cronchain("apply", str(tmp_path / "runs.yaml"))
+
+    def tasks() -> dict[str, dict[str, Any]]:
+        return get(f"{base}/tasks?limit=1000") or {}  # type: ignore[return-value]
+
+    def named(name: str, state: str) -> list[dict[str, Any]]:
+        return [t for t in tasks().values() if t["name"] == name and t["state"] == state]
+
+    wait_until(lambda: named("shop/ok", "SUCCESS"), 60, "a run of shop/ok in Flower")
+    [ok, *_] = named("shop/ok", "SUCCESS")
+    assert ok["uuid"].startswith("cronchain-") and ok["uuid"].endswith("-1")
+    assert re.fullmatch(r"\('\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ',\)", ok["args"]), ok["args"]
+    assert "'attempt': 1" in ok["kwargs"] and ok["runtime"] is not None
+    [bad, *_] = wait_until(lambda: named("shop/bad", "FAILURE"), 60, "shop/bad's failure")
+    assert bad["exception"] == "noop: fail is set"
+    # ok and bad share their instants: their runs travel in one cronchain.run_batch.
+    assert [t for t in tasks().values() if t["name"] == "cronchain.run_batch"]
+
+    cluster.cronchain("trigger", "shop/long")
+    wait_until(lambda: named("shop/long", "STARTED"), 60, "shop/long to be started")
+    cluster.cronchain("abort", "shop/long")
+    [long] = wait_until(lambda: named("shop/long", "REVOKED"), 60, "shop/long revoked")
+    assert re.fullmatch(r"cronchain-\d+-1", long["uuid"])
+    carriers = [t for t in tasks().values() if t["name"] == "cronchain.run"]
+    assert all(t["uuid"].endswith("-work") for t in carriers)  # apart from the runs
+
+    cluster.cronchain("trigger", "shop/add")
+    wait_until(lambda: named("shop/add", "SUCCESS"), 60, "the celery run under its job")
