@@ -172,6 +172,7 @@ class Scheduler:
                 "state": job.snapshot.state.value,
                 "schedule": job.schedule,
                 "timezone": job.timezone,
+                "days": job.days or "either",
                 "next_tick": iso(job.snapshot.tick_at),
                 "paused": job.paused,
                 "pause_reason": job.pause_reason,

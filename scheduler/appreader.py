@@ -60,7 +60,7 @@ def _answer(reading: str, ref: str, project: str | None) -> dict[str, Any]:
     return {
         "projects": {
             name: [
-                {k: getattr(spec, k) for k in ("name", "schedule", "timezone", "kind")}
+                {k: getattr(spec, k) for k in ("name", "schedule", "timezone", "days", "kind")}
                 | {"options": dict(spec.options), "controls": dict(spec.controls)}
                 for spec in specs
             ]

@@ -40,7 +40,7 @@ from cronchain.scheduler.errors import NotFound, SpecError, TransientError
 from cronchain.scheduler.outside import shown_on_a_terminal
 from cronchain.scheduler.storage.alert_store import delivery_text
 from cronchain.scheduler.timing.localtime import transitions
-from cronchain.scheduler.timing.schedules import parse_schedule, parse_zone
+from cronchain.scheduler.timing.schedules import DAYS, parse_schedule, parse_zone
 from cronchain.scheduler.version import VERSION
 from cronchain.scheduler.web import CHECKS
 from cronchain.statemachine import InvalidTransition
@@ -384,7 +384,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 def cmd_next(args: argparse.Namespace) -> int:
     """Each fire time in UTC and local time; a DST transition crossed on the way is shown
     before the first fire time after it (``transitions`` in the JSON rows)."""
-    schedule = parse_schedule(args.schedule, args.tz)
+    schedule = parse_schedule(args.schedule, args.tz, days=args.days)
     zone = parse_zone(args.tz)
     t = args.after or datetime.now(UTC)
     rows = []
@@ -639,6 +639,12 @@ def _parser() -> argparse.ArgumentParser:
     c = command("next", cmd_next, "show the next fire times of a schedule")
     c.add_argument("schedule", help="a schedule as a job gives it (cron, every 5m, ...)")
     c.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
+    c.add_argument(
+        "--days",
+        choices=DAYS,
+        help="a cron schedule's two day fields: either matches (cron, the default) or both"
+        " must (Celery's crontab), as a job's days:",
+    )
     c.add_argument("--after", type=_time, help=f"{TIME_HELP} (default now)")
     c.add_argument(
         "--count", type=_count(MAX_NEXT), default=5, metavar="N", help="how many (default 5)"

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 # The job fields that are controls: every field of the spec's model but what names the
 # job and when it runs.
-KEYS = tuple(k for k in JobFields.model_fields if k not in ("name", "schedule", "timezone"))
+WHEN = ("schedule", "timezone", "days")
+KEYS = tuple(k for k in JobFields.model_fields if k != "name" and k not in WHEN)
 DEFAULT_LEASE = 60.0
 # Long enough that a worker outage of minutes, or a deep queue, never fails a run.
 DEFAULT_SCHEDULE_TO_START = 3600.0

@@ -398,7 +398,8 @@ def _declare_pause(
 def _event_for(job: JobRow, spec: JobSpec) -> Event:
     """Enable a new or disabled job; move the tick of an enabled one whose schedule
     changed. Enable on an enabled job is a no-op for the machine: only the spec is saved."""
-    if job.enabled and (job.schedule, job.timezone) != (spec.schedule, spec.timezone):
+    when = (spec.schedule, spec.timezone, spec.days)
+    if job.enabled and (job.schedule, job.timezone, job.days) != when:
         return ScheduleChanged()
     return Enable()
 

@@ -53,6 +53,7 @@ class Declaration:
     priority: int | None
     expires: Any
     controls: dict[str, Any]
+    days: str | None = None
 
     def spec(self, app: Celery, task: Task) -> JobSpec:
         """The job this declaration makes for ``task`` of ``app``: sent as beat would
@@ -69,6 +70,7 @@ class Declaration:
                 "celery",
                 self.options(task.name, sent),
                 self.controls,
+                days=self.days,
             )
         except NotFaithful as why:
             raise SpecError("queue", str(why), where=f"{self.where}: job {name!r}") from None
@@ -99,13 +101,15 @@ def periodic(
     kwargs: Mapping[str, Any] | None = None,
     priority: int | None = None,
     expires: float | str | None = None,
+    days: str | None = None,
     **controls: Any,
 ) -> Callable[[T], T]:
     """Declare a ``celery`` job that sends the decorated task on ``schedule``.
 
     ``name`` defaults to the task's name and ``project`` to the app's ``main`` name;
     ``queue`` to the queue ``send_task`` would route the task to; ``priority`` and
-    ``expires`` are Celery's, as a job file's ``celery`` takes them; ``controls`` are a
+    ``expires`` are Celery's, as a job file's ``celery`` takes them; ``days="both"`` makes
+    a cron schedule's two day fields both match, as Celery's ``crontab``; ``controls`` are a
     job file's (``lease``, ``timeout``, ``retries``, ``overlap``, ``misfire``, ...).
     Everything but the task is checked here, so a bad value fails the import that
     declares it, with a :class:`SpecError` naming the field. Give each of several
@@ -130,6 +134,7 @@ def periodic(
         priority=priority,
         expires=expires,
         controls=controls,
+        days=days,
     )
     _check(declaration)
 
@@ -161,6 +166,7 @@ def _check(declaration: Declaration) -> None:
             "celery",
             declaration.options("task", {"queue": "celery"} | declaration.given()),
             declaration.controls,
+            days=declaration.days,
         )
     except SpecError as err:
         raise err.located(declaration.where) from None

@@ -93,8 +93,8 @@ def _is_tick(message: Message, nonce: int | None) -> bool:
 
 
 @lru_cache(maxsize=8192)
-def schedule_of(text: str, timezone: str) -> Schedule:
-    return stored_schedule(text, timezone)
+def schedule_of(text: str, timezone: str, days: str | None = None) -> Schedule:
+    return stored_schedule(text, timezone, days)
 
 
 class Engine:
@@ -267,7 +267,7 @@ class Engine:
             job = job_store.lock_job_named(conn, ref)
             now = self.clock()
             self.feed(conn, job, Backfill(), now)  # changes nothing, or raises
-            schedule = schedule_of(job.schedule, job.timezone)
+            schedule = schedule_of(job.schedule, job.timezone, job.days)
             report = backfills.plan(conn, job, schedule, first, last, now, retention)
             if not dry_run:
                 messages = backfills.create(
@@ -335,7 +335,7 @@ class Engine:
 
     def _schedule(self, job: JobRow, spec: JobSpec | None) -> Schedule:
         declared = spec or job  # a new spec's schedule, or the job's own
-        return schedule_of(declared.schedule, declared.timezone)
+        return schedule_of(declared.schedule, declared.timezone, declared.days)
 
     def tick_message(self, job: JobRow, when: datetime, nonce: int, now: datetime) -> SendTick:
         return SendTick(job.id, nonce, tick_eta(when, now, slack=self.slack, horizon=self.horizon))
@@ -474,7 +474,7 @@ class Engine:
         """Feed the snapshot being built an event that follows from the step's own writes
         (a row that could not be written, so the count is undone; a run begun here), and
         return that step's actions for the caller to carry out like any other."""
-        schedule = schedule_of(job.schedule, job.timezone)
+        schedule = schedule_of(job.schedule, job.timezone, job.days)
         result = self._step(job, fed.snapshot, event, now, schedule)
         fed.snapshot = result.snapshot
         return list(result.actions)

@@ -41,10 +41,12 @@ def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str
         return base | pruned
 
     in_force = [c for c in changes if c["at"] <= at][-1]
-    schedule = stored_schedule(in_force["schedule"], in_force["timezone"])
-    what = f"{in_force['schedule']!r} ({in_force['timezone']})"
+    schedule = stored_schedule(in_force["schedule"], in_force["timezone"], in_force["days"])
+    days = ", days: both" if in_force["days"] else ""
+    what = f"{in_force['schedule']!r} ({in_force['timezone']}{days})"
     base["schedule"] = in_force["schedule"]
     base["timezone"] = in_force["timezone"]
+    base["days"] = in_force["days"] or "either"
     if schedule.relative or schedule.next_after(at) is None:
         return base | _answer("not_a_slot", f"{what} has no fixed slots: runs are not planned")
     if schedule.latest_at_or_before(at) != at:

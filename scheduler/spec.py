@@ -45,6 +45,9 @@ class JobSpec:
     ``max_concurrent``, ``triggers``, ``misfire``, ``misfire_grace``, ``catchup_limit``,
     ``alerts``, ``priority``, ``requires``, ``max_wait``, ``on_unmet``: see
     :mod:`scheduler.controls`."""
+    days: str | None = None
+    """``both``: a cron schedule's day of month and day of week must both match, as in
+    Celery's ``crontab`` and Quartz (cron's rule, ``either``, is the default)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.project, str) or not NAME.fullmatch(self.project):
@@ -64,11 +67,14 @@ class JobSpec:
             "timezone": self.timezone,
             self.kind: self.options,
         }
+        if self.days is not None:
+            entry["days"] = self.days
         parsed: dict[str, Any] = {}
         model = validate_entry(entry, parsed)
         self.__dict__["_schedule"] = parsed["schedule"]  # for ``parsed_schedule``
         object.__setattr__(self, "options", getattr(model, self.kind).normalized())
         object.__setattr__(self, "controls", job_controls.normalized(model))
+        object.__setattr__(self, "days", "both" if model.days == "both" else None)
         if {self.name, self.id} & set(self.controls.get("triggers", ())):
             raise SpecError("triggers", "a job cannot trigger itself")
         if {self.name, self.id} & {r["job"] for r in self.controls.get("requires", ())}:
@@ -88,13 +94,19 @@ class JobSpec:
     def parsed_schedule(self) -> Schedule:
         """The schedule, as validation parsed it: the same object each time."""
         parsed = self.__dict__.get("_schedule")
-        return parse_schedule(self.schedule, self.timezone) if parsed is None else parsed
+        if parsed is None:
+            return parse_schedule(self.schedule, self.timezone, days=self.days)
+        return parsed
 
     def normalized(self) -> dict[str, Any]:
+        """The stored form; ``days`` only when it is ``both``, so that the revisions of
+        the jobs written before it existed stay as they were."""
+        days = {"days": self.days} if self.days else {}
         return {
             "name": self.name,
             "schedule": " ".join(self.schedule.split()),
             "timezone": self.timezone,
+            **days,
             self.kind: dict(self.options),
             **self.controls,
         }
@@ -113,7 +125,7 @@ class JobSpec:
         try:
             if not isinstance(data, Mapping):
                 raise SpecError("jobs", "each job must be a mapping")
-            unknown = set(data) - {"name", "schedule", "timezone", *KINDS, *job_controls.KEYS}
+            unknown = set(data) - {"name", *job_controls.WHEN, *KINDS, *job_controls.KEYS}
             if unknown:
                 raise SpecError(sorted(map(str, unknown))[0], "unknown field")
             kind = kind_of(data)
@@ -125,6 +137,7 @@ class JobSpec:
                 kind=kind,
                 options=data[kind],
                 controls={k: data[k] for k in job_controls.KEYS if k in data},
+                days=data.get("days"),
             )
         except SpecError as err:
             raise err.located(where) from None

@@ -428,6 +428,7 @@ class Gate(_Strict):
 Overlap = Literal["skip", "buffer_one", "buffer_all", "allow", "cancel_other"]
 Misfire = Literal["skip", "latest", "all"]
 OnUnmet = Literal["skip", "fail", "run"]
+Days = Literal["either", "both"]  # which of a cron schedule's two day fields must match
 
 
 class JobFields(_Strict):
@@ -436,6 +437,7 @@ class JobFields(_Strict):
     name: Name
     schedule: str
     timezone: str = "UTC"
+    days: Days | None = None
     schedule_to_start: _duration(MIN_LEASE) | None = None  # type: ignore[valid-type]
     lease: _duration(MIN_LEASE) | None = None  # type: ignore[valid-type]
     timeout: _duration(0.0, above=True) | None = None  # type: ignore[valid-type]
@@ -475,7 +477,7 @@ class JobFields(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> JobFields:
-        schedule = parse_schedule(self.schedule, self.timezone)
+        schedule = parse_schedule(self.schedule, self.timezone, days=self.days)
         if isinstance(info.context, dict):  # for the caller (see validate_entry)
             info.context["schedule"] = schedule
         needs = {"max_buffered": "buffer_all", "max_concurrent": "allow"}

@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery
 from celery.schedules import maybe_schedule
 
-from cronchain.scheduler.beatimport.schedules import Unsupported, schedule_text
+from cronchain.scheduler.beatimport.schedules import Unsupported, both_days, schedule_text
 from cronchain.scheduler.celeryapps import NotFaithful, send_options
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.spec import JobSpec
@@ -94,6 +94,8 @@ def job_entry(entry: BeatEntry, route_of: RouteOf) -> dict[str, Any]:
     job: dict[str, Any] = {"schedule": schedule_text(entry.schedule)}
     if entry.zone != "UTC" and not job["schedule"].startswith("every "):
         job["timezone"] = entry.zone  # an interval is the same in every zone
+    if both_days(entry.schedule):
+        job["days"] = "both"
     celery = _celery(entry, route_of)
     if "expires" in celery:
         # The message is dropped unrun once it expires: the run fails then, not in an hour.

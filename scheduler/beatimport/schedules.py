@@ -78,14 +78,9 @@ def cron_text(cron: crontab) -> str:
     is otherwise spelled from them, with ``*`` or ``*/n`` only where the user wrote a
     ``*``: that keeps the job in the daylight saving class the user chose, which the
     minute and hour fields decide (README: *Daylight saving*; ``0 0-23 * * *`` names
-    fixed local times, ``0 * * * *`` real hours). Both day fields restricted have no cron
-    equivalent: refused."""
+    fixed local times, ``0 * * * *`` real hours). With both day fields restricted, the
+    job wants both to match (``days: both``: :func:`both_days`)."""
     days, weekdays = cron.day_of_month, cron.day_of_week
-    if len(days) < 31 and len(weekdays) < 7:
-        raise Unsupported(
-            "day_of_month and day_of_week are both restricted: Celery runs only on days that"
-            " match both, cron on days that match either"
-        )
     return " ".join(
         [
             _field(cron._orig_minute, cron.minute, MINUTE),
@@ -95,6 +90,14 @@ def cron_text(cron: crontab) -> str:
             _field(cron._orig_day_of_week, weekdays, WEEKDAY, modulo=7, full_is_star=True),
         ]
     )
+
+
+def both_days(beat_schedule: Any) -> bool:
+    """Whether the job must say ``days: both``: a ``crontab`` with both day fields
+    restricted, which Celery runs on days that match both (cron: either)."""
+    if type(beat_schedule) is not crontab:
+        return False
+    return len(beat_schedule.day_of_month) < 31 and len(beat_schedule.day_of_week) < 7
 
 
 def _field(

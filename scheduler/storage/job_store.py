@@ -223,7 +223,8 @@ def record_changes(conn: Connection, records: list[dict[str, Any]]) -> None:
 
 def created(job_id: int, spec: JobSpec, now: datetime) -> dict[str, Any]:
     """The change record of a job's creation."""
-    return _change(job_id, now, "created", spec.revision, spec.schedule, spec.timezone)
+    when = (spec.schedule, spec.timezone, spec.days)
+    return _change(job_id, now, "created", spec.revision, when)
 
 
 def _change(
@@ -231,10 +232,11 @@ def _change(
     at: datetime,
     change: str,
     revision: str,
-    schedule: str,
-    timezone: str,
+    when: tuple[str, str, str | None],
     reason: str | None = None,
 ) -> dict[str, Any]:
+    """``when``: the schedule, zone and ``days`` in force after the change."""
+    schedule, timezone, days = when
     return dict(
         job_id=job_id,
         at=at,
@@ -242,6 +244,7 @@ def _change(
         revision=revision,
         schedule=schedule,
         timezone=timezone,
+        days=days,
         reason=reason,
     )
 
@@ -323,19 +326,15 @@ def change_records(
     job: JobRow, now: datetime, *, spec: JobSpec | None = None, **flags: Any
 ) -> list[dict[str, Any]]:
     """The change records of a save of ``job`` with ``spec`` and ``flags``."""
-    revision, schedule, timezone = (
-        (spec.revision, spec.schedule, spec.timezone)
-        if spec is not None
-        else (job.revision, job.schedule, job.timezone)
-    )
+    declared = spec or job
+    revision, when = declared.revision, (declared.schedule, declared.timezone, declared.days)
     return [
         _change(
             job.id,
             now,
             change,
             revision,
-            schedule,
-            timezone,
+            when,
             flags.get("pause_reason") if change == "paused" else None,
         )
         for change in _changes(job, spec, flags)

@@ -261,8 +261,10 @@ job_changes = Table(
     Column("revision", String(32), nullable=False),
     Column("schedule", String(200), nullable=False),
     Column("timezone", String(64), nullable=False),
+    Column("days", String(8)),  # "both" (JobSpec.days), or NULL for cron's either
     Column("reason", Text),
     CheckConstraint(_one_of("change", JOB_CHANGES), name="change"),
+    CheckConstraint("days IN ('both')", name="days"),
 )
 Index("ix_job_changes_job_id_at", job_changes.c.job_id, job_changes.c.at)
 

@@ -44,6 +44,11 @@ class JobRow:
     def ref(self) -> str:
         return f"{self.project}/{self.name}"
 
+    @property
+    def days(self) -> str | None:
+        """``both`` when the spec asks both day fields to match (``JobSpec.days``)."""
+        return self.spec.get("days")
+
     @classmethod
     def from_row(cls, row: Row[Any], prefix: str = "") -> JobRow:
         """From a row of ``jobs``; ``prefix`` is that of its columns' labels in a join."""

@@ -1,26 +1,37 @@
 """cronchain's cron dialect: one meaning per expression.
 
 Five fields read as cronie's crontab(5), Vixie cron and POSIX read them, the ``@`` aliases,
-and croniter's optional sixth field of seconds. Each field becomes the set of values it
-names. croniter then walks a canonical expression built from those sets (each restricted
-field an explicit sorted list), so none of croniter's own readings (``5-5`` as ``*``, ``L``,
-``W``, ``#``, ``?``, ``H``) can change what an expression means. cronsim, an independent
-evaluator, checks both this module and the walk (tests/unit/test_cron_differential.py).
+croniter's optional sixth field of seconds, and two of Quartz's day items as cronsim reads
+them: ``L`` in the day of month (the month's last day) and ``d#k`` in the day of week (the
+k-th such weekday of the month: ``mon#1``, the first Monday). Each field becomes the set
+of values it names (and those two items beside them). croniter then walks a canonical
+expression built from those sets (each restricted field an explicit sorted list), so none
+of croniter's own readings (``5-5`` as ``*``, ``W``, ``?``, ``H``) can change what an
+expression means. cronsim, an independent evaluator, checks both this module and the walk
+(tests/unit/test_cron_differential.py).
 
 Grammar of a field (case-insensitive)::
 
     field = item {"," item}
     item  = "*" ["/" step] | value ["-" value] ["/" step]
+          | "L"                (day of month: the last day of the month)
+          | value "#" k        (day of week, k 1-5: the k-th one of the month)
     value = number | name      (names: jan-dec for months, sun-sat for days of week)
 
 ``a/n`` means ``a-max/n`` as in cronsim and croniter (cronie refuses it; croniter accepted
 it before this module, so jobs may use it). A range with equal ends is that one value.
+
+Which days match: by default cron's rule, a day of month *or* a day of week when neither
+day field begins with ``*``. ``parse_cron(..., both=True)`` (a job's ``days: both``)
+wants both, as Celery's ``crontab`` and Quartz do.
 """
 
 from __future__ import annotations
 
+import calendar
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 from cronchain.scheduler.errors import SpecError
 
@@ -40,8 +51,12 @@ _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
 _MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August")
 _MONTH_NAMES += ("September", "October", "November", "December")  # not calendar's: locale
 _WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-# croniter's and Quartz's extensions: L, 15W, LW, 5L, 5#2, ?, H and H(0-29)/10.
-_EXTENSION = re.compile(r"l|w|lw|\d+[lw]|\d+#\d+|\?|h(\(\d+-\d+\))?(/\d+)?")
+# croniter's and Quartz's extensions cronchain does not take: 15W, LW, 5L, ?, H and
+# H(0-29)/10 (L and d#k it takes, in their fields).
+_EXTENSION = re.compile(r"w|lw|\d+[lw]|\?|h(\(\d+-\d+\))?(/\d+)?|l|\w+#\d+")
+_ORDINALS = ("1st", "2nd", "3rd", "4th", "5th")
+LAST = "l"  # the day-of-month item for the month's last day
+_NTH = re.compile(r"(\w+)#(\d+)")
 
 
 @dataclass(frozen=True)
@@ -68,7 +83,8 @@ class FieldGrammar:
         accepted = "a number"
         if self.names:
             accepted += f" or a name ({self.names[0]}-{self.names[-1]})"
-        hint = "; cron has no L, W, #, ? or H" if _EXTENSION.fullmatch(token) else ""
+        hint = "; cron has no W, ? or H (L is a day of month, d#k a day of week)"
+        hint = hint if _EXTENSION.fullmatch(token) else ""
         raise SpecError(field, f"{self.name}: {_cut(token)!r} is not {accepted}{hint}")
 
     def step(self, token: str, field: str) -> int:
@@ -100,10 +116,28 @@ class FieldGrammar:
         return range(low, high + 1, step)
 
     def parse(self, text: str, field: str) -> tuple[int, ...]:
+        values, special = self.parse_with_days(text, field)
+        if special:
+            raise SpecError(field, f"{self.name}: {special[0]!r} is not a {self.name}")
+        return values
+
+    def parse_with_days(self, text: str, field: str) -> tuple[tuple[int, ...], list[str]]:
+        """The values, and the day items the field holds (``L``; ``d#k``, as ``"d#k"``
+        with the weekday as a number 0-6), which only the day fields take."""
         values: set[int] = set()
+        special: list[str] = []
         for item in text.split(","):
-            values.update(self.item(item, field))
-        return tuple(sorted(values))
+            if self is DAY and item == LAST:
+                special.append(LAST)
+            elif self is WEEKDAY and (m := _NTH.fullmatch(item)):
+                day = self.value(m[1], field) % 7
+                nth = int(m[2]) if m[2].isdigit() and len(m[2]) == 1 else 0
+                if not 1 <= nth <= 5:
+                    raise SpecError(field, f"{self.name}: {item!r}: a month has a 1st to a 5th")
+                special.append(f"{day}#{nth}")
+            else:
+                values.update(self.item(item, field))
+        return tuple(sorted(values)), sorted(set(special))
 
 
 def _cut(token: str) -> str:
@@ -127,8 +161,10 @@ class CronFields:
     ``wildcard``: the minute or the hour field begins with ``*``. Such a job fires at every
     real instant that matches, whatever the clocks do; any other job names fixed local
     times (see ``Cron`` for daylight saving). ``day_or``: neither day field begins with
-    ``*``, so a day matches if its day of month or its day of week does; otherwise both
-    must. Build one with :func:`parse_cron`.
+    ``*`` (and the job did not ask for both), so a day matches if its day of month or its
+    day of week does; otherwise both must. ``last_day`` and ``nth`` are the day items
+    beside the values: the month's last day (``L``), the k-th weekdays (``"1#1"``: the
+    first Monday). Build one with :func:`parse_cron`.
     """
 
     text: str  # the expression as written, aliases resolved
@@ -140,10 +176,25 @@ class CronFields:
     seconds: tuple[int, ...] | None  # the optional sixth field
     wildcard: bool
     day_or: bool
+    last_day: bool = False
+    nth: tuple[str, ...] = ()  # "d#k": weekday 0-6, the k-th of the month
+    both: bool = False  # both day fields restricted, and both must match (days: both)
+
+    @property
+    def sifted(self) -> bool:
+        """Whether croniter's walk names more days than the job's, for ``day_matches``
+        to sift: croniter knows neither ``days: both`` nor ``L`` and ``d#k`` in a list
+        (it refuses ``3#4,5``), so it walks a wider day set written in plain values."""
+        return self.both or self.last_day or bool(self.nth)
 
     def for_croniter(self) -> tuple[str, bool]:
-        """An expression croniter cannot misread, and its ``day_or`` argument."""
-        days, weekdays = _listed(self.days, 31), _listed(self.weekdays, 7)
+        """An expression croniter cannot misread, and its ``day_or`` argument: exact,
+        or (``sifted``) a walk over every day the job's could be."""
+        days = set(self.days) | ({28, 29, 30, 31} if self.last_day else set())
+        weekdays = set(self.weekdays) | {int(item.split("#")[0]) for item in self.nth}
+        days, weekdays = _listed(tuple(sorted(days)), 31), _listed(tuple(sorted(weekdays)), 7)
+        if self.both:
+            weekdays = "*"  # the day of week is day_matches's alone
         if self.day_or and "*" in (days, weekdays):
             days = weekdays = "*"  # one side matches every day, so every day matches
         parts = [_listed(self.minutes, 60), _listed(self.hours, 24), days]
@@ -152,11 +203,21 @@ class CronFields:
             parts.append(_listed(self.seconds, 60))
         return " ".join(parts), self.day_or
 
+    def day_matches(self, when: datetime) -> bool:
+        """Whether ``when``'s day is one of the job's, by cron's rule (either field, when
+        ``day_or``) or by both fields."""
+        day = when.day in self.days
+        if self.last_day and not day:
+            day = when.day == calendar.monthrange(when.year, when.month)[1]
+        weekday = (when.weekday() + 1) % 7  # Sunday 0, as cron counts
+        week = weekday in self.weekdays or f"{weekday}#{(when.day - 1) // 7 + 1}" in self.nth
+        return day or week if self.day_or else day and week
+
 
 @dataclass(frozen=True)
 class StoredCron:
     """A cron expression stored by an earlier cronchain that this dialect refuses
-    (croniter's ``L``, ``W``, ``#``, ``?``, ``H``): croniter reads it as it did then, so
+    (croniter's ``W``, ``?`` and the like): croniter reads it as it did then, so
     that an upgrade neither stops nor changes a running job. Only stored jobs get one
     (``scheduler.timing.schedules.stored_schedule``); ``apply`` refuses the expression."""
 
@@ -171,9 +232,10 @@ def _listed(values: tuple[int, ...], every: int) -> str:
     return "*" if len(values) == every else ",".join(map(str, values))
 
 
-def parse_cron(text: str, field: str = "schedule") -> CronFields:
+def parse_cron(text: str, field: str = "schedule", both: bool = False) -> CronFields:
     """Read a cron expression or alias; raises :class:`SpecError` naming ``field`` and,
-    in the message, the cron field at fault."""
+    in the message, the cron field at fault. ``both``: a day must match both day fields
+    (a job's ``days: both``), where cron's rule takes either."""
     spec = " ".join(text.split()).lower()
     if spec.startswith("@"):
         if spec not in ALIASES:
@@ -186,17 +248,26 @@ def parse_cron(text: str, field: str = "schedule") -> CronFields:
             f"{text!r} is not a schedule: use 5 cron fields (6 with seconds), an alias "
             "like @hourly, 'every 30s', 'with 10m interval' or 'triggered'",
         )
-    values = [kind.parse(part, field) for kind, part in zip(_FIELDS, parts, strict=False)]
+    values = [
+        kind.parse(part, field) if kind not in (DAY, WEEKDAY) else ()
+        for kind, part in zip(_FIELDS, parts, strict=False)
+    ]
+    days, on_days = DAY.parse_with_days(parts[2], field)
+    weekdays, on_weekdays = WEEKDAY.parse_with_days(parts[4], field)
+    restricted = not (parts[2].startswith("*") or parts[4].startswith("*"))
     fields = CronFields(
         text=spec,
         minutes=values[0],
         hours=values[1],
-        days=values[2],
+        days=days,
         months=values[3],
-        weekdays=tuple(sorted({day % 7 for day in values[4]})),
+        weekdays=tuple(sorted({day % 7 for day in weekdays})),
         seconds=values[5] if len(values) == 6 else None,
         wildcard=parts[0].startswith("*") or parts[1].startswith("*"),
-        day_or=not (parts[2].startswith("*") or parts[4].startswith("*")),
+        day_or=restricted and not both,
+        last_day=LAST in on_days,
+        nth=tuple(on_weekdays),
+        both=restricted and both,
     )
     _require_a_day(fields, field)
     return fields
@@ -204,12 +275,23 @@ def parse_cron(text: str, field: str = "schedule") -> CronFields:
 
 def _require_a_day(fields: CronFields, field: str) -> None:
     """Refuse a schedule that can never fire, decided from the calendar: a day of month
-    that no month of the expression has, when the day of week cannot stand in for it."""
+    that no month of the expression has, when the day of week cannot stand in for it, or
+    (both day fields wanted) days of month that are never the k-th weekday asked for."""
     if fields.day_or:
         return  # every month has every day of the week
     longest = max(_MONTH_DAYS[month - 1] for month in fields.months)
-    if fields.days[0] > longest:
+    if fields.days and fields.days[0] > longest and not fields.last_day:
         names = [_MONTH_NAMES[month - 1] for month in fields.months]
         months = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         verb = "has" if len(names) == 1 else "have"
         raise SpecError(field, f"day of month: never fires: {months} {verb} at most {longest} days")
+    if fields.both and not fields.weekdays:  # only k-th weekdays: does a day allow one?
+        days = [day for day in fields.days if day <= longest]
+        if fields.last_day:
+            days += [_MONTH_DAYS[month - 1] for month in fields.months]
+            days += [28] if 2 in fields.months else []  # February's, in most years
+        weeks = {int(item.split("#")[1]) for item in fields.nth}
+        if not any((day - 1) // 7 + 1 in weeks for day in days):
+            ordinals = " or ".join(_ORDINALS[week - 1] for week in sorted(weeks))
+            why = f"never fires: with days: both, none of its days of month is a {ordinals}"
+            raise SpecError(field, f"{why} weekday of its month")

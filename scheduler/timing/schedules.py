@@ -189,9 +189,12 @@ class Cron:
         walker = copy.copy(self._walker)
         walker.set_current(start, force=True)
         step = walker.get_prev if backwards else walker.get_next
+        sifted = isinstance(self.fields, CronFields) and self.fields.sifted
         try:
             while True:
-                yield step(datetime)
+                reading = step(datetime)
+                if not sifted or self.fields.day_matches(reading):  # type: ignore[union-attr]
+                    yield reading
         except CroniterBadDateError:  # no match within croniter's 50 years
             return
 
@@ -305,10 +308,24 @@ _EVERY = re.compile(r"every\s+(\S+)(?:\s+offset\s+(\S+))?")
 _WITH_INTERVAL = re.compile(r"with\s+(\S+)\s+interval")
 
 
-def parse_schedule(text: str, timezone: str = "UTC", field: str = "schedule") -> Schedule:
-    """Parse a schedule string; raises :class:`SpecError` naming ``field``."""
-    zone = parse_zone(timezone)
-    spec = " ".join(str(text).split()).lower()
+DAYS = ("either", "both")  # a job's ``days``: cron's rule for its two day fields, or both
+
+
+def parse_schedule(
+    text: str, timezone: str = "UTC", field: str = "schedule", days: str | None = None
+) -> Schedule:
+    """Parse a schedule string; raises :class:`SpecError` naming ``field``. ``days``
+    (a job's, cron schedules only): ``both`` wants the day of month and the day of week
+    to match together, ``either`` (cron's rule, the default) takes one."""
+    if days is not None and days not in DAYS:
+        raise SpecError("days", f"{days!r} is not one of {', '.join(DAYS)}")
+    schedule = _parsed(" ".join(str(text).split()).lower(), parse_zone(timezone), field, days)
+    if days is not None and not isinstance(schedule, Cron):
+        raise SpecError("days", "only applies to a cron schedule")
+    return schedule
+
+
+def _parsed(spec: str, zone: ZoneInfo, field: str, days: str | None) -> Schedule:
     if spec == "triggered":
         return Triggered()
     if m := _EVERY.fullmatch(spec):
@@ -321,16 +338,16 @@ def parse_schedule(text: str, timezone: str = "UTC", field: str = "schedule") ->
         return Every(period, offset)
     if m := _WITH_INTERVAL.fullmatch(spec):
         return FixedDelay(_period(m.group(1), "interval", field))
-    return Cron(parse_cron(spec, field), zone)
+    return Cron(parse_cron(spec, field, both=days == "both"), zone)
 
 
-def stored_schedule(text: str, timezone: str) -> Schedule:
+def stored_schedule(text: str, timezone: str, days: str | None = None) -> Schedule:
     """The schedule of a job as stored. A schedule that an earlier cronchain accepted
-    and this one refuses (a period under a second, croniter's ``L`` or ``#``) is read
+    and this one refuses (a period under a second, croniter's ``W`` or ``?``) is read
     as it was then, with a warning, rather than stopping the job and every watchdog pass
     over it; ``apply`` refuses it, so it goes with the next change of the job's file."""
     try:
-        return parse_schedule(text, timezone)
+        return parse_schedule(text, timezone, days=days)
     except SpecError as err:
         legacy = _as_before(" ".join(str(text).split()).lower(), parse_zone(timezone))
         if legacy is None:

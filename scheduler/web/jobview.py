@@ -94,12 +94,13 @@ def timeline(
     zone: str,
     tick_at: datetime | None,
     paused: bool,
+    days: str | None = None,
     now: datetime,
 ) -> list[Row]:
     """``recent`` (newest first, as the history reads them) oldest first, then the next
     slots, with the zone's transitions between now and the last of them."""
     rows = [run_row(run, zone) for run in reversed(recent)]
-    upcoming = next_slots(schedule, zone, tick_at)
+    upcoming = next_slots(schedule, zone, tick_at, days)
     if not upcoming:
         why = "paused: no tick until it is resumed" if paused else "no slot is planned"
         return [*rows, Row("next", shown(now, zone), "", None, why)]
@@ -112,13 +113,15 @@ def timeline(
     return rows + [row for _, row in marks]
 
 
-def next_slots(schedule: str, zone: str, tick_at: datetime | None) -> list[datetime]:
+def next_slots(
+    schedule: str, zone: str, tick_at: datetime | None, days: str | None = None
+) -> list[datetime]:
     """The pending tick's slot and the ones after it, as the schedule computes them
     (a fixed delay or ``triggered`` job has only its pending tick, if any)."""
     if tick_at is None:
         return []
     slots = [tick_at]
-    parsed = stored_schedule(schedule, zone)
+    parsed = stored_schedule(schedule, zone, days)
     if parsed.relative:
         return slots
     while len(slots) < UPCOMING:
@@ -137,6 +140,8 @@ def spec_summary(spec: dict[str, Any], kind: str) -> list[tuple[str, str]]:
         ("schedule", str(spec.get("schedule", ""))),
         ("timezone", str(spec.get("timezone", ""))),
     ]
+    if "days" in spec:
+        lines.append(("days", str(spec["days"])))
     options = spec.get(kind)
     if isinstance(options, dict):
         lines += _target(kind, options)

@@ -95,6 +95,7 @@ def job_page(project: str, name: str) -> str:
             tick_at=line.tick_at,
             paused=job.paused,
             now=now,
+            days=job.days,
         ),
         history=[jobview.run_row(run, job.timezone) for run in history[:HISTORY]],
         older=older,

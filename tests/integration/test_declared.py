@@ -177,7 +177,7 @@ def load():
     pass
 
 
-@periodic("*/5 * * * *", project="ml", name="train", overlap="buffer_one")
+@periodic("*/5 * 1-7 * mon", project="ml", name="train", overlap="buffer_one", days="both")
 @app.task(name="ml.train")
 def train():
     pass
@@ -193,6 +193,7 @@ def test_each_project_of_an_app_is_applied_and_one_may_be_chosen(
         "ml: ", created="ml/train"
     )
     assert rows(db)["ml/train"]["spec"]["overlap"] == "buffer_one"
+    assert rows(db)["ml/train"]["spec"]["days"] == "both"  # the first Monday of a month
     assert cli("apply", "-v", "--app", "multi:app", "--project", "ml").stdout == report(
         unchanged="ml/train"
     )
@@ -258,6 +259,7 @@ def test_a_bad_declaration_fails_the_import_that_makes_it(cli: Cli, tmp_path: Pa
         ({"queue": ""}, "celery.queue"),
         ({"kwargs": {"at": datetime(2026, 1, 1)}}, "celery.kwargs"),
         ({"args": "abc"}, "args"),
+        ({"days": "both"}, "days"),  # a cron schedule's only
     ],
 )
 def test_each_bad_value_is_refused_by_name(options: dict[str, Any], field: str):

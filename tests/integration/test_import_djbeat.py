@@ -96,9 +96,9 @@ add("export", "reports.export", interval=every(2, "hours"),
 add("started long ago", "etl.load", interval=every(10, "minutes"),
     start_time=datetime(2020, 1, 1, tzinfo=UTC))
 add("nightly cleanup", "db.vacuum", crontab=cron(minute="0", hour="2"), enabled=False)
-# None of these has a faithful cronchain equivalent.
-add("thirteenth or friday", "luck.check",
+add("friday the 13th", "luck.check",
     crontab=cron(minute="0", hour="0", day_of_month="13", day_of_week="fri"))
+# None of these has a faithful cronchain equivalent.
 add("tight loop", "spin", interval=every(1500, "microseconds"))
 add("launch", "rocket.go", one_off=True,
     clocked=ClockedSchedule.objects.create(clocked_time=datetime(2030, 1, 1, 9, tzinfo=UTC)))
@@ -200,10 +200,10 @@ EXPECTED = {
     },
     "started-long-ago": {"schedule": "every 10m", "celery": celery("etl.load")},
     "nightly-cleanup": {"schedule": "0 2 * * *", "celery": celery("db.vacuum"), "paused": PAUSED},
+    "friday-the-13th": {"schedule": "0 0 13 * fri", "days": "both", "celery": celery("luck.check")},
 }
 
 LEFT_OUT = {
-    "thirteenth or friday": "day_of_month and day_of_week are both restricted",
     "tight loop": "interval 0.0015s",
     "launch": "clocked schedule: one run at 2030-01-01T09:00:00+00:00",
     "at sunrise": "solar schedule (sunrise at 52.52, 13.405)",
@@ -220,7 +220,7 @@ IGNORED = {
     "retired digest": "expired 2023-01-01T00:00:00+00:00: beat never sends it again",
     "seed data": "one_off, run 1 time(s): beat disables it at its next check, unrun",
 }
-# What the rows alone rule out; the converter names the other three of LEFT_OUT.
+# What the rows alone rule out; the converter names the other two of LEFT_OUT.
 READ_LEFT_OUT = {"launch", "at sunrise", "once", "later", "until summer"}
 
 
@@ -330,21 +330,19 @@ def test_a_djbeat_database_is_imported_and_applied(
 
 def test_day_fields_mean_what_celery_means(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """Each row of full and partial day fields fires on the days Celery's crontab of its
-    fields does, or is left out, named, when both are restricted (issue 34)."""
+    fields does (issue 34), with ``days: both`` when both are restricted (issue 35)."""
     path = tmp_path / "days.sqlite3"
     database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)}
     build_djbeat_database(tmp_path, database, DAYS_ROWS)
     out = tmp_path / "jobs.yaml"
-    stderr = import_beat(f"sqlite:///{path}", out, capsys, "--skip-unsupported")
+    import_beat(f"sqlite:///{path}", out, capsys)
     jobs = {job["name"]: job for job in yaml.safe_load(out.read_text())["jobs"]}
     for number, (dom, dow) in enumerate(DAYS):
         cron = crontab(minute=0, hour=0, day_of_month=dom, day_of_week=dow)
-        if both_restricted(cron):
-            assert f"days-{number}" not in jobs
-            named(stderr, "left out", {f"days {number}": "both restricted"})
-            continue
-        schedule = jobs[f"days-{number}"]["schedule"]
-        assert cronchain_fires(schedule, "UTC", JAN) == beat_fires(cron, "UTC", JAN), (dom, dow)
+        job = jobs[f"days-{number}"]
+        assert job.get("days") == ("both" if both_restricted(cron) else None), (dom, dow)
+        fires = cronchain_fires(job["schedule"], "UTC", JAN, job.get("days"))
+        assert fires == beat_fires(cron, "UTC", JAN), (dom, dow)
 
 
 def test_entries_are_what_django_celery_beats_scheduler_reads(djbeat: DjBeatDatabase):

@@ -240,6 +240,35 @@ def test_explain_answers(engine: Engine, port: RecordingPort, clock: Clock):
     assert disabled["answer"] == "disabled" and disabled["until"] is None
 
 
+def test_days_both_moves_the_tick_fires_its_own_days_and_is_explained(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    """``days: both`` (issue 35): changing it alone moves the tick, the job fires on
+    Friday the 13th only, ``jobs()`` shows it and ``explain`` reads each past time with
+    the rule then in force."""
+    sched = Scheduler(engine)
+    sched.apply([JobSpec("p", "a", "0 0 13 * 5")], project="p")  # T0: Sunday 2026-03-01
+    assert job(engine).snapshot.tick_at == datetime(2026, 3, 6, tzinfo=UTC)  # a Friday
+    clock.advance(3600)
+    report = sched.apply([JobSpec("p", "a", "0 0 13 * 5", days="both")], project="p")
+    assert report.updated == ["p/a"]
+    friday_13th = datetime(2026, 3, 13, tzinfo=UTC)
+    assert job(engine).snapshot.tick_at == friday_13th
+    assert [j["days"] for j in sched.jobs()] == ["both"]
+
+    clock.now = friday_13th
+    deliver_ticks(engine, port)  # the old tick (for the 6th) is ignored
+    settle(engine, port)
+    assert [r["slot"] for r in rows(engine)] == [friday_13th]
+    assert job(engine).snapshot.tick_at == datetime(2026, 11, 13, tzinfo=UTC)
+
+    sixth = sched.explain("p/a", datetime(2026, 3, 6, tzinfo=UTC))
+    assert (sixth["answer"], sixth["days"]) == ("not_a_slot", "both")
+    assert "'0 0 13 * 5' (UTC, days: both)" in sixth["text"]
+    ran = sched.explain("p/a", friday_13th)
+    assert ran["answer"] == "ran"
+
+
 def test_a_jobs_folder_is_reconciled_file_by_file(engine: Engine, tmp_path):  # type: ignore[no-untyped-def]
     from cronchain.scheduler.declarative import reconcile_folder
 

@@ -146,9 +146,12 @@ def beat_fires(beat_schedule: Any, zone: str, start: datetime) -> list[datetime]
     return fires
 
 
-def cronchain_fires(text: str, zone: str, start: datetime) -> list[datetime]:
+def cronchain_fires(
+    text: str, zone: str, start: datetime, days: str | None = None
+) -> list[datetime]:
     out = io.StringIO()
     argv = ["next", text, "--tz", zone, "--after", start.isoformat(), "--count", str(COUNT)]
+    argv += ["--days", days] if days else []
     with contextlib.redirect_stdout(out):
         assert cli.main([*argv, "--json"]) == 0
     return [datetime.fromisoformat(row["utc"]) for row in json.loads(out.getvalue())]
@@ -215,7 +218,8 @@ def test_in_a_dst_zone_only_the_listed_entries_differ_and_only_at_a_transition(
 
 # Day fields full in every spelling Celery takes, and partial ones: cron reads any field
 # not written ``*`` as restricted, and fires when either restricted day field matches,
-# while Celery wants both; a full set must be written ``*`` (issue 34).
+# while Celery wants both; a full set must be written ``*`` (issue 34), and two
+# restricted ones need ``days: both`` (issue 35).
 DAYS_OF_MONTH = ["*", "1-31", "*/1", "13", "1-7", "*/2"]
 DAYS_OF_WEEK = ["*", "0-6", "mon-sun", "sun,mon,tue,wed,thu,fri,sat", "*/1", "fri", "1-5", "0,6"]
 
@@ -233,17 +237,50 @@ def test_every_combination_of_full_and_partial_day_fields_means_what_celery_mean
     day_of_month: str, day_of_week: str
 ):
     """Celery runs on days that match both fields; what cronchain writes fires on the
-    same days, or the entry is left out, named, when both are restricted."""
+    same days, with ``days: both`` when both are restricted."""
     cron = crontab(minute=0, hour=0, day_of_month=day_of_month, day_of_week=day_of_week)
+    text, days = imported_days(cron)
+    assert days == ("both" if both_restricted(cron) else None)
+    assert cronchain_fires(text, "UTC", JAN, days) == beat_fires(cron, "UTC", JAN)
+
+
+def imported_days(cron: crontab) -> tuple[str, str | None]:
+    """The schedule and ``days`` of the job ``import-beat`` makes of ``cron``."""
     entry = BeatEntry("days", "tasks.t", cron, "UTC")
     converted = convert([entry], "p", lambda entry: {"queue": "celery"})
-    if both_restricted(cron):
-        assert converted.jobs == []
-        [(name, why)] = converted.left_out
-        assert name == "days" and "both restricted" in why
-        return
+    assert converted.left_out == []
     (job,) = converted.jobs
-    assert cronchain_fires(job.job["schedule"], "UTC", JAN) == beat_fires(cron, "UTC", JAN)
+    return job.job["schedule"], job.job.get("days")
+
+
+def random_days(rng: random.Random) -> crontab:
+    """Both day fields restricted (and sometimes the month), as a ``crontab`` takes them."""
+    day_of_month = random_field(rng, 1, 31)
+    while day_of_month.startswith("*"):
+        day_of_month = random_field(rng, 1, 31)
+    day_of_week = rng.choice([random_field(rng, 0, 6), rng.choice(["mon", "fri", "sat,sun"])])
+    while day_of_week.startswith("*"):
+        day_of_week = random_field(rng, 0, 6)
+    month = rng.choice(["*", "*", "*", random_field(rng, 1, 12)])
+    hour, minute = rng.choice(["0", "12", "*/6", "9-17"]), rng.choice(["0", "30", "*/20"])
+    return crontab(minute, hour, day_of_week, day_of_month, month)
+
+
+def test_random_crontabs_with_both_day_fields_fire_when_beat_would():
+    """Seeded random day fields, both restricted (replay: CRONCHAIN_DIFF_SEED=N): the
+    imported job (``days: both``) fires at beat's times, over the first 20 fires from a
+    random start in 2020-2035."""
+    rng = random.Random(f"{SEED}:days")
+    both = 0
+    for _ in range(120):
+        cron = random_days(rng)
+        start = JAN.replace(year=rng.randint(2020, 2035), month=rng.randint(1, 12))
+        text, days = imported_days(cron)
+        assert days == ("both" if both_restricted(cron) else None), cron
+        both += days == "both"
+        theirs = beat_fires(cron, "UTC", start)
+        assert cronchain_fires(text, "UTC", start, days) == theirs, (cron, start)
+    assert both > 90  # a range that happens to cover the week is the exception
 
 
 def random_field(rng: random.Random, low: int, high: int) -> str:

@@ -9,11 +9,13 @@ import random
 import re
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cronsim.cronsim import CronSimError, Field
 
 from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.timing.cron import DAY, HOUR, MINUTE, MONTH, SECOND, WEEKDAY, parse_cron
 from cronchain.scheduler.timing.schedules import parse_schedule
 
@@ -61,13 +63,18 @@ def test_each_field_names_a_set(
         ("0 0 * 13 *", "month: 13 is out of range 1-12"),
         ("0 0 * * 8", "day of week: 8 is out of range 0-7"),
         ("0 0 * * * 60", "second: 60 is out of range 0-59"),
-        ("0 0 L * *", "day of month: 'l' is not a number; cron has no L, W, #, ? or H"),
-        ("0 0 15W * *", "cron has no L"),
-        ("0 0 LW * *", "cron has no L"),
-        ("0 0 * * 5L", "day of week: '5l' is not a number or a name (sun-sat); cron has no L"),
-        ("0 0 * * 1#2", "cron has no L, W, #"),
-        ("0 0 ? * *", "cron has no L, W, #, ?"),
-        ("H * * * *", "cron has no L, W, #, ? or H"),
+        ("0 0 15W * *", "day of month: '15w' is not a number; cron has no W, ? or H"),
+        ("0 0 LW * *", "cron has no W"),
+        ("0 0 * * 5L", "day of week: '5l' is not a number or a name (sun-sat); cron has no W"),
+        ("0 0 * * L", "day of week: 'l' is not a number or a name (sun-sat); cron has no W"),
+        ("0 0 1#2 * *", "day of month: '1#2' is not a number; cron has no W, ? or H"),
+        ("1#2 0 * * *", "minute: '1#2' is not a number; cron has no W"),
+        ("0 0 * * 1#0", "day of week: '1#0': a month has a 1st to a 5th"),
+        ("0 0 * * fri#6", "day of week: 'fri#6': a month has a 1st to a 5th"),
+        ("0 0 * * 1#2-3", "day of week: '1#2' is not a number or a name (sun-sat); cron has no"),
+        ("0 0 L-5 * *", "day of month: 'l' is not a number; cron has no W, ? or H (L is a day"),
+        ("0 0 ? * *", "cron has no W, ?"),
+        ("H * * * *", "cron has no W, ? or H"),
         ("H(0-29) * * * *", "minute"),
         ("5-1 * * * *", "minute: 5-1 runs backwards"),
         ("0 0 * * 5-0", "day of week: 5-0 runs backwards (Sunday is also 7)"),
@@ -150,6 +157,76 @@ def test_vixies_day_rule() -> None:
     assert both.next_after(T) == datetime(2026, 3, 13, tzinfo=UTC)
 
 
+def slots(expression: str, count: int = 4, days: str | None = None) -> list[str]:
+    schedule, t, found = parse_schedule(expression, days=days), T, []
+    for _ in range(count):
+        t = schedule.next_after(t)
+        found.append(f"{t:%Y-%m-%d}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("expression", "days", "first"),
+    [
+        ("0 0 L * *", None, ["2026-03-31", "2026-04-30", "2026-05-31", "2026-06-30"]),
+        ("0 0 L 2 *", None, ["2027-02-28", "2028-02-29", "2029-02-28", "2030-02-28"]),
+        ("0 0 1,L * *", None, ["2026-03-31", "2026-04-01", "2026-04-30", "2026-05-01"]),
+        ("0 12 * * mon#1", None, ["2026-03-02", "2026-04-06", "2026-05-04", "2026-06-01"]),
+        ("0 12 * * fri#5", None, ["2026-05-29", "2026-07-31", "2026-10-30", "2027-01-29"]),
+        ("0 12 * * 7#1,sat", None, ["2026-03-07", "2026-03-14", "2026-03-21", "2026-03-28"]),
+        ("0 0 13 * 5", "both", ["2026-03-13", "2026-11-13", "2027-08-13", "2028-10-13"]),
+        ("0 12 1-7 * mon", "both", ["2026-03-02", "2026-04-06", "2026-05-04", "2026-06-01"]),
+        ("0 0 L * fri", "both", ["2026-07-31", "2027-04-30", "2027-12-31", "2028-03-31"]),
+        ("0 0 L * fri", None, ["2026-03-06", "2026-03-13", "2026-03-20", "2026-03-27"]),
+        ("0 0 */2 * 5", "both", ["2026-03-13", "2026-03-27", "2026-04-03", "2026-04-17"]),
+        ("0 0 29 2 mon#5", "both", ["2044-02-29", "2072-02-29", "2112-02-29", "2140-02-29"]),
+    ],
+)
+def test_quartz_day_items_and_days_both(expression: str, days: str | None, first: list[str]):
+    """``L``, ``d#k`` (issue 35) and both day fields: with ``days: both`` the 13th that
+    is a Friday, the Monday among the first seven days; one field begins with ``*``: cron
+    ANDs them anyway."""
+    assert slots(expression, days=days) == first
+    assert parse_schedule(expression, days=days).latest_at_or_before(
+        datetime.fromisoformat(first[1]).replace(tzinfo=UTC, hour=23)
+    ) == parse_schedule(expression, days=days).next_after(
+        datetime.fromisoformat(first[0]).replace(tzinfo=UTC, hour=23)
+    )  # walked backwards, the same slots
+
+
+@pytest.mark.parametrize(
+    ("expression", "days", "message"),
+    [
+        ("0 0 1 * mon#5", "both", "never fires: with days: both, none of its days of month"),
+        ("0 0 L 4 sun#4", "both", "is a 4th weekday of its month"),
+        ("0 0 8-14 * mon#1,tue#3", "both", "is a 1st or 3rd weekday"),
+        ("every 5m", "both", "days: only applies to a cron schedule"),
+        ("triggered", "either", "days: only applies to a cron schedule"),
+        ("0 0 13 * 5", "all", "days: 'all' is not one of either, both"),
+    ],
+)
+def test_days_refused(expression: str, days: str, message: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(message)):
+        parse_schedule(expression, days=days)
+
+
+def test_days_is_a_job_field_that_keeps_old_revisions() -> None:
+    """``days`` joins the stored spec only as ``both``: a job without it, or with cron's
+    own ``either``, keeps the revision it had, and apply does not call it changed."""
+    plain = JobSpec("p", "a", "0 0 13 * 5")
+    assert JobSpec("p", "a", "0 0 13 * 5", days="either").revision == plain.revision
+    assert "days" not in plain.normalized()
+    both = JobSpec.from_dict(
+        "p", {"name": "a", "schedule": "0 0 13 * 5", "days": "both", "noop": {}}
+    )
+    assert both.normalized()["days"] == "both" and both.revision != plain.revision
+    assert both.parsed_schedule().next_after(T) == datetime(2026, 3, 13, tzinfo=UTC)
+    with pytest.raises(SpecError, match="job 'a': days: only applies to a cron schedule"):
+        JobSpec.from_dict("p", {"name": "a", "schedule": "every 5s", "days": "both", "noop": {}})
+    with pytest.raises(SpecError, match="job 'a': days: 'all' is not one of either, both"):
+        JobSpec.from_dict("p", {"name": "a", "schedule": "* * * * *", "days": "all", "noop": {}})
+
+
 # --- field by field against cronsim ----------------------------------------------------
 
 OURS = {"minute": MINUTE, "hour": HOUR, "day-of-month": DAY, "month": MONTH}
@@ -158,6 +235,7 @@ THEIRS = {"minute": Field.MINUTE, "hour": Field.HOUR, "day-of-month": Field.DAY}
 THEIRS |= {"month": Field.MONTH, "day-of-week": Field.DOW, "second": Field.SECOND}
 VALUES = ["0", "1", "5", "7", "12", "23", "24", "29", "31", "59", "60", "05", "007", "99"]
 VALUES += ["jan", "Dec", "feb", "mon", "SUN", "sat", "Fri", "monday", "L", "W", "5L", "1#2"]
+VALUES += ["LW", "mon#1", "7#5", "0#3", "3#0", "fri#6", "L#1"]
 VALUES += ["?", "H", "", "x", "-1", "+2"]
 SHAPES = ["{a}", "{a}", "{a}-{b}", "{a}-{a}", "{a}-{b}/{n}", "{a}-{a}/{n}", "{a}/{n}", "*/{n}"]
 SHAPES += ["*", "*{a}", "{a}-", "-{a}", "{a}/", "{a}--{b}", "{a}-{b}-{c}", "*/{n}/{n}"]
@@ -179,31 +257,43 @@ def random_field(rng: random.Random, kind: str) -> str:
     items = []
     for _ in range(rng.choice([1, 1, 2, 3])):
         a, b, c = value(), value(), value()
-        items.append(rng.choice(SHAPES).format(a=a, b=b, c=c, n=rng.choice(STEPS)))
+        if kind == "day-of-month" and rng.random() < 0.2:
+            items.append(rng.choice(["L", "l", "L/2", "L-3", "5-L"]))
+        elif kind == "day-of-week" and rng.random() < 0.3:
+            items.append(f"{a}#{rng.choice([0, 1, 2, 3, 4, 5, 5, 6, 12])}")
+        else:
+            items.append(rng.choice(SHAPES).format(a=a, b=b, c=c, n=rng.choice(STEPS)))
     return ",".join(items)
 
 
-def cronsim_reads(kind: str, text: str) -> set[int] | str:
+LAST = -1000  # cronsim's value for L in the day of month
+
+
+def cronsim_reads(kind: str, text: str) -> set[Any] | str:
+    """The values, with ``L`` as cronsim's -1000 and ``d#k`` as ``(d, k)``, Sunday 0."""
     try:
         values = THEIRS[kind].parse(text.upper())
     except (CronSimError, ValueError, IndexError):
         return "refused"
-    return {v % 7 if kind == "day-of-week" and isinstance(v, int) else v for v in values}
+    if kind != "day-of-week":
+        return set(values)
+    return {v % 7 if isinstance(v, int) else (v[0] % 7, v[1]) for v in values}
 
 
-def cronchain_reads(kind: str, text: str) -> set[int] | str:
+def cronchain_reads(kind: str, text: str) -> set[Any] | str:
     try:
-        values = OURS[kind].parse(text.lower(), "schedule")
+        values, items = OURS[kind].parse_with_days(text.lower(), "schedule")
     except SpecError:
         return "refused"
-    return {v % 7 if kind == "day-of-week" else v for v in values}
+    days = {LAST if item == "l" else tuple(map(int, item.split("#"))) for item in items}
+    return {v % 7 if kind == "day-of-week" else v for v in values} | days
 
 
 # Differences kept on purpose, each with the sentence of README.md (Cron dialect) that
-# explains it. cronsim reads L, LW, nW, nL and n#k (Quartz's syntax), and 5-5/10 as 5/10,
-# that is 5-59/10 (cronie reads it as 5).
-QUARTZ_TOKENS = re.compile(r"[LW#]", re.I)
-QUARTZ_README = "croniter's and Quartz's `L`, `W`, `#`, `?` and `H`"
+# explains it. cronsim reads LW, nW and nL (Quartz's syntax) and L with a step (L/2 as
+# L), and 5-5/10 as 5/10, that is 5-59/10 (cronie reads it as 5).
+QUARTZ_TOKENS = re.compile(r"w|\dl|l/", re.I)
+QUARTZ_README = "croniter's and Quartz's `W`, `LW`, `5L`, `?` and `H`"
 EQUAL_WITH_STEP = re.compile(r"(?<![\w-])(\w+)-(\w+)/(\d+)")
 EQUAL_WITH_STEP_README = "A range with equal ends is that one value, with a step or not"
 ENDS_ON_SUNDAY = re.compile(r"-sun\b", re.I)  # cronsim refuses fri-sun as backwards
@@ -219,7 +309,8 @@ def test_the_readme_explains_each_accepted_difference() -> None:
 
 def test_fields_read_as_cronsim_reads_them() -> None:
     rng = random.Random(f"{SEED}:fields")
-    counts = {"agree": 0, "accepted by both": 0, "L, W, #": 0, "a-a/n": 0, "x-sun": 0}
+    counts = {"agree": 0, "accepted by both": 0, "W, nL": 0, "a-a/n": 0, "x-sun": 0}
+    counts |= {"L, d#k": 0}
     failures = []
     for index in range(6000):
         kind = rng.choice(list(OURS))
@@ -228,8 +319,9 @@ def test_fields_read_as_cronsim_reads_them() -> None:
         if ours == theirs:
             counts["agree"] += 1
             counts["accepted by both"] += ours != "refused"
+            counts["L, d#k"] += ours != "refused" and not ours <= set(range(60))
         elif ours == "refused" and QUARTZ_TOKENS.search(text):
-            counts["L, W, #"] += 1
+            counts["W, nL"] += 1
         elif EQUAL_WITH_STEP.search(text) and ours == cronsim_reads(kind, _one_value(kind, text)):
             counts["a-a/n"] += 1
         elif theirs == "refused" and ENDS_ON_SUNDAY.search(text):
@@ -238,6 +330,7 @@ def test_fields_read_as_cronsim_reads_them() -> None:
             failures.append(f"{kind} {text!r} (seed {SEED}, field {index}): {ours} vs {theirs}")
     print(f"seed {SEED}: {counts}")
     assert not failures, "\n".join(failures[:10])
+    assert counts["L, d#k"] > 20  # the day items were drawn, and read alike
 
 
 def _one_value(kind: str, text: str) -> str:

@@ -1,7 +1,8 @@
 """cronchain's cron against cronsim, an independent evaluator that mimics Debian's cron.
 
 Seeded random expressions over all five fields (numbers, names, ranges with equal ends,
-steps, ``a/n``, lists, ``*``, aliases, the day-of-month/day-of-week rule) and sometimes
+steps, ``a/n``, lists, ``*``, aliases, Quartz's ``L`` and ``d#k``, the
+day-of-month/day-of-week rule) and sometimes
 croniter's sixth field of seconds. The next slots of ``Cron.next_after`` must be
 cronsim's, as instants: in UTC from random times, and in Europe/Berlin, America/New_York
 and Australia/Lord_Howe from shortly before a real transition. A schedule that never
@@ -65,6 +66,7 @@ class Spot:
     high: int
     names: tuple[str, ...] = ()  # names[i] is low + i
     hot: tuple[int, ...] = ()  # values drawn more often (the hours around a transition)
+    day_item: str = ""  # "L" for the day of month, "#" for the day of week (Quartz's)
 
 
 def draw_value(rng: random.Random, spot: Spot) -> int:
@@ -82,6 +84,10 @@ def spell(rng: random.Random, spot: Spot, value: int) -> str:
 
 
 def draw_item(rng: random.Random, spot: Spot) -> str:
+    if spot.day_item == "L" and rng.random() < 0.15:
+        return rng.choice(["L", "l"])  # the month's last day
+    if spot.day_item == "#" and rng.random() < 0.2:  # the k-th such weekday of the month
+        return f"{spell(rng, spot, draw_value(rng, spot))}#{rng.choice([1, 2, 3, 4, 5, 5])}"
     width = spot.high - spot.low + 1
     kind = rng.choices(
         ["value", "range", "equal", "range/step", "equal/step", "a/n", "*/n", "*"],
@@ -117,9 +123,9 @@ def draw_expression(rng: random.Random, hot_hours: tuple[int, ...] = ()) -> str:
     fields = [
         draw_field(rng, Spot(0, 59), 0.15),
         draw_field(rng, Spot(0, 23, hot=hot_hours), 0.25),
-        draw_field(rng, Spot(1, 31), 0.8 if near else 0.45),
+        draw_field(rng, Spot(1, 31, day_item="L"), 0.8 if near else 0.45),
         draw_field(rng, Spot(1, 12, tuple(MONTHS)), 0.85 if near else 0.55),
-        draw_field(rng, Spot(0, 7, tuple(WEEKDAYS)), 0.8 if near else 0.45),
+        draw_field(rng, Spot(0, 7, tuple(WEEKDAYS), day_item="#"), 0.8 if near else 0.45),
     ]
     if not near and rng.random() < 0.05:  # the last days of short months: rare or never
         fields[2] = draw_field(rng, Spot(29, 31), 0)

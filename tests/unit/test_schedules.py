@@ -177,7 +177,7 @@ def test_near_year_9999_slots_inside_the_range_still_come():
         ("0 0 30 2 *", "schedule: day of month: never fires: February has at most 29 days"),
         ("0 0 31 4,6 *", "schedule: day of month: never fires: April and June"),
         ("45-45 3 * * 8", "schedule: day of week: 8 is out of range 0-7"),
-        ("0 0 L * *", "schedule: day of month: 'l' is not a number"),
+        ("0 0 LW * *", "schedule: day of month: 'lw' is not a number"),
         ("every 1ms", "schedule: the period must be from 1s to 1000d"),
         ("every 99999999999d", "schedule: '99999999999d' is not a duration cronchain can hold"),
         ("every 0.0001ms", "schedule: '0.0001ms' must be longer than zero"),
