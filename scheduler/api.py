@@ -151,7 +151,7 @@ class Scheduler:
         declare with ``@periodic``, project by project as ``apply`` does with a file; or
         ``project``'s alone. Every project is checked (a dry run) before any is written,
         so that one refused project leaves the others as they were."""
-        from cronchain.scheduler.declared import jobs_of_app
+        from cronchain.scheduler.apps import jobs_of_app
 
         declared = jobs_of_app(ref, project)
         if not dry_run:

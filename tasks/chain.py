@@ -17,8 +17,8 @@ from celery.concurrency import prefork
 from celery.signals import beat_init, worker_process_init, worker_ready
 
 from cronchain.scheduler.alerts.delivery import deliver as deliver_alert
+from cronchain.scheduler.apps import reconcile_apps
 from cronchain.scheduler.declarative import ApplyReport, reconcile_folder
-from cronchain.scheduler.declared import reconcile_apps
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.runs import AttemptRef
