@@ -21,7 +21,7 @@ from cronchain.scheduler.controls import controls_of
 from cronchain.scheduler.declarative import ApplyReport, apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import NotFound, SpecError
-from cronchain.scheduler.explain import explain, iso
+from cronchain.scheduler.explain import explain
 from cronchain.scheduler.pools import listing as pool_listing
 from cronchain.scheduler.pools import set_sizes as set_pool_sizes
 from cronchain.scheduler.settings import history_retention
@@ -29,6 +29,7 @@ from cronchain.scheduler.spec import JobSpec, load_job_file, validate_pools
 from cronchain.scheduler.storage import alert_store, job_store, run_store
 from cronchain.scheduler.storage.db import explained_failures
 from cronchain.scheduler.storage.rows import HOLDS
+from cronchain.scheduler.timing.iso import iso
 from cronchain.statemachine import Pause, Resume
 
 # The times cronchain takes from a person: far enough either way for any schedule,

@@ -23,9 +23,9 @@ from sqlalchemy import Connection
 from cronchain.scheduler import debuglog, gates, progress, upstream
 from cronchain.scheduler.effects import Message, SendStart
 from cronchain.scheduler.errors import SpecError
-from cronchain.scheduler.explain import iso
 from cronchain.scheduler.storage import partitions, run_store
 from cronchain.scheduler.storage.rows import JobRow
+from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.timing.schedules import Schedule
 
 if TYPE_CHECKING:

@@ -16,13 +16,9 @@ from sqlalchemy import Connection
 from cronchain.scheduler import gates
 from cronchain.scheduler.storage import alert_store, history_days, job_store, run_store
 from cronchain.scheduler.storage.alert_store import AlertRow, delivery_text
+from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.timing.schedules import Schedule, stored_schedule
 from cronchain.scheduler.upstream import said
-
-
-def iso(t: datetime | None) -> str | None:
-    """Times as the CLI and the JSON answers show them: ISO 8601 with a Z."""
-    return None if t is None else t.isoformat().replace("+00:00", "Z")
 
 
 def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from cronchain.scheduler.invokers import Call, Outcome
 from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.models import invocations
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.unmet import settle as unmet_settle
 from cronchain.statemachine import InvocationFinished, InvocationStatus
 
@@ -46,17 +47,6 @@ REASON = "gate"
 KEPT = 20  # the answers of each gate kept on the run, the latest
 SAID = 300  # characters of an answer kept
 S = InvocationStatus
-
-
-def _iso(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
-
-
-def _time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-# --- holding --------------------------------------------------------------------------
 
 
 def waiting_columns(
@@ -71,8 +61,8 @@ def waiting_columns(
     shortest = min(timedelta(seconds=g["every"]) for g in controls.gates)
     deadline = max(reference + controls.max_wait, now + shortest)
     state = {
-        "since": _iso(now),
-        "until": _iso(deadline),
+        "since": iso(now),
+        "until": iso(deadline),
         "gates": [{"name": g["name"], "checks": 0, "answers": []} for g in controls.gates],
     }
     names = ", ".join(g["name"] for g in controls.gates)
@@ -81,7 +71,7 @@ def waiting_columns(
         reason=REASON,
         deadline=deadline,
         checks={**(checks or {}), REASON: state},
-        log=debuglog.append(log, now, f"waits for its gates ({names}) until {_iso(deadline)}"),
+        log=debuglog.append(log, now, f"waits for its gates ({names}) until {iso(deadline)}"),
     )
 
 
@@ -137,7 +127,7 @@ def claim(
         next_at = now + timedelta(seconds=declared["every"])
         last = next_at >= inv.deadline
         gate["checks"] = number
-        gate["next_at"] = None if last else _iso(next_at)
+        gate["next_at"] = None if last else iso(next_at)
         run_store.update_invocation(conn, inv.id, checks=inv.checks)
     if not last:
         messages.append(CheckGate(invocation_id, name, number + 1, job_id, next_at))
@@ -214,7 +204,7 @@ def answer(
             return engine.send(messages)
         said = outside.kept(said, SAID)  # what an endpoint or a task said
         gate["answered"] = number
-        answered = {"check": number, "at": _iso(now), "yes": yes, "said": said}
+        answered = {"check": number, "at": iso(now), "yes": yes, "said": said}
         gate["answers"] = [*gate["answers"], answered][-KEPT:]
         word = "yes" if yes else "no"
         log = debuglog.append(inv.log, now, f"gate {name} check {number}: {word}, {said}")
@@ -243,7 +233,7 @@ def _record(
     if not all(_passed(g) for g in state["gates"]):
         run_store.update_invocation(conn, inv.id, checks=inv.checks, log=log)
         return []
-    state["released_at"] = _iso(now)
+    state["released_at"] = iso(now)
     columns = {"checks": inv.checks, "log": debuglog.append(log, now, "gates said yes")}
     pool = controls_of(job).pool
     return pools.begin(conn, pool, inv.id, columns, log, now, engine.grace)
@@ -309,7 +299,7 @@ def overdue(conn: Connection, now: datetime, limit: int) -> list[Message]:
         state = (row.checks or {}).get(REASON, {})
         for gate in state.get("gates", ()):
             due = gate.get("next_at") if gate["checks"] else state.get("since")
-            if due is not None and _time(due) < now:
+            if due is not None and datetime.fromisoformat(due) < now:
                 messages.append(CheckGate(row.id, gate["name"], gate["checks"] + 1, row.job_id))
         if len(messages) >= limit:
             break

@@ -27,6 +27,7 @@ from cronchain.scheduler import debuglog
 from cronchain.scheduler.effects import Fill, Message, SendStart
 from cronchain.scheduler.invokers.call import DEFAULT_PRIORITY
 from cronchain.scheduler.storage.models import invocations, jobs, pools
+from cronchain.scheduler.timing.iso import iso
 from cronchain.statemachine import InvocationStatus
 from cronchain.statemachine.pool import Waiter, choose
 
@@ -50,7 +51,7 @@ def waiting_columns(
         reason=REASON,
         pool=pool,
         deadline=None,
-        checks={**(checks or {}), REASON: {"name": pool, "since": _iso(now)}},
+        checks={**(checks or {}), REASON: {"name": pool, "since": iso(now)}},
         log=debuglog.append(log, now, f"waits for a place in pool {pool}"),
     )
 
@@ -76,7 +77,7 @@ def fill(engine: Engine, conn: Connection, pool: str, now: datetime) -> list[Mes
     for waiter in chosen:
         row = rows[waiter.id]
         checks = row.checks or {}
-        place = checks.get(REASON, {}) | {"released_at": _iso(now)}
+        place = checks.get(REASON, {}) | {"released_at": iso(now)}
         _update(
             conn,
             waiter.id,
@@ -207,10 +208,6 @@ def existing(conn: Connection, names: set[str]) -> set[str]:
         return set()
     query = select(pools.c.name).where(pools.c.name.in_(sorted(names)))
     return set(conn.execute(query).scalars())
-
-
-def _iso(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
 
 
 def held_by(conn: Connection, job_ids: list[int]) -> list[str]:

@@ -25,6 +25,7 @@ from cronchain.scheduler.outcome_batch import GroupCommit, HeldWrites, Report
 from cronchain.scheduler.recording import patiently, textless_if_refused
 from cronchain.scheduler.storage import job_store, revokes, run_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.scheduler.timing.iso import iso
 from cronchain.statemachine import (
     Event,
     InvocationFinished,
@@ -465,7 +466,7 @@ def _log_outcome(
     its job, slot, attempt, status, how long since its claim, why; at WARNING when it
     failed (a lapsed lease, a timeout, retries given up among them). A log shipper reads
     the same as fields (``scheduler.workers.logs``)."""
-    slot = inv.slot.isoformat().replace("+00:00", "Z") if inv.slot else "triggered"
+    slot = iso(inv.slot) if inv.slot else "triggered"
     seconds = (now - inv.started_at).total_seconds() if inv.started_at else None
     took = "" if seconds is None else f" in {seconds:.3f} s"
     error = outside.one_line(outcome.error) if outcome.error else None

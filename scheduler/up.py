@@ -85,8 +85,8 @@ def up(
 def runs_in_hand(db: Engine, workers: list[str], shown: int = 5) -> str:
     """The runs ``workers`` have claimed and not ended, in words: what a first Ctrl-C
     waits for (``2 runs: demo/slow (slot 12:37:00Z, 1.2 s in), ...``)."""
-    from cronchain.scheduler.explain import iso
     from cronchain.scheduler.storage import run_store
+    from cronchain.scheduler.timing.iso import iso
 
     with db.connect() as conn:
         runs = run_store.claimed_by(conn, workers)

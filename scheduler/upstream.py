@@ -44,6 +44,7 @@ from cronchain.scheduler.effects import Fed, Fill, Message, Recheck
 from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.models import REQUIRING, invocations, jobs, requirements
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.triggergraph import target_ref
 from cronchain.scheduler.unmet import settle as unmet_settle
 from cronchain.statemachine import InvocationFinished, InvocationStatus
@@ -85,10 +86,10 @@ class Check:
         return {
             "job": self.job,
             "met": self.met,
-            "success": _iso(self.success),
-            "last_success": _iso(self.last_success),
-            "since": _iso(self.since),
-            "until": _iso(self.until),
+            "success": iso(self.success),
+            "last_success": iso(self.last_success),
+            "since": iso(self.since),
+            "until": iso(self.until),
             **({} if self.exists else {"exists": False}),
         }
 
@@ -103,10 +104,6 @@ def said(check: dict[str, Any]) -> str:
         f"{check['job']} has no success filed from {check['since']} to {check['until']}"
         f" (last success: {check['last_success'] or 'never'})"
     )
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
 def check(
@@ -206,12 +203,12 @@ def record(
 ) -> dict[str, Any]:
     """What ``invocations.checks`` keeps of them: for a run that waited (``inv``), also
     since when it waited (``held_at``), and once it starts, when (``released_at``)."""
-    kept: dict[str, Any] = {"checked_at": _iso(now), REASON: [c.record() for c in checks]}
+    kept: dict[str, Any] = {"checked_at": iso(now), REASON: [c.record() for c in checks]}
     held_at = (inv.checks or {}).get("held_at") if inv is not None else None
     if held_at is not None:
         kept["held_at"] = held_at
         if released:
-            kept["released_at"] = _iso(now)
+            kept["released_at"] = iso(now)
     return kept
 
 
@@ -231,9 +228,9 @@ def hold_columns(controls: Controls, checks: list[Check], log: str | None, now: 
         status=S.WAITING.value,
         reason=REASON,
         deadline=deadline,
-        checks=record(checks, now) | {"held_at": _iso(now)},
+        checks=record(checks, now) | {"held_at": iso(now)},
         log=debuglog.append(
-            log, now, f"waits for upstream until {_iso(deadline)}: {unmet_text(checks)}"
+            log, now, f"waits for upstream until {iso(deadline)}: {unmet_text(checks)}"
         ),
     )
 

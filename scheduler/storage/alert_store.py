@@ -11,6 +11,7 @@ from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cronchain.scheduler.storage.models import ALERTED, alerts, channels, invocations, jobs
+from cronchain.scheduler.timing.iso import iso
 
 PENDING, SENT, FAILED = "pending", "sent", "failed"
 _INSERT = {
@@ -43,7 +44,7 @@ class AlertRow:
         return {
             "id": self.id,
             "job": self.job,
-            "slot": _iso(self.slot),
+            "slot": iso(self.slot),
             "invocation": self.invocation_id,
             "event": self.event,
             "state": self.state,
@@ -51,8 +52,8 @@ class AlertRow:
             "delivered": {name: at for name, at in self.delivered.items()},
             "errors": dict(self.errors),
             "attempts": self.attempts,
-            "raised_at": _iso(self.created_at),
-            "sent_at": _iso(self.sent_at),
+            "raised_at": iso(self.created_at),
+            "sent_at": iso(self.sent_at),
             "detail": self.detail,
         }
 
@@ -62,10 +63,6 @@ def delivery_text(channels: list[str], delivered: Mapping[str, str], state: str 
     an alert ``state`` FAILED never reached is ``not sent``: it was given up."""
     missing = "not sent" if state == FAILED else "not yet"
     return ", ".join(f"{c} {'sent' if c in delivered else missing}" for c in channels)
-
-
-def _iso(t: datetime | None) -> str | None:
-    return None if t is None else t.isoformat()
 
 
 def insert(

@@ -133,7 +133,7 @@ def _explained(ref: str) -> dict[str, Any] | None:
     if not text:
         return None
     try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        at = datetime.fromisoformat(text)
     except ValueError:
         return {"error": f"{text!r} is not an ISO 8601 time"}
     if at.tzinfo is None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.timing.localtime import Transition, fold_occurrence, transitions
 
 SOON = timedelta(days=7)  # a transition this close is shown even after the next tick
@@ -60,7 +61,7 @@ def shown(t: datetime, zone_name: str) -> Shown:
     return Shown(
         text=local_text(t, zone_of(zone_name)),
         offset=offset_text(local.utcoffset() or timedelta(0)),
-        utc=t.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        utc=iso(t.astimezone(UTC)),
     )
 
 

@@ -35,6 +35,7 @@ from celery.signals import worker_ready
 
 from cronchain.scheduler.invokers import Call, Outcome
 from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.timing.iso import iso
 from cronchain.statemachine import InvocationStatus
 
 log = logging.getLogger("cronchain.work")
@@ -68,7 +69,7 @@ def started(call: Call) -> None:
     dispatcher = _dispatcher()
     if dispatcher is None:
         return
-    slot = call.slot.isoformat().replace("+00:00", "Z") if call.slot else "triggered"
+    slot = iso(call.slot) if call.slot else "triggered"
     _send(
         dispatcher,
         "task-started",

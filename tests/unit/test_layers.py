@@ -17,7 +17,6 @@ KNOWN_CYCLE = {
     for name in (
         "backfill",
         "engine",
-        "explain",
         "gates",
         "outcome_batch",
         "pools",
