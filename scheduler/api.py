@@ -22,11 +22,10 @@ from cronchain.scheduler.declarative import ApplyReport, apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import NotFound, SpecError
 from cronchain.scheduler.explain import explain
-from cronchain.scheduler.pools import listing as pool_listing
 from cronchain.scheduler.pools import set_sizes as set_pool_sizes
 from cronchain.scheduler.settings import history_retention
 from cronchain.scheduler.spec import JobSpec, load_job_file, validate_pools
-from cronchain.scheduler.storage import alert_store, job_store, run_store
+from cronchain.scheduler.storage import alert_store, job_store, pool_store, run_store
 from cronchain.scheduler.storage.db import explained_failures
 from cronchain.scheduler.storage.rows import HOLDS
 from cronchain.scheduler.timing.iso import iso
@@ -280,7 +279,7 @@ class Scheduler:
         waited for a place it now has start in the same transaction."""
         sizes = validate_pools({name: size})
         with self.engine.transaction() as conn:
-            messages = set_pool_sizes(self.engine, conn, sizes, self.engine.clock())
+            messages = set_pool_sizes(conn, sizes, self.engine.clock(), self.engine.grace)
         self.engine.send(messages)
 
     @_explained
@@ -288,7 +287,7 @@ class Scheduler:
         """Every pool: ``name``, ``size``, places ``taken`` (runs STARTING or RUNNING)
         and runs ``waiting`` for one."""
         with self.engine.db.connect() as conn:
-            return pool_listing(conn)
+            return pool_store.listing(conn)
 
     @_explained
     def pause(self, job: str, reason: str | None = None) -> None:

@@ -27,7 +27,7 @@ from cronchain.scheduler.effects import Fed, Fill, Message, SendTick
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import CronchainError, SpecError, TransientError
 from cronchain.scheduler.spec import JobFile, JobSpec, load_job_file
-from cronchain.scheduler.storage import alert_store, job_store
+from cronchain.scheduler.storage import alert_store, job_store, pool_store
 from cronchain.scheduler.storage.job_batch import CHUNK, JobBatch
 from cronchain.scheduler.storage.job_store import JobHead
 from cronchain.scheduler.storage.rows import JobRow
@@ -106,7 +106,7 @@ def apply(
                 if channels is not None:
                     alert_store.replace_channels(conn, project, channels, now)
                 if pool_sizes:
-                    messages += pools.set_sizes(engine, conn, pool_sizes, now)
+                    messages += pools.set_sizes(conn, pool_sizes, now, engine.grace)
         _send(engine, messages, f"apply {project}: sending")
     return changes.report
 
@@ -185,7 +185,7 @@ class _Steps:
         fill of each pool a deleted job's runs held places in)."""
         with progress.stage(label, len(self.batch), "jobs") as advance:
             self.batch.write(self.conn, advance)
-        freed = pools.held_by(self.conn, self.doomed)
+        freed = pool_store.held_by(self.conn, self.doomed)
         job_store.delete_jobs(self.conn, self.doomed)
         return [*self.messages, *(Fill(pool) for pool in freed)]
 
@@ -363,7 +363,7 @@ def _refuse_required_deletes(conn: Connection, project: str, deleted: list[str])
 def _refuse_unknown_pools(conn: Connection, specs: list[JobSpec], sizes: dict[str, int]) -> None:
     """A job's pool is declared: in the file, or before (a file, ``cronchain pool set``)."""
     named = {s.controls["pool"] for s in specs if "pool" in s.controls}
-    unknown = named - set(sizes) - pools.existing(conn, named - set(sizes))
+    unknown = named - set(sizes) - pool_store.existing(conn, named - set(sizes))
     for spec in specs:
         if spec.controls.get("pool") in unknown:
             name = spec.controls["pool"]

@@ -565,7 +565,7 @@ class Engine:
         for name in names:
             try:
                 with self.transaction() as conn:
-                    messages = pools.fill(self, conn, name, self.clock())
+                    messages = pools.fill(conn, name, self.clock(), self.grace)
             except Exception:
                 log.exception("pool %s could not be filled; the watchdog will", name)
                 continue

@@ -27,7 +27,7 @@ from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.retention import run_once as retention_pass
 from cronchain.scheduler.runs import RUNNING
 from cronchain.scheduler.settings import history_retention
-from cronchain.scheduler.storage import job_store, observed, revokes, run_store
+from cronchain.scheduler.storage import job_store, observed, pool_store, revokes, run_store
 from cronchain.scheduler.storage.db import write_transaction
 from cronchain.scheduler.storage.models import REPAIRS
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
@@ -158,7 +158,7 @@ def run_once(
         # Runs of alerted jobs that are late to start or run too long.
         messages += raising.overdue(conn, now, limit)
     messages += resend_due(engine, now, limit)
-    messages += pools.fill_waiting(engine, now)
+    messages += _fill_pools(engine)
     with engine.db.connect() as conn:  # runs waiting for upstreams, looked at again
         waiting = upstream.waiting_jobs(conn, limit)
     engine.recheck_soon(waiting)
@@ -176,6 +176,19 @@ def run_once(
         settled=repaired["settled"],
         asked=len(asked),
     )
+
+
+def _fill_pools(engine: Engine) -> list[Message]:
+    """Fill every pool that has waiters, each in its own transaction: a place freed
+    without an end (a job deleted with its running run, a size raised by hand in the
+    database) is handed out here."""
+    with engine.db.connect() as conn:
+        names = pool_store.with_waiters(conn, pools.REASON)
+    messages: list[Message] = []
+    for name in names:
+        with engine.transaction() as conn:
+            messages += pools.fill(conn, name, engine.clock(), engine.grace)
+    return messages
 
 
 def _repair_one(

@@ -19,7 +19,6 @@ KNOWN_CYCLE = {
         "engine",
         "gates",
         "outcome_batch",
-        "pools",
         "runs",
         "tick_batch",
         "upstream",
