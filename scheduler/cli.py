@@ -211,7 +211,14 @@ APPLIED = ("created", "updated", "disabled", "deleted", "unchanged")
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     columns = ["id", "state", "schedule", "timezone", "next_tick", "paused", "revision"]
-    show(_scheduler(args).jobs(), args.json, lambda rows: table(rows, columns))
+
+    def text(rows: list[dict[str, Any]]) -> str:
+        for row in rows:  # a schedule's days are part of what it means
+            if row["days"] == "both":
+                row["schedule"] = f"{row['schedule']} (days: both)"
+        return table(rows, columns)
+
+    show(_scheduler(args).jobs(), args.json, text)
     return 0
 
 

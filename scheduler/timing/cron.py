@@ -116,28 +116,31 @@ class FieldGrammar:
         return range(low, high + 1, step)
 
     def parse(self, text: str, field: str) -> tuple[int, ...]:
-        values, special = self.parse_with_days(text, field)
-        if special:
-            raise SpecError(field, f"{self.name}: {special[0]!r} is not a {self.name}")
+        """The values of a field without day items (``parse_day_field`` takes those)."""
+        values, last, nth = self.parse_day_field(text, field)
+        if last or nth:
+            raise SpecError(field, f"{self.name}: only values here, not {text!r}")
         return values
 
-    def parse_with_days(self, text: str, field: str) -> tuple[tuple[int, ...], list[str]]:
-        """The values, and the day items the field holds (``L``; ``d#k``, as ``"d#k"``
-        with the weekday as a number 0-6), which only the day fields take."""
+    def parse_day_field(
+        self, text: str, field: str
+    ) -> tuple[tuple[int, ...], bool, tuple[tuple[int, int], ...]]:
+        """The values, whether ``L`` is there (day of month) and the ``d#k`` items as
+        (weekday 0-6, k) pairs (day of week): only the day fields take these items."""
         values: set[int] = set()
-        special: list[str] = []
+        last = False
+        nth: set[tuple[int, int]] = set()
         for item in text.split(","):
             if self is DAY and item == LAST:
-                special.append(LAST)
+                last = True
             elif self is WEEKDAY and (m := _NTH.fullmatch(item)):
-                day = self.value(m[1], field) % 7
-                nth = int(m[2]) if m[2].isdigit() and len(m[2]) == 1 else 0
-                if not 1 <= nth <= 5:
+                k = int(m[2]) if m[2].isdigit() else 0
+                if not 1 <= k <= 5:
                     raise SpecError(field, f"{self.name}: {item!r}: a month has a 1st to a 5th")
-                special.append(f"{day}#{nth}")
+                nth.add((self.value(m[1], field) % 7, k))
             else:
                 values.update(self.item(item, field))
-        return tuple(sorted(values)), sorted(set(special))
+        return tuple(sorted(values)), last, tuple(sorted(nth))
 
 
 def _cut(token: str) -> str:
@@ -163,7 +166,7 @@ class CronFields:
     times (see ``Cron`` for daylight saving). ``day_or``: neither day field begins with
     ``*`` (and the job did not ask for both), so a day matches if its day of month or its
     day of week does; otherwise both must. ``last_day`` and ``nth`` are the day items
-    beside the values: the month's last day (``L``), the k-th weekdays (``"1#1"``: the
+    beside the values: the month's last day (``L``), the k-th weekdays (``(1, 1)``: the
     first Monday). Build one with :func:`parse_cron`.
     """
 
@@ -177,7 +180,7 @@ class CronFields:
     wildcard: bool
     day_or: bool
     last_day: bool = False
-    nth: tuple[str, ...] = ()  # "d#k": weekday 0-6, the k-th of the month
+    nth: tuple[tuple[int, int], ...] = ()  # (weekday 0-6, k): the k-th of the month
     both: bool = False  # both day fields restricted, and both must match (days: both)
 
     @property
@@ -191,7 +194,7 @@ class CronFields:
         """An expression croniter cannot misread, and its ``day_or`` argument: exact,
         or (``sifted``) a walk over every day the job's could be."""
         days = set(self.days) | ({28, 29, 30, 31} if self.last_day else set())
-        weekdays = set(self.weekdays) | {int(item.split("#")[0]) for item in self.nth}
+        weekdays = set(self.weekdays) | {weekday for weekday, _ in self.nth}
         days, weekdays = _listed(tuple(sorted(days)), 31), _listed(tuple(sorted(weekdays)), 7)
         if self.both:
             weekdays = "*"  # the day of week is day_matches's alone
@@ -210,7 +213,7 @@ class CronFields:
         if self.last_day and not day:
             day = when.day == calendar.monthrange(when.year, when.month)[1]
         weekday = (when.weekday() + 1) % 7  # Sunday 0, as cron counts
-        week = weekday in self.weekdays or f"{weekday}#{(when.day - 1) // 7 + 1}" in self.nth
+        week = weekday in self.weekdays or (weekday, (when.day - 1) // 7 + 1) in self.nth
         return day or week if self.day_or else day and week
 
 
@@ -252,8 +255,8 @@ def parse_cron(text: str, field: str = "schedule", both: bool = False) -> CronFi
         kind.parse(part, field) if kind not in (DAY, WEEKDAY) else ()
         for kind, part in zip(_FIELDS, parts, strict=False)
     ]
-    days, on_days = DAY.parse_with_days(parts[2], field)
-    weekdays, on_weekdays = WEEKDAY.parse_with_days(parts[4], field)
+    days, last_day, _ = DAY.parse_day_field(parts[2], field)
+    weekdays, _, nth = WEEKDAY.parse_day_field(parts[4], field)
     restricted = not (parts[2].startswith("*") or parts[4].startswith("*"))
     fields = CronFields(
         text=spec,
@@ -265,8 +268,8 @@ def parse_cron(text: str, field: str = "schedule", both: bool = False) -> CronFi
         seconds=values[5] if len(values) == 6 else None,
         wildcard=parts[0].startswith("*") or parts[1].startswith("*"),
         day_or=restricted and not both,
-        last_day=LAST in on_days,
-        nth=tuple(on_weekdays),
+        last_day=last_day,
+        nth=nth,
         both=restricted and both,
     )
     _require_a_day(fields, field)
@@ -276,7 +279,7 @@ def parse_cron(text: str, field: str = "schedule", both: bool = False) -> CronFi
 def _require_a_day(fields: CronFields, field: str) -> None:
     """Refuse a schedule that can never fire, decided from the calendar: a day of month
     that no month of the expression has, when the day of week cannot stand in for it, or
-    (both day fields wanted) days of month that are never the k-th weekday asked for."""
+    (both day fields to match) days of month that are never the k-th weekday asked for."""
     if fields.day_or:
         return  # every month has every day of the week
     longest = max(_MONTH_DAYS[month - 1] for month in fields.months)
@@ -285,13 +288,13 @@ def _require_a_day(fields: CronFields, field: str) -> None:
         months = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         verb = "has" if len(names) == 1 else "have"
         raise SpecError(field, f"day of month: never fires: {months} {verb} at most {longest} days")
-    if fields.both and not fields.weekdays:  # only k-th weekdays: does a day allow one?
+    if fields.nth and not fields.weekdays:  # only k-th weekdays: does a day allow one?
         days = [day for day in fields.days if day <= longest]
         if fields.last_day:
             days += [_MONTH_DAYS[month - 1] for month in fields.months]
             days += [28] if 2 in fields.months else []  # February's, in most years
-        weeks = {int(item.split("#")[1]) for item in fields.nth}
+        weeks = {k for _, k in fields.nth}
         if not any((day - 1) // 7 + 1 in weeks for day in days):
             ordinals = " or ".join(_ORDINALS[week - 1] for week in sorted(weeks))
-            why = f"never fires: with days: both, none of its days of month is a {ordinals}"
-            raise SpecError(field, f"{why} weekday of its month")
+            why = f"never fires: none of its days of month is a {ordinals} weekday of its month"
+            raise SpecError(field, why + (" (days: both)" if fields.both else ""))

@@ -139,6 +139,9 @@ def _unless_past_the_edge(
         raise
 
 
+_LAST_SECOND = timedelta(days=1, seconds=-1)  # from a day's start, its last second
+
+
 @dataclass(frozen=True)
 class Cron:
     """A cron expression in a time zone, with Vixie cron's rule for DST transitions, as
@@ -185,16 +188,26 @@ class Cron:
     def _readings(self, start: datetime, backwards: bool) -> Iterator[datetime]:
         """The matching wall-clock readings after (or before) the naive ``start``. A copy
         of one walker, not a new croniter, because parsing is most of croniter's cost;
-        a copy because schedules are shared between threads."""
+        a copy because schedules are shared between threads.
+
+        A sifted walk (``CronFields.sifted``) leaves a day that is not the job's at
+        once, rather than reading by reading (every minute of it, for ``* * 13 * 5``),
+        and gives up after 400 years (the calendar's whole cycle) without one."""
         walker = copy.copy(self._walker)
         walker.set_current(start, force=True)
         step = walker.get_prev if backwards else walker.get_next
-        sifted = isinstance(self.fields, CronFields) and self.fields.sifted
+        fields = self.fields if isinstance(self.fields, CronFields) else None
+        sifted = fields is not None and fields.sifted
         try:
             while True:
                 reading = step(datetime)
-                if not sifted or self.fields.day_matches(reading):  # type: ignore[union-attr]
+                if not sifted or fields.day_matches(reading):  # type: ignore[union-attr]
                     yield reading
+                    continue
+                if abs(reading.year - start.year) > 400:
+                    return
+                day = reading.replace(hour=0, minute=0, second=0, microsecond=0)
+                walker.set_current(day if backwards else day + _LAST_SECOND, force=True)
         except CroniterBadDateError:  # no match within croniter's 50 years
             return
 
@@ -320,8 +333,8 @@ def parse_schedule(
     if days is not None and days not in DAYS:
         raise SpecError("days", f"{days!r} is not one of {', '.join(DAYS)}")
     schedule = _parsed(" ".join(str(text).split()).lower(), parse_zone(timezone), field, days)
-    if days is not None and not isinstance(schedule, Cron):
-        raise SpecError("days", "only applies to a cron schedule")
+    if days == "both" and not isinstance(schedule, Cron):
+        raise SpecError("days", "both applies to a cron schedule only")
     return schedule
 
 

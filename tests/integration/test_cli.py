@@ -25,6 +25,7 @@ jobs:
   - name: nightly
     schedule: "0 2 * * *"
     timezone: Europe/Berlin
+    days: both
     noop: {}
 """
 
@@ -70,6 +71,8 @@ def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[n
         "revision",
     }
     assert nightly["state"] == "SCHEDULED" and nightly["timezone"] == "Europe/Berlin"
+    assert (nightly["days"], listed[1]["days"]) == ("both", "either")
+    assert "0 2 * * * (days: both)" in cli("jobs").stdout
     assert nightly["next_tick"].endswith(("T01:00:00Z", "T00:00:00Z"))  # 02:00 in Berlin
 
     assert "invocation" in cli("trigger", "demo/nightly").stdout

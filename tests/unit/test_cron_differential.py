@@ -225,7 +225,8 @@ def cronsim_slots(case: Case) -> Slots:
     def following() -> datetime | None:
         return next(it, None)
 
-    return tuple(t.astimezone(UTC) for t in collect(following, case.until))
+    slots = tuple(t.astimezone(UTC) for t in collect(following, case.until))
+    return slots or "refused"  # it never fires: cronchain refuses such a schedule
 
 
 # --- the cases ---------------------------------------------------------------------------
