@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
@@ -27,9 +26,6 @@ from cronchain.scheduler.storage import partitions, run_store
 from cronchain.scheduler.storage.rows import JobRow
 from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.timing.schedules import Schedule
-
-if TYPE_CHECKING:
-    from cronchain.scheduler.engine import Engine
 
 MAX_SLOTS = 10_000  # one backfill; split a longer range in several
 _INSTANT = timedelta(microseconds=1)
@@ -115,16 +111,17 @@ def _refuse_pruned(conn: Connection, slot: datetime, now: datetime, retention: t
 
 
 def create(
-    engine: Engine,
     conn: Connection,
     job: JobRow,
     report: BackfillReport,
     *,
     max_concurrent: int,
     now: datetime,
+    grace: timedelta,
 ) -> list[Message]:
     """Insert the report's slots as WAITING backfill runs and start up to
-    ``max_concurrent`` of the job's waiting backfill runs."""
+    ``max_concurrent`` of the job's waiting backfill runs (each to begin within
+    ``grace``)."""
     if max_concurrent < 1:
         raise SpecError("--max-concurrent", "must be at least 1")
     with progress.stage(f"backfill {job.ref}", len(report.slots), "slots") as advance:
@@ -141,12 +138,14 @@ def create(
             )
             advance(1)
     in_flight = run_store.count_backfill(conn, job.id)
-    messages = promote(engine, conn, job, now, max_concurrent - in_flight)
+    messages = promote(conn, job, now, grace, max_concurrent - in_flight)
     report.started = [m.invocation_id for m in messages if isinstance(m, SendStart)]
     return messages
 
 
-def promote(engine: Engine, conn: Connection, job: JobRow, now: datetime, count: int = 1):
+def promote(
+    conn: Connection, job: JobRow, now: datetime, grace: timedelta, count: int = 1
+) -> list[Message]:
     """Start the ``count`` earliest waiting backfill runs of ``job`` (a pooled job's
     through its pool, where they wait their turn and count as in flight). A job with
     ``requires`` checks each slot's upstreams as it comes to start, and a slot they do
@@ -169,6 +168,6 @@ def promote(engine: Engine, conn: Connection, job: JobRow, now: datetime, count:
                 continue
             text = debuglog.append(columns.pop("log", inv.log), now, "backfill: starting")
             columns |= {"log": text}
-            messages += gates.begin(conn, job, inv, columns, now, engine.grace)
+            messages += gates.begin(conn, job, inv, columns, now, grace)
             count -= 1
     return messages

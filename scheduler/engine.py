@@ -271,7 +271,7 @@ class Engine:
             report = backfills.plan(conn, job, schedule, first, last, now, retention)
             if not dry_run:
                 messages = backfills.create(
-                    self, conn, job, report, max_concurrent=max_concurrent, now=now
+                    conn, job, report, max_concurrent=max_concurrent, now=now, grace=self.grace
                 )
         self.send(messages)
         return report

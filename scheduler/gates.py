@@ -38,10 +38,10 @@ from cronchain.scheduler.storage.models import invocations
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.unmet import settle as unmet_settle
-from cronchain.statemachine import InvocationFinished, InvocationStatus
+from cronchain.statemachine import InvocationStatus
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.host import Host
 
 REASON = "gate"
 KEPT = 20  # the answers of each gate kept on the run, the latest
@@ -104,23 +104,23 @@ def begin(
 
 
 def claim(
-    engine: Engine, invocation_id: int, name: str, number: int, job_id: int
+    host: Host, invocation_id: int, name: str, number: int, job_id: int
 ) -> tuple[tuple[JobRow, dict[str, Any]] | None, list[Message]]:
     """Take check ``number`` of the run's gate ``name``. Returns its job and the gate as
     the job declares it, None if the run no longer waits for its gates or the check
     was taken; and what to send after commit, before this check is made: the next
     check, and (the job's gates having changed) the first checks of its new gates."""
-    with engine.transaction() as conn:
-        locked = engine.lock(conn, invocation_id, job_id)
+    with host.transaction() as conn:
+        locked = host.lock(conn, invocation_id, job_id)
         if locked is None or _state(locked[0]) is None:
             return None, []
         inv, job = locked
-        now = engine.clock()
+        now = host.clock()
         changed, messages = _follow(inv, job)
         gate = _entry(inv, name)
         if gate is None or gate["checks"] >= number:
             if changed:  # the gates left may all have said yes
-                messages += _record(engine, conn, inv, job, inv.log, now)
+                messages += _record(host, conn, inv, job, inv.log, now)
             return None, messages
         declared = _declared(job, name)
         assert inv.deadline is not None and declared is not None
@@ -179,7 +179,7 @@ def answer_of(outcome: Outcome) -> tuple[bool, str]:
 
 
 def answer(
-    engine: Engine,
+    host: Host,
     invocation_id: int,
     name: str,
     number: int,
@@ -190,18 +190,18 @@ def answer(
     """Record check ``number``'s answer (an older check's, come after a newer one's, is
     dropped). The answer that makes every gate's latest a yes starts the run; a no to
     the last check there will be applies ``on_unmet`` at once."""
-    with engine.transaction() as conn:
-        locked = engine.lock(conn, invocation_id, job_id)
+    with host.transaction() as conn:
+        locked = host.lock(conn, invocation_id, job_id)
         if locked is None or _state(locked[0]) is None:
             return
         inv, job = locked
-        now = engine.clock()
+        now = host.clock()
         changed, messages = _follow(inv, job)
         gate = _entry(inv, name)
         if gate is None or number <= gate.get("answered", 0):  # not this gate's, or old
             if changed:  # but the job's gates changed
-                messages += _record(engine, conn, inv, job, inv.log, now)
-            return engine.send(messages)
+                messages += _record(host, conn, inv, job, inv.log, now)
+            return host.send(messages)
         said = outside.kept(said, SAID)  # what an endpoint or a task said
         gate["answered"] = number
         answered = {"check": number, "at": iso(now), "yes": yes, "said": said}
@@ -211,15 +211,15 @@ def answer(
         # No check of it is coming: this was its last, and the slot cannot pass.
         final = not yes and gate.get("next_at") is None and number >= gate["checks"]
         if final:
-            messages += lapse(engine, conn, replace(inv, log=log), job, now).messages
+            messages += lapse(host, conn, replace(inv, log=log), job, now).messages
         else:
-            messages += _record(engine, conn, inv, job, log, now)
-        messages = engine.runs.begin_released(conn, messages)  # the runs this answer starts
-    engine.send(messages)
+            messages += _record(host, conn, inv, job, log, now)
+        messages = host.runs.begin_released(conn, messages)  # the runs this answer starts
+    host.send(messages)
 
 
 def _record(
-    engine: Engine,
+    host: Host,
     conn: Connection,
     inv: InvocationRow,
     job: JobRow,
@@ -236,7 +236,7 @@ def _record(
     state["released_at"] = iso(now)
     columns = {"checks": inv.checks, "log": debuglog.append(log, now, "gates said yes")}
     pool = controls_of(job).pool
-    return pools.begin(conn, pool, inv.id, columns, log, now, engine.grace)
+    return pools.begin(conn, pool, inv.id, columns, log, now, host.grace)
 
 
 def _passed(gate: dict[str, Any]) -> bool:
@@ -262,7 +262,7 @@ def unmet_text(state: dict[str, Any]) -> str:
 # --- when the wait ends ---------------------------------------------------------------
 
 
-def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
+def lapse(host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
     """The run may wait for its gates no longer (both rows locked): it starts if
     ``on_unmet: run``, else ends SKIPPED or FAILED with reason ``gate``."""
     state = (inv.checks or {}).get(REASON, {})
@@ -272,14 +272,10 @@ def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now
     starts, columns, alerts = unmet_settle(conn, job, inv, REASON, error, now)
     columns["checks"] = inv.checks
     if starts:
-        alerts += pools.begin(conn, controls.pool, inv.id, columns, inv.log, now, engine.grace)
+        alerts += pools.begin(conn, controls.pool, inv.id, columns, inv.log, now, host.grace)
         return Fed(job.snapshot, alerts)
     run_store.update_invocation(conn, inv.id, **columns)
-    if inv.backfill:  # not the machine's: the backfill's next slot takes its turn
-        from cronchain.scheduler import backfill  # which starts its runs through ``begin``
-
-        return Fed(job.snapshot, alerts + backfill.promote(engine, conn, job, now))
-    fed = engine.feed(conn, job, InvocationFinished(inv.id, now), now)
+    fed = host.runs.finished(conn, job, inv, now)
     fed.messages[:0] = alerts
     return fed
 

@@ -359,10 +359,8 @@ class Runs:
             fresh = {} if held is None else held.fresh  # successes not written yet
             fresh[job.ref] = inv.filed_at
             released = upstream.release_after(self.engine, conn, job, now, fresh)
-        if inv.backfill:  # the next waiting slot of the backfill takes its place
-            fed = Fed(job.snapshot, backfill.promote(self.engine, conn, job, now))
-        elif held is None:
-            fed = self.engine.feed(conn, job, InvocationFinished(inv.id, now), now)
+        if held is None:  # always for a backfill's run (``reads``)
+            fed = self.finished(conn, job, inv, now)
         else:
             fed = held.feed(self.engine, conn, job, InvocationFinished(inv.id, now), now)
         if status == S.SUCCEEDED and not inv.backfill:
@@ -447,16 +445,28 @@ class Runs:
             log=debuglog.append(inv.log, now, f"{outcome.status.value}: {outcome.error}"),
         )
         freed = pools.freed(inv.pool, inv.status)
-        if inv.backfill:
-            if inv.status == WAITING and not inv.held:  # it was not in flight
-                return Fed(job.snapshot, freed)
-            promoted = backfill.promote(self.engine, conn, job, now)
-            return Fed(job.snapshot, [*freed, *promoted])
-        turn = inv.status == WAITING and not inv.held  # the machine counted it buffered
-        event: Event = Unbuffer() if turn else InvocationFinished(inv.id, now)
-        fed = self.engine.feed(conn, job, event, now)
+        queued = inv.status == WAITING and not inv.held  # waiting its turn, not in flight
+        if inv.backfill and queued:
+            return Fed(job.snapshot, freed)
+        fed = self.finished(conn, job, inv, now, Unbuffer() if queued else None)
         fed.messages[:0] = freed
         return fed
+
+    def finished(
+        self,
+        conn: Connection,
+        job: JobRow,
+        inv: InvocationRow,
+        now: datetime,
+        event: Event | None = None,
+    ) -> Fed:
+        """What follows a run's end, its row written ended: the one place it is decided,
+        whoever ended it (an outcome, an abort, a hold's ``on_unmet``). A backfill's slot
+        gives its place to the backfill's next (``backfill.promote``); the machine's run
+        is fed to its job (``InvocationFinished``, or ``event``)."""
+        if inv.backfill:
+            return Fed(job.snapshot, backfill.promote(conn, job, now, self.engine.grace))
+        return self.engine.feed(conn, job, event or InvocationFinished(inv.id, now), now)
 
 
 def _log_outcome(

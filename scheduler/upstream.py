@@ -47,10 +47,10 @@ from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.triggergraph import target_ref
 from cronchain.scheduler.unmet import settle as unmet_settle
-from cronchain.statemachine import InvocationFinished, InvocationStatus
+from cronchain.statemachine import InvocationStatus
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.host import Host
     from cronchain.scheduler.spec import JobSpec
 
 REASON = "upstream"
@@ -236,7 +236,7 @@ def hold_columns(controls: Controls, checks: list[Check], log: str | None, now: 
 
 
 def release_after(
-    engine: Engine,
+    host: Host,
     conn: Connection,
     upstream: JobRow,
     now: datetime,
@@ -270,7 +270,7 @@ def release_after(
     jobs_of = {job.id: job for job in job_store.read_jobs(conn, {i.job_id for i in waiting})}
     messages: list[Message] = [Fill(pool) for pool in sorted(fills)]  # type: ignore[type-var]
     for inv in waiting:
-        messages += _look_again(engine, conn, jobs_of[inv.job_id], inv, now, fresh)
+        messages += _look_again(host, conn, jobs_of[inv.job_id], inv, now, fresh)
     return messages
 
 
@@ -297,17 +297,17 @@ _DOWNSTREAMS = (
 )
 
 
-def recheck(engine: Engine, conn: Connection, job: JobRow, now: datetime) -> list[Message]:
+def recheck(host: Host, conn: Connection, job: JobRow, now: datetime) -> list[Message]:
     """Start each of ``job``'s runs that wait for their upstreams and now have them met;
     record what the others wait for now."""
     messages: list[Message] = []
     for inv in run_store.held_runs(conn, [job.id], REASON):
-        messages += _look_again(engine, conn, job, inv, now)
+        messages += _look_again(host, conn, job, inv, now)
     return messages
 
 
 def _look_again(
-    engine: Engine,
+    host: Host,
     conn: Connection,
     job: JobRow,
     inv: InvocationRow,
@@ -322,7 +322,7 @@ def _look_again(
         "checks": record(checks, now, inv, released=True),
         "log": debuglog.append(inv.log, now, "upstreams met"),
     }
-    return gates.begin(conn, job, inv, met, now, engine.grace)
+    return gates.begin(conn, job, inv, met, now, host.grace)
 
 
 def wait_for_upstreams(conn: Connection, job: JobRow) -> None:
@@ -351,7 +351,7 @@ def waiting_jobs(conn: Connection, limit: int) -> list[int]:
     return [row.job_id for row in conn.execute(query)]
 
 
-def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
+def lapse(host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
     """``max_wait`` has passed for a waiting run (the watchdog, both rows locked): start
     it if its upstreams are met after all, else as ``on_unmet`` says; unless an unmet
     upstream's success may be under way (``busy``): it is looked at again first."""
@@ -359,10 +359,10 @@ def lapse(engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now
         return Fed(job.snapshot, [Recheck(job.id)])
     starts, columns, messages = settle(conn, job, inv, now, waited=True)
     if starts:
-        messages += gates.begin(conn, job, inv, columns, now, engine.grace)
+        messages += gates.begin(conn, job, inv, columns, now, host.grace)
         return Fed(job.snapshot, messages)
     run_store.update_invocation(conn, inv.id, **columns)
-    fed = engine.feed(conn, job, InvocationFinished(inv.id, now), now)
+    fed = host.runs.finished(conn, job, inv, now)
     fed.messages[:0] = messages
     return fed
 
@@ -399,7 +399,7 @@ def _reference(inv: InvocationRow) -> datetime:
 
 
 def write_requirements(
-    engine: Engine, conn: Connection, project: str, specs: Sequence[JobSpec], written: list[int]
+    host: Host, conn: Connection, project: str, specs: Sequence[JobSpec], written: list[int]
 ) -> list[Message]:
     """After an apply of ``project`` (``specs`` its file, ``written`` the ids of the jobs
     it changed, all locked): make ``requirements`` hold what the project's stored specs
@@ -427,7 +427,7 @@ def write_requirements(
         for job_id in _waiting_among(conn, written):
             job = job_store.lock_job(conn, job_id)
             if job is not None:
-                messages += recheck(engine, conn, job, engine.clock())
+                messages += recheck(host, conn, job, host.clock())
     upstreams = select(requirements.c.project, requirements.c.name)
     conn.execute(
         sql_update(jobs)
