@@ -4,7 +4,6 @@ each is still checked against its own nonce."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -21,6 +20,7 @@ from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.workers import work
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import apply, job, make, rows
+from tests.locks import wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
 GRACE = timedelta(seconds=15)
@@ -170,7 +170,7 @@ def test_one_statement_locks_the_job_before_the_run(pg_url: str, clock: Clock):
         holder.exec_driver_sql("SELECT 1 FROM invocations WHERE id = %s FOR UPDATE", (run["id"],))
         waiter = threading.Thread(target=lambda: lock_both(db, run["job_id"], run["id"]))
         waiter.start()
-        time.sleep(0.5)  # the waiter is blocked on the run by now
+        wait_for_lock_wait(db, "the waiter to be blocked on the run")
         prober.begin()
         with pytest.raises(sqlalchemy.exc.OperationalError, match="could not obtain lock"):
             prober.exec_driver_sql(

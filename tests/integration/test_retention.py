@@ -5,7 +5,6 @@ SQLite's history is kept whole."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from cronchain.scheduler.storage import partitions, run_store, statistics
 from cronchain.scheduler.storage.models import invocation_days, invocations, jobs
 from tests.conftest import Clock, RecordingPort, deliver_runs
 from tests.integration.test_engine import apply, make
+from tests.locks import wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
 
@@ -223,7 +223,7 @@ def test_a_month_taken_out_while_a_tick_holds_its_job_does_not_deadlock(
         tick.begin()
         tick.exec_driver_sql("UPDATE jobs SET generation = generation")  # its job written
         pass_.start()
-        time.sleep(0.5)  # the pass has rolled January up and waits to take it out
+        wait_for_lock_wait(engine.db, "the pass to roll January up and wait to take it out")
         run(tick, JANUARY + timedelta(days=40), "SUCCEEDED", 0.5)  # history written
         tick.commit()
     pass_.join(10)

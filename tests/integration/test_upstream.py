@@ -5,7 +5,6 @@ completes them, and is settled by the watchdog's ``on_unmet`` once ``max_wait`` 
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from cronchain.statemachine import InvocationStatus
 from tests.conftest import Clock, RecordingPort
 from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
 from tests.integration.test_engine import job
+from tests.locks import wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
@@ -306,18 +306,23 @@ def test_a_run_whose_turn_comes_after_its_window_is_settled_at_once(
     assert (second["status"], second["reason"]) == ("SKIPPED", "upstream")
 
 
-def tick_batch_holding(engine, first: int, then: int) -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
-    """A thread whose transaction locks job ``first`` and, half a second later, job
-    ``then``, as a tick batch locks its jobs in id order; returned holding ``first``,
-    with the list of what it raised (a deadlock ends one of two transactions)."""
+def tick_batch_holding(  # type: ignore[no-untyped-def]
+    engine, first: int, then: int, through: threading.Event | None = None
+) -> tuple[threading.Thread, list]:
+    """A thread whose transaction locks job ``first`` and then job ``then``, as a tick
+    batch locks its jobs in id order; returned holding ``first``, with the list of what it
+    raised (a deadlock ends one of two transactions). It takes ``then`` once the test's
+    transaction waits on a lock or, for a transaction that goes through without waiting,
+    once the test sets ``through``."""
     holding, errors = threading.Event(), []
+    done = through.is_set if through else None
 
     def batch() -> None:
         try:
             with engine.transaction() as conn:
                 job_store.lock_jobs(conn, [first])
                 holding.set()
-                time.sleep(0.5)
+                wait_for_lock_wait(engine.db, "the test's transaction to wait", or_done=done)
                 job_store.lock_jobs(conn, [then])
         except Exception as err:
             errors.append(err)
@@ -343,8 +348,10 @@ def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
     Scheduler(engine).trigger("p/a")
     deliver(engine, port)  # a's attempt is claimed; its worker died
     [run] = rows(engine, "a")
-    thread, errors = tick_batch_holding(engine, d.id, a.id)
+    through = threading.Event()  # a's success does not wait for d: it looks again
+    thread, errors = tick_batch_holding(engine, d.id, a.id, through)
     assert engine.runs.finish_invocation(run["id"], Outcome(S.SUCCEEDED), attempt=1)
+    through.set()
     thread.join()
     assert errors == []
     [d_run] = rows(engine, "d")
@@ -465,7 +472,7 @@ def test_two_upstreams_succeeding_at_once_release_their_downstream(pg_url: str, 
     committed, under a share lock on b that waits for b's transaction."""
     engine, port = engine_with(make_engine(pg_url), clock, Scripted(None, None))
     a_run, b_run = d_waits_for_a_and_b_running(engine, port)
-    ok, checked, errors = Outcome(S.SUCCEEDED), threading.Event(), []
+    ok, checked, b_recorded, errors = Outcome(S.SUCCEEDED), threading.Event(), threading.Event(), []
 
     def a_succeeds() -> None:
         try:
@@ -474,7 +481,8 @@ def test_two_upstreams_succeeding_at_once_release_their_downstream(pg_url: str, 
                 assert locked is not None
                 fed = engine.runs.record_outcome(conn, *locked, ok, clock.now)
                 checked.set()  # d: b is held by b's transaction
-                time.sleep(0.5)
+                # b's success waits for d's run, or skips it and is recorded meanwhile
+                wait_for_lock_wait(engine.db, "b's success", or_done=b_recorded.is_set)
             engine.send(fed.messages)
         except Exception as err:
             errors.append(err)
@@ -486,6 +494,7 @@ def test_two_upstreams_succeeding_at_once_release_their_downstream(pg_url: str, 
         thread.start()
         assert checked.wait(5)
         fed = engine.runs.record_outcome(conn, *locked, ok, clock.now)  # d's run: a's holds it
+        b_recorded.set()
     engine.send(fed.messages)
     thread.join()
     assert errors == []

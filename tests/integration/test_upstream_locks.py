@@ -5,7 +5,6 @@ Each test holds one side open in a thread while the other runs."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -28,6 +27,7 @@ from tests.integration.test_upstream import (
     needs,
     tick_batch_holding,
 )
+from tests.locks import wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
@@ -59,21 +59,24 @@ class HeldSuccess:
 
 
 def test_recheck_vs_batch_deadlock(pg_url: str, clock: Clock):
-    """Engine.recheck(d): d's job row, d's waiting run, then FOR SHARE on unmet v
-    (blocking). A tick batch locks its jobs in id order: v, then d."""
+    """Engine.recheck(d): d's job row, d's waiting run, then unmet v, which a recheck
+    once took FOR SHARE, waiting (now it skips a held upstream and looks again later).
+    A tick batch locks its jobs in id order: v, then d. Neither may deadlock."""
     engine, port = engine_with(make_engine(pg_url), clock)
     add(engine, spec("v"), spec("d", **needs("v")))
     v, d = job(engine, "p/v"), job(engine, "p/d")
     assert v.id < d.id
     Scheduler(engine).trigger("p/d")
     assert rows(engine, "d")[0]["status"] == "WAITING"
-    t, errors = tick_batch_holding(engine, v.id, d.id)
+    through = threading.Event()  # the recheck skips v, which the batch holds
+    t, errors = tick_batch_holding(engine, v.id, d.id, through)
     try:  # the body of Engine.recheck's second transaction, which logs what it raises
         with engine.transaction() as conn:
             jd = job_store.lock_job(conn, d.id)
             upstream.recheck(engine, conn, jd, clock.now)
     except Exception as err:
         errors.append(err)
+    through.set()
     t.join()
     assert errors == []
 
@@ -131,7 +134,7 @@ def test_epq_lock_kept_strands_pool_waiter(pg_url: str, clock: Clock):
     a.locked.wait(5)
     tr = threading.Thread(target=recheck)
     tr.start()
-    time.sleep(0.5)  # recheck is now waiting for r's lock
+    wait_for_lock_wait(engine.db, "the recheck to wait for r's lock")
     a.finish()
     tr.join()
     [r] = rows(engine, "d")
@@ -171,7 +174,8 @@ def group_meets(pg_url: str, clock: Clock, monkeypatch, other) -> None:  # type:
     first_done.wait(5)
     to = threading.Thread(target=run, args=(lambda: other(engine, d),))
     to.start()
-    time.sleep(0.5)  # the other holds d
+    # The other holds d and waits for a lock the group holds, or skips it and is through.
+    wait_for_lock_wait(engine.db, "the other to wait", or_done=lambda: not to.is_alive())
     go.set()
     tg.join()
     to.join()
