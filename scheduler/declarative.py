@@ -27,7 +27,7 @@ from cronchain.scheduler.effects import Fed, Fill, Message, SendTick
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import CronchainError, SpecError, TransientError
 from cronchain.scheduler.spec import JobFile, JobSpec, load_job_file
-from cronchain.scheduler.storage import alert_store, job_store, pool_store
+from cronchain.scheduler.storage import alert_store, job_store, pool_store, upstream_store
 from cronchain.scheduler.storage.job_batch import CHUNK, JobBatch
 from cronchain.scheduler.storage.job_store import JobHead
 from cronchain.scheduler.storage.rows import JobRow
@@ -354,7 +354,7 @@ def _refuse_required_deletes(conn: Connection, project: str, deleted: list[str])
         return
     job_store.lock_trigger_graph(conn)  # no requirement of it is added meanwhile
     names = [ref.rpartition("/")[2] for ref in deleted]
-    required = upstream.required_by_others(conn, project, names)
+    required = upstream_store.required_by_others(conn, project, names)
     for name, downstream in sorted(required.items()):
         why = f"{downstream} requires it: take it out of that job's requires first"
         raise SpecError("prune", why, where=f"job {name!r}")

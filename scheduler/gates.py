@@ -27,14 +27,13 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from cronchain.scheduler import debuglog, outside, pools
 from cronchain.scheduler.controls import Controls, controls_of
 from cronchain.scheduler.effects import CheckGate, Fed, Message
 from cronchain.scheduler.invokers import Call, Outcome
 from cronchain.scheduler.storage import run_store
-from cronchain.scheduler.storage.models import invocations
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.unmet import settle as unmet_settle
@@ -285,13 +284,8 @@ def overdue(conn: Connection, now: datetime, limit: int) -> list[Message]:
     ``now`` (its message lost) is asked again, at most ``limit``; a check taken
     meanwhile drops it. Every waiting run is read, so that those past the first
     ``limit`` are looked at too (their rows are small)."""
-    query = (
-        select(invocations.c.id, invocations.c.job_id, invocations.c.checks)
-        .where(invocations.c.status == S.WAITING.value, invocations.c.reason == REASON)
-        .order_by(invocations.c.id)
-    )
     messages: list[Message] = []
-    for row in conn.execute(query):
+    for row in run_store.waiting_checks(conn, REASON):
         state = (row.checks or {}).get(REASON, {})
         for gate in state.get("gates", ()):
             due = gate.get("next_at") if gate["checks"] else state.get("since")

@@ -19,30 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import (
-    Connection,
-    bindparam,
-    delete,
-    exists,
-    func,
-    insert,
-    literal,
-    literal_column,
-    or_,
-    select,
-    text,
-    tuple_,
-)
-from sqlalchemy import update as sql_update
+from sqlalchemy import Connection
 
 from cronchain.scheduler import debuglog, gates
 from cronchain.scheduler.alerts import raising
 from cronchain.scheduler.controls import Controls, controls_of
 from cronchain.scheduler.effects import Fed, Fill, Message, Recheck
-from cronchain.scheduler.storage import job_store, run_store
-from cronchain.scheduler.storage.models import REQUIRING, invocations, jobs, requirements
+from cronchain.scheduler.storage import job_store, run_store, upstream_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.triggergraph import target_ref
@@ -53,7 +38,7 @@ if TYPE_CHECKING:
     from cronchain.scheduler.host import Host
     from cronchain.scheduler.spec import JobSpec
 
-REASON = "upstream"
+REASON = upstream_store.REASON
 # How long a look again waits for an upstream's transaction: a success commits in
 # milliseconds; a row held longer (an apply of a large file) is left to the watchdog,
 # whose pass looks again, rather than holding up every look again queued behind it.
@@ -137,10 +122,10 @@ def check(
     ]
     if not wanted:  # it requires nothing (now): met
         return []
-    checks = _checked(conn, wanted, fresh or {}, _UPSTREAMS)
+    checks = _checked(conn, wanted, fresh or {})
     unmet = [(c.job, c.since, c.until) for c in checks if c.exists and not c.met]
     if unmet:
-        shared = _checked(conn, unmet, fresh or {}, _UPSTREAMS_SHARED_FREE)
+        shared = _checked(conn, unmet, fresh or {}, lock="skip")
         again = {c.job: c for c in shared if c.exists}
         checks = [
             c if c.met or not c.exists else again.get(c.job) or replace(c, busy=True)
@@ -153,10 +138,10 @@ def _checked(
     conn: Connection,
     wanted: Sequence[tuple[str, datetime, datetime]],
     fresh: Mapping[str, datetime],
-    statement: Any,
+    lock: Literal["skip"] | None = None,
 ) -> list[Check]:
-    refs = [tuple(ref.rpartition("/")[::2]) for ref, _, _ in wanted]
-    found = {f"{r.project}/{r.name}": r for r in conn.execute(statement, {"refs": refs})}
+    refs = [_pair(ref) for ref, _, _ in wanted]
+    found = {f"{r.project}/{r.name}": r for r in upstream_store.upstreams(conn, refs, lock)}
     checks = []
     for ref, since, until in wanted:
         row = found.get(ref)
@@ -170,32 +155,16 @@ def _checked(
         too_new = latest is not None and latest > until
         unknown = row.last_success_filed is None and row.last_success_at is not None
         if success is None and (too_new or unknown):  # read its runs
-            window = {"b_job": row.id, "b_since": since, "b_until": until}
-            success = conn.execute(_IN_WINDOW, window).scalar()
+            success = upstream_store.latest_success(conn, row.id, since, until)
             if unwritten is not None and since <= unwritten <= until:
                 success = max(success or unwritten, unwritten)
         checks.append(Check(ref, since, until, success, row.last_success_at))
     return checks
 
 
-_UPSTREAMS = select(
-    jobs.c.id, jobs.c.project, jobs.c.name, jobs.c.last_success_at, jobs.c.last_success_filed
-).where(tuple_(jobs.c.project, jobs.c.name).in_(bindparam("refs", expanding=True)))
-_UPSTREAMS_SHARED = _UPSTREAMS.order_by(jobs.c.id).with_for_update(read=True)  # waits
-_UPSTREAMS_SHARED_FREE = _UPSTREAMS.order_by(jobs.c.id).with_for_update(read=True, skip_locked=True)
-# An upstream's latest success filed in a window. The window bounds ``slot`` too, so that
-# PostgreSQL reads the (job, slot) index and only the partitions of those months; a
-# triggered run has no slot.
-_FILED = invocations.c.filed_at
-_IN_WINDOW = select(func.max(_FILED)).where(
-    invocations.c.job_id == bindparam("b_job"),
-    invocations.c.status == S.SUCCEEDED.value,
-    _FILED.between(bindparam("b_since"), bindparam("b_until")),
-    or_(
-        invocations.c.slot.between(bindparam("b_since"), bindparam("b_until")),
-        invocations.c.slot.is_(None),
-    ),
-)
+def _pair(ref: str) -> tuple[str, str]:
+    project, _, name = ref.rpartition("/")
+    return project, name
 
 
 def record(
@@ -254,8 +223,7 @@ def release_after(
     success. A waiting run another transaction holds is skipped, not waited for: that
     transaction looks at it with this upstream under a share lock, which waits for this
     one, and sees this success. Nothing here waits for a downstream's locks."""
-    query = {"b_project": upstream.project, "b_name": upstream.name}
-    downstreams = {r.job_id: r.spec for r in conn.execute(_DOWNSTREAMS, query)}
+    downstreams = upstream_store.waiting_downstreams(conn, upstream.project, upstream.name)
     if not downstreams:
         return []
     # A run whose window has closed (filed more than its max_wait ago) is the watchdog's.
@@ -272,29 +240,6 @@ def release_after(
     for inv in waiting:
         messages += _look_again(host, conn, jobs_of[inv.job_id], inv, now, fresh)
     return messages
-
-
-# The jobs that require an upstream and have a run waiting for it (one its job's machine
-# counts as started: ``active``, the cheaper test, first). Most successes find none and
-# end here, in one statement. A run made WAITING meanwhile checked the upstream under a
-# share lock, which this transaction's lock held off until that one had committed: so
-# this statement, later, sees it.
-_DOWNSTREAMS = (
-    select(requirements.c.job_id, jobs.c.spec)
-    .select_from(requirements.join(jobs, jobs.c.id == requirements.c.job_id))
-    .where(
-        requirements.c.project == bindparam("b_project"),
-        requirements.c.name == bindparam("b_name"),
-        jobs.c.active > 0,
-        # Literals, not parameters: a prepared statement's generic plan cannot use a
-        # partial index (ix_invocations_waiting: the WAITING runs alone) on a parameter.
-        exists().where(
-            invocations.c.status == literal_column(f"'{S.WAITING.value}'"),
-            invocations.c.reason == literal_column(f"'{REASON}'"),
-            invocations.c.job_id == requirements.c.job_id,
-        ),
-    )
-)
 
 
 def recheck(host: Host, conn: Connection, job: JobRow, now: datetime) -> list[Message]:
@@ -328,27 +273,9 @@ def _look_again(
 def wait_for_upstreams(conn: Connection, job: JobRow) -> None:
     """Wait, holding no other lock, until no transaction holds a row of ``job``'s
     upstreams: a success of theirs under way has then committed (``Engine.recheck``)."""
-    refs = [
-        tuple(target_ref(job.ref, up.job).rpartition("/")[::2]) for up in controls_of(job).requires
-    ]
+    refs = [_pair(target_ref(job.ref, up.job)) for up in controls_of(job).requires]
     if refs:
-        if conn.dialect.name == "postgresql":
-            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{WAIT_MOST}'")
-        conn.execute(_UPSTREAMS_SHARED, {"refs": refs}).all()
-
-
-def waiting_jobs(conn: Connection, limit: int) -> list[int]:
-    """Jobs with runs that wait for their upstreams, those looked at longest ago first
-    (the watchdog's pass looks at them again)."""
-    checked = invocations.c.checks["checked_at"].as_string()
-    query = (
-        select(invocations.c.job_id, func.min(checked).label("checked"))
-        .where(invocations.c.status == S.WAITING.value, invocations.c.reason == REASON)
-        .group_by(invocations.c.job_id)
-        .order_by("checked")
-        .limit(limit)
-    )
-    return [row.job_id for row in conn.execute(query)]
+        upstream_store.wait_for_upstreams(conn, refs, WAIT_MOST)
 
 
 def lapse(host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Fed:
@@ -411,77 +338,21 @@ def write_requirements(
     ``requirements`` once and finds nothing, where a flag cleared too eagerly would let
     a run wait for a success that never looks for it."""
     messages: list[Message] = []
-    if any("requires" in s.controls for s in specs) or _ever_required(conn, project):
-        mine = select(jobs.c.id).where(jobs.c.project == project)
-        conn.execute(delete(requirements).where(requirements.c.job_id.in_(mine)))
-        requiring = select(jobs.c.id, jobs.c.name, jobs.c.spec).where(
-            jobs.c.project == project, text(REQUIRING[conn.dialect.name])
-        )
+    if any("requires" in s.controls for s in specs) or upstream_store.ever_required(conn, project):
         rows = [
             {"job_id": r.id, "project": ref.rpartition("/")[0], "name": ref.rpartition("/")[2]}
-            for r in conn.execute(requiring)
+            for r in upstream_store.requiring(conn, project)
             for ref in declared_upstreams(f"{project}/{r.name}", r.spec)
         ]
-        if rows:
-            conn.execute(insert(requirements), rows)
-        for job_id in _waiting_among(conn, written):
+        upstream_store.replace_requirements(conn, project, rows)
+        for job_id in upstream_store.waiting_among(conn, written):
             job = job_store.lock_job(conn, job_id)
             if job is not None:
                 messages += recheck(host, conn, job, host.clock())
-    upstreams = select(requirements.c.project, requirements.c.name)
-    conn.execute(
-        sql_update(jobs)
-        .where(~jobs.c.downstream, tuple_(jobs.c.project, jobs.c.name).in_(upstreams))
-        .values(downstream=True)
-    )
+    upstream_store.flag_required(conn)
     return messages
-
-
-def _waiting_among(conn: Connection, job_ids: list[int]) -> list[int]:
-    """Which of ``job_ids`` have runs that wait for their upstreams."""
-    if not job_ids:
-        return []
-    query = (
-        select(invocations.c.job_id)
-        .where(
-            invocations.c.status == S.WAITING.value,
-            invocations.c.reason == REASON,
-            invocations.c.job_id.in_(job_ids),
-        )
-        .distinct()
-    )
-    return sorted(conn.execute(query).scalars())
-
-
-def required_by_others(conn: Connection, project: str, names: list[str]) -> dict[str, str]:
-    """Of ``project``'s jobs ``names``, those that a job of another project requires:
-    each with one such job."""
-    if not names:
-        return {}
-    query = (
-        select(requirements.c.name, jobs.c.project, jobs.c.name.label("downstream"))
-        .select_from(requirements.join(jobs, jobs.c.id == requirements.c.job_id))
-        .where(
-            requirements.c.project == project,
-            requirements.c.name.in_(names),
-            jobs.c.project != project,
-        )
-    )
-    return {r.name: f"{r.project}/{r.downstream}" for r in conn.execute(query)}
 
 
 def declared_upstreams(job_ref: str, controls: Mapping[str, Any]) -> list[str]:
     """The refs (``project/name``) a job's normalized controls require."""
     return [target_ref(job_ref, r["job"]) for r in controls.get("requires", ())]
-
-
-def _ever_required(conn: Connection, project: str) -> bool:
-    """Whether any of ``project``'s jobs has requirements written: an apply that
-    declares none must still clear them."""
-    query = (
-        select(literal(1))
-        .select_from(requirements.join(jobs, jobs.c.id == requirements.c.job_id))
-        .where(jobs.c.project == project)
-        .limit(1)
-    )
-    return conn.execute(query).first() is not None

@@ -27,7 +27,14 @@ from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.retention import run_once as retention_pass
 from cronchain.scheduler.runs import RUNNING
 from cronchain.scheduler.settings import history_retention
-from cronchain.scheduler.storage import job_store, observed, pool_store, revokes, run_store
+from cronchain.scheduler.storage import (
+    job_store,
+    observed,
+    pool_store,
+    revokes,
+    run_store,
+    upstream_store,
+)
 from cronchain.scheduler.storage.db import write_transaction
 from cronchain.scheduler.storage.models import REPAIRS
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
@@ -160,7 +167,7 @@ def run_once(
     messages += resend_due(engine, now, limit)
     messages += _fill_pools(engine)
     with engine.db.connect() as conn:  # runs waiting for upstreams, looked at again
-        waiting = upstream.waiting_jobs(conn, limit)
+        waiting = upstream_store.waiting_jobs(conn, limit)
     engine.recheck_soon(waiting)
     engine.send(messages)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;

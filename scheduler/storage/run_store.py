@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy import (
     JSON,
     LABEL_STYLE_TABLENAME_PLUS_COL,
     Connection,
+    Row,
     and_,
     bindparam,
     case,
@@ -280,6 +282,16 @@ def oldest_waiting(
         .with_for_update()
     )
     return [InvocationRow.from_row(r) for r in conn.execute(query)]
+
+
+def waiting_checks(conn: Connection, reason: str) -> Iterator[Row[Any]]:
+    """Every run WAITING for ``reason``, oldest first: its id, job and ``checks``."""
+    query = (
+        select(invocations.c.id, invocations.c.job_id, invocations.c.checks)
+        .where(invocations.c.status == "WAITING", invocations.c.reason == reason)
+        .order_by(invocations.c.id)
+    )
+    yield from conn.execute(query)
 
 
 def held_runs(
