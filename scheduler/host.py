@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from cronchain.statemachine import Event
 
 
+@runtime_checkable
 class RunEnds(Protocol):
     def begin_released(
         self, conn: Connection, messages: list[Message], held: Any = None
@@ -42,6 +43,7 @@ class RunEnds(Protocol):
         ...
 
 
+@runtime_checkable
 class Host(Protocol):
     grace: timedelta
     clock: Callable[[], datetime]

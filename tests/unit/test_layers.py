@@ -73,3 +73,18 @@ def test_the_package_still_offers_its_names() -> None:
     for name in package.__all__:
         assert getattr(package, name) is not None
     assert set(package.__all__) <= set(dir(package))
+
+
+def test_the_engine_is_what_its_features_take_it_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Gates and upstream are typed against ``Host``, never ``Engine``: an engine that
+    stopped offering what ``Host`` names would fail them only at run time."""
+    from datetime import timedelta
+
+    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.host import Host, RunEnds
+    from cronchain.scheduler.storage.db import make_engine
+    from tests.conftest import RecordingPort
+
+    db = make_engine(f"sqlite:///{tmp_path}/h.db")
+    engine = Engine(db, RecordingPort(), {}, grace=timedelta(seconds=1))
+    assert isinstance(engine, Host) and isinstance(engine.runs, RunEnds)
