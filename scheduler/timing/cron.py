@@ -134,9 +134,11 @@ class FieldGrammar:
             if self is DAY and item == LAST:
                 last = True
             elif self is WEEKDAY and (m := _NTH.fullmatch(item)):
-                k = int(m[2]) if m[2].isdigit() else 0
+                digits = m[2]
+                k = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 9 else 0
                 if not 1 <= k <= 5:
-                    raise SpecError(field, f"{self.name}: {item!r}: a month has a 1st to a 5th")
+                    why = f"{self.name}: {_cut(item)!r}: a month has a 1st to a 5th"
+                    raise SpecError(field, why)
                 nth.add((self.value(m[1], field) % 7, k))
             else:
                 values.update(self.item(item, field))

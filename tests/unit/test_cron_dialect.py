@@ -72,6 +72,8 @@ def test_each_field_names_a_set(
         ("0 0 * * 1#0", "day of week: '1#0': a month has a 1st to a 5th"),
         ("0 0 * * fri#6", "day of week: 'fri#6': a month has a 1st to a 5th"),
         ("0 0 * * fri#", "day of week: 'fri#'"),
+        ("0 0 * * mon#" + "9" * 5000, "a month has a 1st to a 5th"),  # not int()'s limit
+        ("0 0 * * mon#\u0665", "a month has a 1st to a 5th"),  # an Arabic-Indic 5
         ("0 0 * * 1#2-3", "day of week: '1#2' is not a number or a name (sun-sat); cron has no"),
         ("0 0 L-5 * *", "day of month: 'l' is not a number; cron has no W, ? or H (L is a day"),
         ("0 0 ? * *", "cron has no W, ?"),
