@@ -24,8 +24,10 @@ from cronchain.migrations import upgrade
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.scheduler.workers.runtime import Runtime
-from tests.e2e.harness import ROOT, Cluster, wait_until
-from tests.services import RedisServer, redis_server
+from tests.e2e.harness import Cluster
+from tests.support.repo import ROOT
+from tests.support.services import RedisServer, redis_server
+from tests.support.wait import wait_until
 
 PG_ADMIN = os.environ.get(
     "CRONCHAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

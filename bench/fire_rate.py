@@ -90,7 +90,7 @@ from bench.herds import (
     wait_drained,
 )
 from tests.e2e.harness import Cluster
-from tests.services import redis_server
+from tests.support.services import redis_server
 
 SYSTEMS = (
     "cronchain",

@@ -32,8 +32,9 @@ from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.web.health import check_health
 from cronchain.scheduler.workers.runtime import sending_app
-from tests.e2e.harness import ROOT, wait_until
-from tests.services import free_port
+from tests.support.repo import ROOT
+from tests.support.services import free_port
+from tests.support.wait import wait_until
 
 NAME = "health"
 

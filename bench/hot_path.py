@@ -44,7 +44,7 @@ from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.workers import work
-from tests.conftest import Clock, RecordingPort
+from tests.support.engine import Clock, RecordingPort
 
 
 def flushed_transactions(db: Any) -> int:

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from bench.common import figure
-from tests.e2e.harness import ROOT
+from tests.support.repo import ROOT
 
 NAME = "log_lines"
 # An outcome line: "demo/ping 2026-...Z attempt 1 SUCCEEDED in 0.002 s" (and the older

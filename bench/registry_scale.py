@@ -29,8 +29,9 @@ from sqlalchemy import select
 from bench.common import PeakRss, database, deployment, figure, job_document, percentile
 from cronchain.scheduler.storage.models import jobs
 from cronchain.scheduler.watchdog import run_once
-from tests.e2e.harness import ROOT, Cluster
-from tests.services import redis_server
+from tests.e2e.harness import Cluster
+from tests.support.repo import ROOT
+from tests.support.services import redis_server
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,9 +31,10 @@ from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.web.metrics import DatabaseCollector, render
-from tests.conftest import RecordingPort
-from tests.e2e.harness import ROOT, wait_until
-from tests.services import free_port
+from tests.support.engine import RecordingPort
+from tests.support.repo import ROOT
+from tests.support.services import free_port
+from tests.support.wait import wait_until
 
 NAME = "scrape"
 

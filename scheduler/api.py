@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from cronchain.scheduler import outside
+from cronchain.scheduler.backfill import backfill
 from cronchain.scheduler.controls import controls_of
 from cronchain.scheduler.declarative import ApplyReport, apply
 from cronchain.scheduler.engine import Engine
@@ -325,7 +326,8 @@ class Scheduler:
         check_time("start", start)
         check_time("end", end)
         check_count("max_concurrent", max_concurrent, MAX_BACKFILL_CONCURRENCY)
-        report = self.engine.backfill(
+        report = backfill(
+            self.engine,
             job,
             start,
             end,

@@ -16,16 +16,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
-from cronchain.scheduler import debuglog, gates, progress, upstream
+from cronchain.scheduler import debuglog, progress, upstream
 from cronchain.scheduler.effects import Message, SendStart
 from cronchain.scheduler.errors import SpecError
-from cronchain.scheduler.storage import partitions, run_store
-from cronchain.scheduler.storage.rows import JobRow
+from cronchain.scheduler.storage import job_store, partitions, run_store
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.scheduler.timing.iso import iso
-from cronchain.scheduler.timing.schedules import Schedule
+from cronchain.scheduler.timing.schedules import Schedule, stored_schedule
+from cronchain.statemachine import Backfill
+
+if TYPE_CHECKING:
+    from cronchain.scheduler.host import Ended, Host
 
 MAX_SLOTS = 10_000  # one backfill; split a longer range in several
 _INSTANT = timedelta(microseconds=1)
@@ -37,6 +42,46 @@ class BackfillReport:
     slots: list[datetime] = field(default_factory=list)  # created, or would be
     existing: list[datetime] = field(default_factory=list)  # had an invocation already
     started: list[int] = field(default_factory=list)
+
+
+def backfill(
+    host: Host,
+    ref: str,
+    first: datetime,
+    last: datetime,
+    *,
+    max_concurrent: int = 1,
+    dry_run: bool = False,
+    retention: timedelta | None = None,
+) -> BackfillReport:
+    """One invocation per slot of ``[first, last]`` that has none yet. Refused for a
+    disabled job (the machine says so), for a range with a slot after now and for
+    one that starts in a month history ``retention`` drops."""
+    messages: list[Message] = []
+    with host.transaction() as conn:
+        job = job_store.lock_job_named(conn, ref)
+        now = host.clock()
+        host.feed(conn, job, Backfill(), now)  # changes nothing, or raises
+        schedule = stored_schedule(job.schedule, job.timezone, job.days)
+        report = plan(conn, job, schedule, first, last, now, retention)
+        if not dry_run:
+            messages = create(host, conn, job, report, max_concurrent=max_concurrent, now=now)
+    host.send(messages)
+    return report
+
+
+class NextSlot:
+    """Hears the end of a backfill's run that was in flight: the backfill's next slot
+    takes its place (``promote``). It reads the job's waiting runs, which a group of
+    outcomes must have written first."""
+
+    def reads(self, job: JobRow, was: InvocationRow, status: str) -> bool:
+        return was.backfill
+
+    def ended(self, host: Host, conn: Connection, end: Ended) -> list[Message]:
+        if not end.was.backfill or not end.final or end.queued:
+            return []
+        return promote(host, conn, end.job, end.now)
 
 
 def slots_in(schedule: Schedule, first: datetime, last: datetime) -> list[datetime]:
@@ -111,17 +156,16 @@ def _refuse_pruned(conn: Connection, slot: datetime, now: datetime, retention: t
 
 
 def create(
+    host: Host,
     conn: Connection,
     job: JobRow,
     report: BackfillReport,
     *,
     max_concurrent: int,
     now: datetime,
-    grace: timedelta,
 ) -> list[Message]:
     """Insert the report's slots as WAITING backfill runs and start up to
-    ``max_concurrent`` of the job's waiting backfill runs (each to begin within
-    ``grace``)."""
+    ``max_concurrent`` of the job's waiting backfill runs."""
     if max_concurrent < 1:
         raise SpecError("--max-concurrent", "must be at least 1")
     with progress.stage(f"backfill {job.ref}", len(report.slots), "slots") as advance:
@@ -138,13 +182,13 @@ def create(
             )
             advance(1)
     in_flight = run_store.count_backfill(conn, job.id)
-    messages = promote(conn, job, now, grace, max_concurrent - in_flight)
+    messages = promote(host, conn, job, now, max_concurrent - in_flight)
     report.started = [m.invocation_id for m in messages if isinstance(m, SendStart)]
     return messages
 
 
 def promote(
-    conn: Connection, job: JobRow, now: datetime, grace: timedelta, count: int = 1
+    host: Host, conn: Connection, job: JobRow, now: datetime, count: int = 1
 ) -> list[Message]:
     """Start the ``count`` earliest waiting backfill runs of ``job`` (a pooled job's
     through its pool, where they wait their turn and count as in flight). A job with
@@ -157,17 +201,18 @@ def promote(
         if not waiting:
             break
         for inv in waiting:
-            starts, columns, alerts = (
+            columns, alerts, ended = (
                 upstream.settle(conn, job, inv, now, waited=False)
                 if "requires" in job.spec
-                else (True, {}, [])
+                else ({}, [], None)
             )
             messages += alerts
-            if not starts:
+            if ended is not None:
                 run_store.update_invocation(conn, inv.id, **columns)
+                messages += host.runs.finished(conn, job, inv, ended, now).messages
                 continue
             text = debuglog.append(columns.pop("log", inv.log), now, "backfill: starting")
             columns |= {"log": text}
-            messages += gates.begin(conn, job, inv, columns, now, grace)
+            messages += host.go_on(conn, job, inv, columns, now, upstream.REASON)
             count -= 1
     return messages

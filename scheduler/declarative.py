@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from cronchain.scheduler import pools, progress, upstream
-from cronchain.scheduler.effects import Fed, Fill, Message, SendTick
+from cronchain.scheduler.effects import Fed, Message, SendTick
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import CronchainError, SpecError, TransientError
 from cronchain.scheduler.spec import JobFile, JobSpec, load_job_file
@@ -187,7 +187,7 @@ class _Steps:
             self.batch.write(self.conn, advance)
         freed = pool_store.held_by(self.conn, self.doomed)
         job_store.delete_jobs(self.conn, self.doomed)
-        return [*self.messages, *(Fill(pool) for pool in freed)]
+        return [*self.messages, *(pools.Fill(pool) for pool in freed)]
 
     def _lock(self, job_id: int) -> JobRow:
         job = job_store.lock_job(self.conn, job_id)

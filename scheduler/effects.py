@@ -83,23 +83,9 @@ class SendAlert:
     eta: datetime | None = None
 
 
-@dataclass(frozen=True)
-class Recheck:
-    """Look again at a job's runs that wait for their upstreams: a success could not
-    release them in its own transaction, because another held the job. Not sent: the
-    engine carries it out itself once that transaction has committed
-    (``scheduler.upstream``)."""
-
-    job_id: int
-
-
-@dataclass(frozen=True)
-class Fill:
-    """Hand a pool's free places to its waiters: a run came to wait for one, or ended
-    holding one. Not sent: the engine fills the pool itself, in a transaction of its
-    own, once the one that asked has committed (``scheduler.pools``)."""
-
-    pool: str
+class Kept:
+    """A message not sent: carried out in this process, once the transaction that asked
+    has committed, by the plug-in whose kind it is (``host.Plugins.kept``)."""
 
 
 @dataclass(frozen=True)
@@ -114,9 +100,7 @@ class CheckGate:
     eta: datetime | None = None
 
 
-Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert | CheckGate | Recheck | Fill
-# What the engine keeps: carried out here, after commit, rather than sent.
-Kept = (Recheck, Fill)
+Message = SendTick | SendStart | SendRevoke | SendRun | SendAlert | CheckGate | Kept
 # What a port sends (``send``): all but what the engine keeps.
 Sent = SendTick | SendStart | SendRevoke | SendRun | SendAlert | CheckGate
 

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from cronchain.scheduler import debuglog, outside, pools
+from cronchain.scheduler import debuglog, outside
 from cronchain.scheduler.controls import Controls, controls_of
 from cronchain.scheduler.effects import CheckGate, Fed, Message
+from cronchain.scheduler.host import Admitting, Held
 from cronchain.scheduler.invokers import Call, Outcome
 from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
@@ -78,25 +79,24 @@ def first_checks(job: JobRow, invocation_id: int) -> list[Message]:
     return [CheckGate(invocation_id, g["name"], 1, job.id) for g in controls_of(job).gates]
 
 
-def begin(
-    conn: Connection,
-    job: JobRow,
-    inv: InvocationRow,
-    columns: dict[str, Any],
-    now: datetime,
-    grace: timedelta,
-) -> list[Message]:
-    """Start a run that may start (its row is locked): first through its gates, if its
-    job has any, then into its pool or at once (``pools.begin``). ``columns`` are what
-    else to write of it (what was checked, its log)."""
-    controls = controls_of(job)
-    if not controls.gates:
-        return pools.begin(conn, controls.pool, inv.id, columns, inv.log, now, grace)
-    text = columns.pop("log", inv.log)
-    assert inv.filed_at is not None
-    held = waiting_columns(controls, inv.filed_at, text, now, columns.get("checks"))
-    run_store.update_invocation(conn, inv.id, **{**columns, **held})
-    return first_checks(job, inv.id)
+class GateHold:
+    """The admission chain's hold of a job with gates: its run waits until every gate's
+    latest answer is a yes, and its gates are asked from the first check once its row is
+    written."""
+
+    name = REASON
+
+    def admit(self, conn: Connection, run: Admitting, now: datetime) -> Held | dict[str, Any]:
+        job, controls = run.job, controls_of(run.job)
+        if not controls.gates:
+            return {}
+        held = waiting_columns(controls, run.reference, run.log, now, run.checks)
+        return Held(held, lambda invocation_id: first_checks(job, invocation_id))
+
+    def lapse(
+        self, host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
+    ) -> Fed:
+        return lapse(host, conn, inv, job, now)
 
 
 # --- checks ---------------------------------------------------------------------------
@@ -234,8 +234,7 @@ def _record(
         return []
     state["released_at"] = iso(now)
     columns = {"checks": inv.checks, "log": debuglog.append(log, now, "gates said yes")}
-    pool = controls_of(job).pool
-    return pools.begin(conn, pool, inv.id, columns, log, now, host.grace)
+    return host.go_on(conn, job, inv, columns, now, REASON)
 
 
 def _passed(gate: dict[str, Any]) -> bool:
@@ -266,17 +265,13 @@ def lapse(host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: da
     ``on_unmet: run``, else ends SKIPPED or FAILED with reason ``gate``."""
     state = (inv.checks or {}).get(REASON, {})
     unmet = unmet_text(state) or "no gate said yes"
-    controls = controls_of(job)
     error = f"gates not passed by {state.get('until')}: {unmet}"
-    starts, columns, alerts = unmet_settle(conn, job, inv, REASON, error, now)
+    columns, ended = unmet_settle(job, inv, REASON, error, now)
     columns["checks"] = inv.checks
-    if starts:
-        alerts += pools.begin(conn, controls.pool, inv.id, columns, inv.log, now, host.grace)
-        return Fed(job.snapshot, alerts)
+    if ended is None:
+        return Fed(job.snapshot, host.go_on(conn, job, inv, columns, now, REASON))
     run_store.update_invocation(conn, inv.id, **columns)
-    fed = host.runs.finished(conn, job, inv, now)
-    fed.messages[:0] = alerts
-    return fed
+    return host.runs.finished(conn, job, inv, ended, now)
 
 
 def overdue(conn: Connection, now: datetime, limit: int) -> list[Message]:
@@ -294,3 +289,15 @@ def overdue(conn: Connection, now: datetime, limit: int) -> list[Message]:
         if len(messages) >= limit:
             break
     return messages
+
+
+class OverdueChecks:
+    """The watchdog's duty for gates: ask again each gate whose next check is overdue
+    (its message lost) by more than a repair's grace and the pass's ``backlog``."""
+
+    def sweep(
+        self, host: Host, now: datetime, limit: int, backlog: timedelta
+    ) -> tuple[dict[str, int], list[Message]]:
+        with host.transaction() as conn:
+            asked = overdue(conn, now - backlog - host.repair_grace, limit)
+        return {"asked": len(asked)}, asked

@@ -19,11 +19,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection
 
-from cronchain.scheduler.controls import controls_of
 from cronchain.scheduler.effects import Fed, Message
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Outcome
@@ -31,11 +30,38 @@ from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.rows import ConcurrentUpdate, InvocationRow, JobRow
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.engine import Engine
-    from cronchain.scheduler.runs import Runs
+    from cronchain.scheduler.host import CoreHost
+    from cronchain.scheduler.storage.rows import InvocationRow as Run
     from cronchain.statemachine import Event
 
 log = logging.getLogger("cronchain.engine")
+
+
+class Runs(Protocol):
+    """What a group takes of ``scheduler.runs.Runs``, which holds it."""
+
+    engine: CoreHost
+
+    def record_outcome(
+        self,
+        conn: Connection,
+        inv: Run,
+        job: JobRow,
+        outcome: Outcome,
+        now: datetime,
+        held: HeldWrites | None = None,
+    ) -> Fed: ...
+
+    def reads(self, job: JobRow, inv: Run, outcome: Outcome) -> bool: ...
+
+    def finish_invocation(
+        self,
+        invocation_id: int,
+        outcome: Outcome,
+        *,
+        attempt: int | None = None,
+        job_id: int | None = None,
+    ) -> bool: ...
 
 
 @dataclass(eq=False)
@@ -108,8 +134,8 @@ class HeldWrites:
     set of columns rather than one each. Anything that reads the rows (a run to start
     after a finish, a job finishing twice in one group) writes them first, so that every
     read sees what the one-outcome path would have written. Rows that another path of the
-    same transaction would change behind the group's back are kept out of it: a job that
-    triggers others is recorded alone."""
+    same transaction would change behind the group's back are kept out of it: an end that
+    a listener reads more for is recorded alone (``Runs.reads``)."""
 
     def __init__(self) -> None:
         self._runs: dict[frozenset[str], list[dict[str, Any]]] = {}
@@ -122,9 +148,9 @@ class HeldWrites:
         self._runs.setdefault(frozenset(values), []).append(values | {"b_id": invocation_id})
 
     def feed(
-        self, engine: Engine, conn: Connection, job: JobRow, event: Event, now: datetime
+        self, engine: CoreHost, conn: Connection, job: JobRow, event: Event, now: datetime
     ) -> Fed:
-        """``Engine.feed``, with the job's save held if the step asks for nothing more."""
+        """``Core.feed``, with the job's save held if the step asks for nothing more."""
         result = engine.step_of(job, job.snapshot, event, now)
         if result.actions:
             self.write(conn)
@@ -147,9 +173,9 @@ def finish_together(runs: Runs, reports: list[Report]) -> None:
     """Record ``reports`` in one transaction, setting each one's ``recorded`` or
     ``error``, or ``alone`` for one the group does not take: a run whose locks another
     transaction holds (skipped, not waited for), a stale attempt or another job's run
-    (``finish_invocation`` says why), a job that triggers others (its trigger would
-    change rows the group has read). If the group fails for another reason than the
-    database's absence, each is recorded alone."""
+    (``finish_invocation`` says why), an end a listener reads or writes more for (a
+    trigger would change rows the group has read: ``Runs.reads``). If the group fails
+    for another reason than the database's absence, each is recorded alone."""
     messages: list[Message] = []
     recorded: list[Report] = []
     try:
@@ -162,7 +188,11 @@ def finish_together(runs: Runs, reports: list[Report]) -> None:
                 if found is not None and found[1].id in seen:  # the group changed its job
                     held.write(conn)
                     found = run_store.lock_run(conn, found[1].id, report.invocation_id)
-                if found is None or not _current(report, *found):
+                if (
+                    found is None
+                    or not _current(report, *found)
+                    or runs.reads(found[1], found[0], report.outcome)
+                ):
                     report.alone = True
                     continue
                 inv, job = found
@@ -204,5 +234,4 @@ def _current(report: Report, inv: InvocationRow, job: JobRow) -> bool:
         (report.job_id is None or report.job_id == job.id)
         and inv.status == "RUNNING"
         and inv.attempt == report.attempt
-        and not controls_of(job).triggers
     )

@@ -16,23 +16,42 @@ another job's transaction: the job whose run ends holds its own job, then the po
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
 from cronchain.scheduler import debuglog
-from cronchain.scheduler.effects import Fill, Message, SendStart
+from cronchain.scheduler.controls import controls_of
+from cronchain.scheduler.effects import Fed, Kept, Message, SendStart
+from cronchain.scheduler.host import Admitting, Ended, Held
 from cronchain.scheduler.storage import pool_store, run_store
 from cronchain.scheduler.storage.pool_store import HOLDING
 from cronchain.scheduler.timing.iso import iso
 from cronchain.statemachine import InvocationStatus
 from cronchain.statemachine.pool import Waiter, choose
 
+if TYPE_CHECKING:
+    from cronchain.scheduler.host import Host
+    from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+
+log = logging.getLogger("cronchain.engine")
+
 REASON = "pool"
 S = InvocationStatus
 _SHOWN_HOLDERS = 10  # the runs ``explain`` names as holding a full pool
+
+
+@dataclass(frozen=True)
+class Fill(Kept):
+    """Hand a pool's free places to its waiters: a run came to wait for one, or ended
+    holding one. Kept: the pool is filled in a transaction of its own once the one that
+    asked has committed (``fill``)."""
+
+    pool: str
 
 
 def waiting_columns(
@@ -110,29 +129,65 @@ def set_sizes(
     return messages
 
 
-def begin(
-    conn: Connection,
-    pool: str | None,
-    inv_id: int,
-    columns: dict[str, Any],
-    log: str | None,
-    now: datetime,
-    grace: timedelta,
-) -> list[Message]:
-    """Start a run that may start (its row is locked): at once, or, in ``pool``, as a
-    waiter for its place. ``columns`` are what else to write of it (what was checked,
-    its log)."""
-    if pool is None:
-        values = {**columns, "status": S.STARTING.value, "reason": None}
-        run_store.update_invocation(conn, inv_id, **values, deadline=now + grace)
-        return [SendStart(inv_id)]
-    text = columns.pop("log", log)
-    waiting = waiting_columns(pool, text, now, columns.get("checks"))
-    run_store.update_invocation(conn, inv_id, **(columns | waiting))
-    return [Fill(pool)]
+class PoolHold:
+    """The admission chain's last hold: a run of a pooled job waits for a place."""
+
+    name = REASON
+
+    def admit(self, conn: Connection, run: Admitting, now: datetime) -> Held | dict[str, Any]:
+        pool = controls_of(run.job).pool
+        if pool is None:
+            return {}
+        fill: list[Message] = [Fill(pool)]
+        return Held(waiting_columns(pool, run.log, now, run.checks), lambda _: fill)
+
+    def lapse(
+        self, host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
+    ) -> Fed:
+        raise AssertionError(f"invocation {inv.id}: a wait for a place has no deadline")
+
+
+class PlaceFreed:
+    """Hears a run's end: if it held a place, the pool's waiters may take it."""
+
+    def reads(self, job: JobRow, was: InvocationRow, status: str) -> bool:
+        return False
+
+    def ended(self, host: Host, conn: Connection, end: Ended) -> list[Message]:
+        return freed(end.was.pool, end.was.status) if end.final else []
 
 
 def freed(pool: str | None, was: str) -> list[Message]:
     """A run of ``pool`` that was ``was`` has ended: if it held a place, the pool's
     waiters may take it."""
     return [Fill(pool)] if pool is not None and was in HOLDING else []
+
+
+def fill_kept(host: Host, messages: list[Fill]) -> None:
+    """Fill each pool ``messages`` name in a transaction of its own (``fill``). A failure
+    is logged: the watchdog's pass fills every pool with waiters."""
+    for name in sorted({m.pool for m in messages}):
+        try:
+            with host.transaction() as conn:
+                started = fill(conn, name, host.clock(), host.grace)
+        except Exception:
+            log.exception("pool %s could not be filled; the watchdog will", name)
+            continue
+        host.send(started)
+
+
+class WaitersFilled:
+    """The watchdog's duty for pools: fill every pool that has waiters, each in its own
+    transaction, so that a place freed without an end (a job deleted with its running
+    run, a size raised by hand in the database) is handed out."""
+
+    def sweep(
+        self, host: Host, now: datetime, limit: int, backlog: timedelta
+    ) -> tuple[dict[str, int], list[Message]]:
+        with host.transaction() as conn:
+            names = pool_store.with_waiters(conn, REASON)
+        messages: list[Message] = []
+        for name in names:
+            with host.transaction() as conn:
+                messages += fill(conn, name, host.clock(), host.grace)
+        return {}, messages

@@ -1,8 +1,8 @@
-"""Looking again at waiting runs in a thread of the worker's own (``Recheck``).
+"""Work on jobs done soon, in a thread of the worker's own (``Host.soon``).
 
 A run found waiting for an upstream whose row another transaction held (a success may
 be under way) is looked at again once its own transaction has committed, first waiting
-for that other transaction (``Engine.recheck``). That wait lasts as long as the other
+for that other transaction (``upstream.look_again``). That wait lasts as long as the other
 transaction: under load, an outcome group on the work path holds its jobs for tens or
 hundreds of milliseconds. Done in the task that asked (a tick, or the watchdog's pass),
 it held up every tick queued behind that task on the worker (see bench/RESULTS.md);
@@ -19,22 +19,27 @@ import os
 import queue
 import threading
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("cronchain.engine")
 
 
-class Rechecks:
-    """One daemon thread per process takes the jobs to look at again, those queued
-    together one after the other."""
+# Work on jobs: called with the host that queued it and one job's id at a time.
+Work = Callable[[Any, list[int]], None]
 
-    def __init__(self, recheck: Callable[[list[int]], None]):
-        self._recheck = recheck
+
+class Rechecks:
+    """One daemon thread per process takes the work queued on jobs, what was queued
+    together one job after the other, the same work on one job once."""
+
+    def __init__(self, host: Any):
+        self._host = host
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Work, int]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def put(self, job_ids: list[int]) -> None:
+    def put(self, work: Work, job_ids: list[int]) -> None:
         with self._lock:
             if self._pid != os.getpid():  # a forked child has no thread, and a new queue
                 self._queue, self._thread, self._pid = queue.SimpleQueue(), None, os.getpid()
@@ -44,15 +49,15 @@ class Rechecks:
                 )
                 self._thread.start()
             for job_id in job_ids:
-                self._queue.put(job_id)
+                self._queue.put((work, job_id))
 
-    def _run(self, jobs: queue.SimpleQueue[int]) -> None:
+    def _run(self, jobs: queue.SimpleQueue[tuple[Work, int]]) -> None:
         while True:
             due = {jobs.get()}
             while not jobs.empty():
                 due.add(jobs.get_nowait())
-            for job_id in sorted(due):  # one job's failure must not drop the others
-                try:
-                    self._recheck([job_id])
-                except Exception:  # Engine.recheck logs its own; this thread must go on
-                    log.exception("job %s: its waiting runs could not be looked at again", job_id)
+            for work, job_id in sorted(due, key=lambda d: (d[1], d[0].__qualname__)):
+                try:  # one job's failure must not drop the others
+                    work(self._host, [job_id])
+                except Exception:  # the work logs its own; this thread must go on
+                    log.exception("job %s: %s failed", job_id, work.__qualname__)

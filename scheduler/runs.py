@@ -1,6 +1,6 @@
 """The life of an invocation once its row exists: begin each attempt, let a worker
-claim it, record its outcome, retry after a backoff, abort, and trigger the jobs that
-follow a success.
+claim it, record its outcome, retry after a backoff, abort; and the one place a run's
+end is decided (``Runs.finished``), which its listeners hear (``host.RunEnd``).
 
 ``Runs`` belongs to an :class:`scheduler.engine.Engine` (``engine.runs``), which hosts
 the job machine; the watchdog's repairs of lapsed runs are in :mod:`scheduler.watchdog`.
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from sqlalchemy import Connection
 
-from cronchain.scheduler import backfill, debuglog, outside, pools, upstream
-from cronchain.scheduler.alerts import raising
+from cronchain.scheduler import debuglog, outside
 from cronchain.scheduler.controls import controls_of
 from cronchain.scheduler.effects import Fed, Message, SendRevoke, SendRun, SendStart
 from cronchain.scheduler.errors import NotFound
+from cronchain.scheduler.host import Ended
 from cronchain.scheduler.invokers import Call, Outcome, celery_task_id
 from cronchain.scheduler.outcome_batch import GroupCommit, HeldWrites, Report
 from cronchain.scheduler.recording import patiently, textless_if_refused
@@ -31,7 +31,6 @@ from cronchain.statemachine import (
     InvocationFinished,
     InvocationStarted,
     InvocationStatus,
-    Trigger,
     Unbuffer,
     check_move,
 )
@@ -39,11 +38,12 @@ from cronchain.statemachine import (
 log = logging.getLogger("cronchain.engine")
 S = InvocationStatus
 STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
+SKIPPED = S.SKIPPED.value
 ACTIVE = (STARTING, RUNNING)
 WORKER_LIMIT = 200  # characters of a worker's name kept (invocations.worker)
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.host import CoreHost
     from cronchain.scheduler.leases import Lease
 # An attempt as a worker names it: (invocation, attempt), or with its job as the
 # engine's messages carry it, (invocation, attempt, job).
@@ -60,7 +60,7 @@ class Runs:
     """The life of a job's runs (attempts, outcomes, retries, abort), hosted by an engine:
     its transactions, its machine steps and its sends. ``engine.runs``."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: CoreHost):
         self.engine = engine
         self.together = GroupCommit(self)
 
@@ -199,7 +199,8 @@ class Runs:
                 call = self.call_of(job, inv.id, inv.attempt, inv.slot)
                 claims.append(_claim_columns(inv, call, worker, now) | {"b_id": inv.id})
                 calls.append(call)
-                alerts += raising.on_claim(conn, job, inv, now)
+                for hook in self.engine.plugins.claims:
+                    alerts += hook.claimed(conn, job, inv, now)
             run_store.update_invocations(conn, claims)
         self.engine.send(alerts)
         return calls
@@ -291,9 +292,9 @@ class Runs:
     ) -> Fed:
         """Within ``conn``'s transaction: end a locked attempt. A failure with attempts
         left goes back to STARTING after a backoff; anything else ends the invocation
-        and steps its job. The error recorded is bounded (``bounded_error``), whatever
-        kind of run reported it. With ``held``, the updates of the run and its job are
-        held there to be written with others' (``scheduler.outcome_batch``), unless the
+        (``finished``). The error recorded is bounded (``bounded_error``), whatever kind
+        of run reported it. With ``held``, the updates of the run and its job are held
+        there to be written with others' (``scheduler.outcome_batch``), unless the
         outcome reads or writes anything more."""
         outcome = outcome.recorded()
         status = outcome.status.value
@@ -311,8 +312,7 @@ class Runs:
             if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE
             else []
         )
-        reads = revoke or inv.backfill or controls.triggers
-        if held is not None and reads:
+        if held is not None and (revoke or self.reads(job, inv, outcome)):
             held.write(conn)  # what follows reads the rows as they now are
             held = None
         update = partial(run_store.update_invocation, conn) if held is None else held.update_run
@@ -340,8 +340,8 @@ class Runs:
             )
             _log_outcome(job, inv, outcome, now, f"; retry in {delay.total_seconds():.1f} s")
             eta = min(start_at, now + self.engine.horizon)
-            alerts = raising.on_end(conn, job, inv, outcome, False, now)
-            return Fed(job.snapshot, [*revoke, *alerts, SendStart(inv.id, inv.attempt + 1, eta)])
+            heard = self._hear(conn, Ended(job, inv, outcome, now, final=False))
+            return Fed(job.snapshot, [*revoke, *heard, SendStart(inv.id, inv.attempt + 1, eta)])
         update(
             inv.id,
             status=status,
@@ -352,23 +352,8 @@ class Runs:
             log=text,
         )
         _log_outcome(job, inv, outcome, now)
-        first: list[Message] = [*revoke, *raising.on_end(conn, job, inv, outcome, True, now)]
-        first += pools.freed(inv.pool, inv.status)
-        released: list[Message] = []
-        if status == S.SUCCEEDED and job.downstream:  # runs that waited for this one
-            fresh = {} if held is None else held.fresh  # successes not written yet
-            fresh[job.ref] = inv.filed_at
-            released = upstream.release_after(self.engine, conn, job, now, fresh)
-        if held is None:  # always for a backfill's run (``reads``)
-            fed = self.finished(conn, job, inv, now)
-        else:
-            fed = held.feed(self.engine, conn, job, InvocationFinished(inv.id, now), now)
-        if status == S.SUCCEEDED and not inv.backfill:
-            for target in controls.triggers:
-                fed.messages += self._trigger_other(conn, job, target, inv.id, now)
-        # Last: the triggers wait for their targets' locks, never while this holds the
-        # jobs of the runs it begins.
-        fed.messages[:0] = [*first, *self.begin_released(conn, released, held)]
+        fed = self.finished(conn, job, inv, outcome, now, held=held)
+        fed.messages[:0] = revoke
         return fed
 
     def revoke(self, conn: Connection, inv: InvocationRow, now: datetime) -> SendRevoke:
@@ -378,21 +363,6 @@ class Runs:
         task_id = celery_task_id(inv.id, inv.attempt)
         revokes.record(conn, task_id, inv.id, now + self.engine.grace)
         return SendRevoke(task_id)
-
-    def _trigger_other(
-        self, conn: Connection, source: JobRow, target: str, invocation_id: int, now: datetime
-    ) -> list[Message]:
-        """Trigger ``target`` for a success of ``source``, in the same transaction. The
-        trigger id names the invocation, so a repeated step cannot trigger twice."""
-        ref = target if "/" in target else f"{source.project}/{target}"
-        try:
-            job = job_store.lock_job_named(conn, ref)
-        except NotFound:
-            log.warning("%s: cannot trigger %s: no such job", source.ref, ref)
-            return []
-        return self.engine.feed(
-            conn, job, Trigger(f"after:{invocation_id}", strict=False), now
-        ).messages
 
     def abort(
         self, *, job: str | None = None, invocation_id: int | None = None
@@ -444,29 +414,90 @@ class Runs:
             deadline=None,
             log=debuglog.append(inv.log, now, f"{outcome.status.value}: {outcome.error}"),
         )
-        freed = pools.freed(inv.pool, inv.status)
         queued = inv.status == WAITING and not inv.held  # waiting its turn, not in flight
-        if inv.backfill and queued:
-            return Fed(job.snapshot, freed)
-        fed = self.finished(conn, job, inv, now, Unbuffer() if queued else None)
-        fed.messages[:0] = freed
-        return fed
+        return self.finished(conn, job, inv, outcome, now, Unbuffer() if queued else None)
 
     def finished(
         self,
         conn: Connection,
         job: JobRow,
         inv: InvocationRow,
+        outcome: Outcome,
         now: datetime,
         event: Event | None = None,
+        *,
+        held: HeldWrites | None = None,
+        counted: bool = True,
     ) -> Fed:
-        """What follows a run's end, its row written ended: the one place it is decided,
-        whoever ended it (an outcome, an abort, a hold's ``on_unmet``). A backfill's slot
-        gives its place to the backfill's next (``backfill.promote``); the machine's run
-        is fed to its job (``InvocationFinished``, or ``event``)."""
-        if inv.backfill:
-            return Fed(job.snapshot, backfill.promote(conn, job, now, self.engine.grace))
-        return self.engine.feed(conn, job, event or InvocationFinished(inv.id, now), now)
+        """What follows a run's end, its row written ended as ``outcome`` says: the one
+        place it is decided, whoever ended it (an outcome, an abort, a hold's
+        ``on_unmet``; a slot skipped as it is filed is heard alone: ``skipped``). The
+        listeners hear it first (``host.RunEnd``); then the
+        job's machine, if it counts the run (not a backfill's; not one ``counted`` out
+        already), is fed ``event`` (``InvocationFinished`` unless given), its save held
+        in ``held`` if given; then what the listeners left for after; and last the runs
+        they released are begun here: a listener that waits for a lock (a trigger's
+        target) never waits while this holds the jobs of the runs it begins."""
+        end = Ended(job, inv, outcome, now, fresh=held.fresh if held is not None else {})
+        heard = self._hear(conn, end)
+        if inv.backfill or not counted:
+            fed = Fed(job.snapshot)
+        else:
+            event = event or InvocationFinished(inv.id, now)
+            fed = (
+                self.engine.feed(conn, job, event, now)
+                if held is None
+                else held.feed(self.engine, conn, job, event, now)
+            )
+        for work in end.later:
+            fed.messages += work()
+        fed.messages[:0] = [*heard, *self.begin_released(conn, end.released, held)]
+        return fed
+
+    def skipped(
+        self,
+        conn: Connection,
+        job: JobRow,
+        invocation_id: int,
+        slot: datetime | None,
+        reason: str,
+        now: datetime,
+        trigger_id: str | None = None,
+    ) -> list[Message]:
+        """A run the machine recorded SKIPPED as it was filed, heard as any end is (the
+        machine has counted it already)."""
+        inv = InvocationRow(
+            id=invocation_id,
+            job_id=job.id,
+            slot=slot,
+            trigger_id=trigger_id,
+            revision=job.revision,
+            status=SKIPPED,
+            attempt=0,
+            deadline=None,
+            started_at=None,
+            start_at=None,
+            timeout_at=None,
+            worker=None,
+            attempts=None,
+            log=None,
+            backfill=False,
+            reason=reason,
+            filed_at=slot or now,
+        )
+        return self._hear(conn, Ended(job, inv, Outcome(S.SKIPPED, None, reason), now))
+
+    def reads(self, job: JobRow, inv: InvocationRow, outcome: Outcome) -> bool:
+        """Whether a listener of this end reads or writes rows beyond the run and its job
+        (a group of outcomes records such an end alone, its writes made first)."""
+        status = outcome.status.value
+        return any(listener.reads(job, inv, status) for listener in self.engine.plugins.run_ends)
+
+    def _hear(self, conn: Connection, end: Ended) -> list[Message]:
+        heard: list[Message] = []
+        for listener in self.engine.plugins.run_ends:
+            heard += listener.ended(self.engine, conn, end)
+        return heard
 
 
 def _log_outcome(

@@ -7,11 +7,11 @@ batch is one transaction whatever its size: the jobs locked in id order by one
 statement, their machines stepped in memory, their runs inserted by one statement and
 the jobs saved by one more.
 
-Only the common steps are held: a tick that starts a run, records skipped slots, or just
-re-arms. Any other step (a run to buffer, a run to abort, a slot whose run exists
-already, a run of a pooled job) is fed by ``Engine.feed`` in the same
-transaction, after the held writes, just as a tick on its own is: the rows are the same
-either way (tests compare them).
+Only the common steps are held: a tick that starts a run (through the admission chain,
+as ``Core.feed`` starts one), records skipped slots, or just re-arms. Any other step (a
+run to buffer, a run to abort, a slot whose run exists already) is fed by
+``Core.feed`` in the same transaction, after the held writes, just as a tick on its own
+is: the rows are the same either way (tests compare them).
 
 Exactly once still rests on the unique (job, slot) key, not on the batching: the insert
 skips a slot that has its row, and that job's tick is then fed the one-job way, which
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from cronchain.scheduler.alerts.rules import rules_of
 from cronchain.scheduler.effects import Fed, Message, SendRun, SendStart
+from cronchain.scheduler.host import Held
 from cronchain.scheduler.runs import STARTING
 from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.rows import JobRow
@@ -44,7 +44,7 @@ from cronchain.statemachine import (
 )
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.host import CoreHost
 
 log = logging.getLogger("cronchain.engine")
 SKIPPED = InvocationStatus.SKIPPED.value
@@ -60,15 +60,16 @@ class _Held:
     changed: bool
     rows: list[dict[str, Any]] = field(default_factory=list)
     slot: datetime | None = None  # the slot of the run it starts, if it starts one
-    waits: bool = False  # that run waits for its upstreams (``scheduler.upstream``)
+    held: Held | None = None  # what holds that run, if a hold of the chain does
+    skips: list[tuple[datetime, str]] = field(default_factory=list)  # (slot, reason)
 
 
 def feed_ticks(
-    engine: Engine, conn: Connection, ticks: Sequence[tuple[int, int]], *, start_here: bool
+    engine: CoreHost, conn: Connection, ticks: Sequence[tuple[int, int]], *, start_here: bool
 ) -> list[Message]:
     """Feed each ``(job, nonce)`` tick in ``conn``'s transaction; returns what to send
     once it commits. With ``start_here``, a run a tick starts is created RUNNING and
-    sent to its worker (``Engine.tick_many``)."""
+    sent to its worker (``Core.tick_many``)."""
     now = engine.clock()
     held, later = _hold_all(engine, conn, ticks, now, start_here)
     inserted = run_store.insert_invocations(conn, [row for h in held.values() for row in h.rows])
@@ -81,6 +82,10 @@ def feed_ticks(
                 later.append((job_id, step.nonce))
                 continue
             _started(engine, conn, step, inv_id, now, start_here)
+        for slot, reason in step.skips:  # heard as any end is: alerts, say
+            skipped = inserted.get((job_id, slot))
+            if skipped is not None:
+                step.fed.messages += engine.runs.skipped(conn, step.job, skipped, slot, reason, now)
         watchdog_at = engine.settle_tick(step.job, Tick(step.nonce), step.fed)
         values = job_store.saved_values(
             step.job, step.fed.snapshot, watchdog_at=watchdog_at, now=now
@@ -96,7 +101,7 @@ def feed_ticks(
 
 
 def _hold_all(
-    engine: Engine,
+    engine: CoreHost,
     conn: Connection,
     ticks: Sequence[tuple[int, int]],
     now: datetime,
@@ -123,36 +128,29 @@ def _hold_all(
 
 
 def _hold(
-    engine: Engine, conn: Connection, job: JobRow, nonce: int, now: datetime, start_here: bool
+    engine: CoreHost, conn: Connection, job: JobRow, nonce: int, now: datetime, start_here: bool
 ) -> _Held | None:
     """Step ``job``'s machine for the tick without writing; None if the step asks for
     more than a run to start, slots to skip and the next tick."""
     result = engine.step_of(job, job.snapshot, Tick(nonce), now)
     step = _Held(job, nonce, Fed(result.snapshot), result.changed)
-    rules = rules_of(job.spec)  # a skip that raises an alert is ``feed``'s to record
     for action in result.actions:
         match action:
             case TickLater(when=when, nonce=next_nonce):
                 step.fed.messages.append(engine.tick_message(job, when, next_nonce, now))
-            case RecordSkipped(slot=slot, reason=reason, trigger_id=None) if not (
-                rules and rules.ended(SKIPPED, final=True, reason=reason)
-            ):
+            case RecordSkipped(slot=slot, reason=reason, trigger_id=None):
                 step.rows.append(_row(job, slot, now, status=SKIPPED, reason=reason))
-            # A pooled run is ``feed``'s to start: it takes its place under a lock; so
-            # is a gated one, whose gates are asked first.
-            case StartInvocation(slot=slot, trigger_id=None) if (
-                step.slot is None and "pool" not in job.spec and "gates" not in job.spec
-            ):
-                may, checked, again = engine.checked(conn, job, slot, None, now)
-                step.fed.messages += again
-                if not may:
-                    columns = checked
+                step.skips.append((slot, reason))
+            case StartInvocation(slot=slot, trigger_id=None) if step.slot is None:
+                said = engine.admit(conn, job, slot, now)
+                if isinstance(said, Held):
+                    columns, step.held = said.columns, said
                 elif start_here:
-                    columns = engine.runs.attempt_columns(job, 1, None, now) | checked
+                    columns = engine.runs.attempt_columns(job, 1, None, now) | said
                 else:
-                    columns = dict(status=STARTING, deadline=now + engine.grace, **checked)
+                    columns = dict(status=STARTING, deadline=now + engine.grace, **said)
                 step.rows.append(_row(job, slot, now, **columns))
-                step.slot, step.waits = slot, not may
+                step.slot = slot
             case _:
                 return None
     return step
@@ -165,13 +163,14 @@ def _row(job: JobRow, slot: datetime, now: datetime, **columns: Any) -> dict[str
 
 
 def _started(
-    engine: Engine, conn: Connection, step: _Held, inv_id: int, now: datetime, start_here: bool
+    engine: CoreHost, conn: Connection, step: _Held, inv_id: int, now: datetime, start_here: bool
 ) -> None:
     """The run of a held step was inserted as ``inv_id``: count it in, and with
-    ``start_here`` send it to its worker, as ``Engine.feed`` does; unless it waits for
-    its upstreams."""
+    ``start_here`` send it to its worker, as ``Core.feed`` does; unless a hold holds
+    it: then what the hold sends once its row is written."""
     step.fed.snapshot.invocation_id = inv_id
-    if step.waits:
+    if step.held is not None:
+        step.fed.messages += step.held.then(inv_id)
         return
     step.fed.started = inv_id
     if not start_here:

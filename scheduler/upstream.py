@@ -16,6 +16,7 @@ transaction that could not yet see that success commits first, and is then found
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -23,10 +24,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection
 
-from cronchain.scheduler import debuglog, gates
+from cronchain.scheduler import debuglog
 from cronchain.scheduler.alerts import raising
 from cronchain.scheduler.controls import Controls, controls_of
-from cronchain.scheduler.effects import Fed, Fill, Message, Recheck
+from cronchain.scheduler.effects import Fed, Kept, Message
+from cronchain.scheduler.host import Admitting, Ended, Held
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.pools import Fill
 from cronchain.scheduler.storage import job_store, run_store, upstream_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.scheduler.timing.iso import iso
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     from cronchain.scheduler.host import Host
     from cronchain.scheduler.spec import JobSpec
 
+log = logging.getLogger("cronchain.engine")
 REASON = upstream_store.REASON
 # How long a look again waits for an upstream's transaction: a success commits in
 # milliseconds; a row held longer (an apply of a large file) is left to the watchdog,
@@ -47,6 +52,15 @@ WAIT_MOST = "5s"
 # watchdog settles it long before (within an interval), unless it was stopped that long.
 LATE = timedelta(days=1)
 S = InvocationStatus
+
+
+@dataclass(frozen=True)
+class Recheck(Kept):
+    """Look again at a job's runs that wait for their upstreams: a success could not
+    release them in its own transaction, because another held the job. Kept: looked at
+    once that transaction has committed (``recheck_kept``)."""
+
+    job_id: int
 
 
 @dataclass(frozen=True)
@@ -204,6 +218,28 @@ def hold_columns(controls: Controls, checks: list[Check], log: str | None, now: 
     )
 
 
+class UpstreamHold:
+    """The admission chain's first hold: a run of a job with ``requires`` starts once
+    each upstream has succeeded within its window, and waits for them until then."""
+
+    name = REASON
+
+    def admit(self, conn: Connection, run: Admitting, now: datetime) -> Held | dict[str, Any]:
+        job, controls = run.job, controls_of(run.job)
+        if not controls.requires:
+            return {}
+        checks = check(conn, job, run.reference)
+        if all(c.met for c in checks):
+            return {"checks": record(checks, now)}
+        again: list[Message] = [Recheck(job.id)] if any(c.busy for c in checks) else []
+        return Held(hold_columns(controls, checks, run.log, now), lambda _: again)
+
+    def lapse(
+        self, host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
+    ) -> Fed:
+        return lapse(host, conn, inv, job, now)
+
+
 def release_after(
     host: Host,
     conn: Connection,
@@ -242,6 +278,56 @@ def release_after(
     return messages
 
 
+class RequirementsMet:
+    """Hears a success of a job that others require: each run that waited for it and
+    now has every upstream met goes on (``release_after``), begun in the success's own
+    transaction once every listener has heard."""
+
+    def reads(self, job: JobRow, was: InvocationRow, status: str) -> bool:
+        return False
+
+    def ended(self, host: Host, conn: Connection, end: Ended) -> list[Message]:
+        if end.status != S.SUCCEEDED.value or not end.job.downstream:
+            return []
+        end.fresh[end.job.ref] = end.was.filed_at  # type: ignore[assignment]
+        end.release(release_after(host, conn, end.job, end.now, end.fresh))
+        return []
+
+
+def recheck_kept(host: Host, messages: list[Recheck]) -> None:
+    """Look again, soon, at the jobs ``messages`` name (``look_again``)."""
+    host.soon(look_again, sorted({m.job_id for m in messages}))
+
+
+def look_again(host: Host, job_ids: list[int], *, again: bool = True) -> None:
+    """Look again at the runs of ``job_ids`` that wait for their upstreams, each job in
+    transactions of its own: first wait, holding nothing, for any transaction that
+    holds one of its upstreams (a success may be under way), then lock the job and
+    look. An upstream held again by then is looked at once more (``again``), then left
+    to the watchdog's pass, as is a failure."""
+    for job_id in job_ids:
+        try:
+            with host.transaction() as conn:
+                job = job_store.read_jobs(conn, {job_id})
+                if job:
+                    wait_for_upstreams(conn, job[0])
+            with host.transaction() as conn:
+                locked = job_store.lock_job(conn, job_id)
+                now = host.clock()
+                found = [] if locked is None else recheck(host, conn, locked, now)
+                messages = host.runs.begin_released(conn, found)
+        except Exception:
+            log.exception("job %s: its waiting runs could not be looked at again", job_id)
+            continue
+        pool = None if locked is None else controls_of(locked).pool
+        if pool is not None:  # a waiter's lock this held kept a fill from starting it
+            messages.append(Fill(pool))
+        busy = [m for m in messages if isinstance(m, Recheck)]
+        host.send([m for m in messages if not isinstance(m, Recheck)])
+        if busy and again:
+            look_again(host, [job_id], again=False)
+
+
 def recheck(host: Host, conn: Connection, job: JobRow, now: datetime) -> list[Message]:
     """Start each of ``job``'s runs that wait for their upstreams and now have them met;
     record what the others wait for now."""
@@ -267,7 +353,7 @@ def _look_again(
         "checks": record(checks, now, inv, released=True),
         "log": debuglog.append(inv.log, now, "upstreams met"),
     }
-    return gates.begin(conn, job, inv, met, now, host.grace)
+    return host.go_on(conn, job, inv, met, now, REASON)
 
 
 def wait_for_upstreams(conn: Connection, job: JobRow) -> None:
@@ -284,36 +370,34 @@ def lapse(host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: da
     upstream's success may be under way (``busy``): it is looked at again first."""
     if any(c.busy for c in check(conn, job, _reference(inv))):
         return Fed(job.snapshot, [Recheck(job.id)])
-    starts, columns, messages = settle(conn, job, inv, now, waited=True)
-    if starts:
-        messages += gates.begin(conn, job, inv, columns, now, host.grace)
+    columns, messages, ended = settle(conn, job, inv, now, waited=True)
+    if ended is None:
+        messages += host.go_on(conn, job, inv, columns, now, REASON)
         return Fed(job.snapshot, messages)
     run_store.update_invocation(conn, inv.id, **columns)
-    fed = host.runs.finished(conn, job, inv, now)
+    fed = host.runs.finished(conn, job, inv, ended, now)
     fed.messages[:0] = messages
     return fed
 
 
 def settle(
     conn: Connection, job: JobRow, inv: InvocationRow, now: datetime, *, waited: bool
-) -> tuple[bool, dict[str, Any], list[Message]]:
+) -> tuple[dict[str, Any], list[Message], Outcome | None]:
     """Whether a run that may wait no longer (``waited``: for ``max_wait``; else a
-    backfill's, which settles at once) starts: met, or ``on_unmet: run``. Returns that,
-    the columns to write (with the start: ``pools.begin``; or ended as ``on_unmet``
-    says) and the alerts."""
+    backfill's, which settles at once) starts: met, or ``on_unmet: run``. Returns the
+    columns to write (with the start; or ended as ``on_unmet`` says), the alert an
+    unmet upstream raises, and how the run ends: None if it starts."""
     checks = check(conn, job, _reference(inv))
     unmet = unmet_text(checks)
     starting: dict[str, Any] = dict(checks=record(checks, now, inv, released=True))
     if not unmet:
-        return True, starting | {"log": debuglog.append(inv.log, now, "upstreams met")}, []
-    alerts = raising.on_upstream_stale(conn, job, inv, unmet, now)
+        return starting | {"log": debuglog.append(inv.log, now, "upstreams met")}, [], None
+    alerts: list[Message] = [*raising.on_upstream_stale(conn, job, inv, unmet, now)]
     within = f" within max_wait ({controls_of(job).max_wait})" if waited else ""
-    starts, columns, ended = unmet_settle(
-        conn, job, inv, REASON, f"upstream not met{within}: {unmet}", now
-    )
-    if starts:
-        return True, starting | columns, alerts
-    return False, columns | {"checks": record(checks, now, inv)}, alerts + ended
+    columns, ended = unmet_settle(job, inv, REASON, f"upstream not met{within}: {unmet}", now)
+    if ended is None:
+        return starting | columns, alerts, None
+    return columns | {"checks": record(checks, now, inv)}, alerts, ended
 
 
 def _reference(inv: InvocationRow) -> datetime:
@@ -356,3 +440,17 @@ def write_requirements(
 def declared_upstreams(job_ref: str, controls: Mapping[str, Any]) -> list[str]:
     """The refs (``project/name``) a job's normalized controls require."""
     return [target_ref(job_ref, r["job"]) for r in controls.get("requires", ())]
+
+
+class WaitingLookedAt:
+    """The watchdog's duty for ``requires``: look again, soon, at the jobs with runs
+    waiting for their upstreams (a success that could not release them, a recheck lost
+    with its process)."""
+
+    def sweep(
+        self, host: Host, now: datetime, limit: int, backlog: timedelta
+    ) -> tuple[dict[str, int], list[Message]]:
+        with host.transaction() as conn:
+            waiting = upstream_store.waiting_jobs(conn, limit)
+        host.soon(look_again, waiting)
+        return {}, []

@@ -17,24 +17,15 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
-from cronchain.scheduler import gates, pools, upstream
-from cronchain.scheduler.alerts import raising
-from cronchain.scheduler.alerts.delivery import resend_due
 from cronchain.scheduler.controls import controls_of
+from cronchain.scheduler.core.engine import Core
 from cronchain.scheduler.effects import Message, SendRevoke, SendRun, SendStart
-from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.retention import run_once as retention_pass
 from cronchain.scheduler.runs import RUNNING
 from cronchain.scheduler.settings import history_retention
-from cronchain.scheduler.storage import (
-    job_store,
-    observed,
-    pool_store,
-    revokes,
-    run_store,
-    upstream_store,
-)
+from cronchain.scheduler.storage import job_store, observed, revokes, run_store
 from cronchain.scheduler.storage.db import write_transaction
 from cronchain.scheduler.storage.models import REPAIRS
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
@@ -78,7 +69,7 @@ class WatchdogReport:
 
 
 def sweep(
-    engine: Engine,
+    engine: Core,
     budget: float,
     limit: int = BATCH,
     backlog: timedelta = timedelta(0),
@@ -109,7 +100,7 @@ def sweep(
     return total
 
 
-def record_pass(engine: Engine, report: WatchdogReport) -> None:
+def record_pass(engine: Core, report: WatchdogReport) -> None:
     """The pass's time and repairs, for /metrics and the health check, which tell from
     it that beat and the watchdog still run; and the counters of exited backends folded
     (``observed.fold_counters``). A failure to write them (the database went away since
@@ -123,7 +114,7 @@ def record_pass(engine: Engine, report: WatchdogReport) -> None:
         log.exception("the watchdog's pass could not be recorded; the next pass tries again")
 
 
-def keep_history(engine: Engine, retention: timedelta) -> None:
+def keep_history(engine: Core, retention: timedelta) -> None:
     """The history pass must not stop the watchdog's: a failure is logged, and the next
     pass (30 s later by default, months before a partition is needed) tries again."""
     try:
@@ -132,9 +123,7 @@ def keep_history(engine: Engine, retention: timedelta) -> None:
         log.exception("history upkeep failed; the next watchdog pass tries again")
 
 
-def run_once(
-    engine: Engine, limit: int = BATCH, backlog: timedelta = timedelta(0)
-) -> WatchdogReport:
+def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)) -> WatchdogReport:
     """One pass over what has lapsed, at most ``limit`` jobs and ``limit`` invocations.
 
     ``backlog`` is how long this watchdog run waited in the queue. Ticks and starts wait
@@ -158,17 +147,17 @@ def run_once(
         # Revokes not sent yet: the send forgets each that goes out.
         due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
         messages += [SendRevoke(task_id) for task_id in due]
-        # Gates whose next check is overdue (its message lost) are asked again.
-        asked = gates.overdue(conn, now - backlog - engine.repair_grace, limit)
-        messages += asked
-    with engine.transaction() as conn:  # its own: it locks no job nor run
-        # Runs of alerted jobs that are late to start or run too long.
-        messages += raising.overdue(conn, now, limit)
-    messages += resend_due(engine, now, limit)
-    messages += _fill_pools(engine)
-    with engine.db.connect() as conn:  # runs waiting for upstreams, looked at again
-        waiting = upstream_store.waiting_jobs(conn, limit)
-    engine.recheck_soon(waiting)
+    done: Counter[str] = Counter()
+    for sweeper in engine.plugins.sweepers:  # the features' duties, each on its own
+        try:
+            counts, sent = sweeper.sweep(engine, now, limit, backlog)
+        except TransientError:
+            raise  # the database is gone: the pass is retried whole
+        except Exception:
+            log.exception("%s failed; the next pass tries again", type(sweeper).__name__)
+            continue
+        done.update(counts)
+        messages += sent
     engine.send(messages)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.
@@ -181,25 +170,12 @@ def run_once(
         resent=repaired["resent"],
         revokes=len(due),
         settled=repaired["settled"],
-        asked=len(asked),
+        asked=done["asked"],
     )
 
 
-def _fill_pools(engine: Engine) -> list[Message]:
-    """Fill every pool that has waiters, each in its own transaction: a place freed
-    without an end (a job deleted with its running run, a size raised by hand in the
-    database) is handed out here."""
-    with engine.db.connect() as conn:
-        names = pool_store.with_waiters(conn, pools.REASON)
-    messages: list[Message] = []
-    for name in names:
-        with engine.transaction() as conn:
-            messages += pools.fill(conn, name, engine.clock(), engine.grace)
-    return messages
-
-
 def _repair_one(
-    engine: Engine, invocation_id: int, repair: Callable[[Engine, int], str | None] | None = None
+    engine: Core, invocation_id: int, repair: Callable[[Core, int], str | None] | None = None
 ) -> str | None:
     """One run that cannot be repaired must not stop the pass: it would come first in
     every pass (lapsed runs are taken oldest deadline first) and hold back all others."""
@@ -212,7 +188,7 @@ def _repair_one(
         return None
 
 
-def repair_run(engine: Engine, invocation_id: int) -> str | None:
+def repair_run(engine: Core, invocation_id: int) -> str | None:
     """The watchdog's repair of a RUNNING attempt past its deadline: one that no
     worker has claimed is sent again under the same attempt number ("resent") until
     schedule-to-start runs out; a claimed one whose lease or timeout lapsed is ended
@@ -229,16 +205,16 @@ def repair_run(engine: Engine, invocation_id: int) -> str | None:
     return _on_run(engine, invocation_id, repair)
 
 
-def settle_hold(engine: Engine, invocation_id: int) -> str | None:
-    """A run that waited ``max_wait`` for its upstreams or its gates starts, or ends by
-    ``on_unmet`` (``upstream.lapse``, ``gates.lapse``). None: released or aborted
-    meanwhile."""
+def settle_hold(engine: Core, invocation_id: int) -> str | None:
+    """A run held past its hold's deadline (``max_wait`` for its upstreams or its
+    gates) goes on, or ends by ``on_unmet`` (the hold's ``lapse``). None: released or
+    aborted meanwhile."""
 
     def settle(conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Repaired:
-        lapse = {upstream.REASON: upstream.lapse, gates.REASON: gates.lapse}.get(inv.reason)
-        if lapse is None or not inv.held or inv.deadline is None or inv.deadline >= now:
+        hold = next((h for h in engine.plugins.holds if h.name == inv.reason), None)
+        if hold is None or not inv.held or inv.deadline is None or inv.deadline >= now:
             return None
-        return "settled", lapse(engine, conn, inv, job, now).messages
+        return "settled", hold.lapse(engine, conn, inv, job, now).messages
 
     return _on_run(engine, invocation_id, settle)
 
@@ -248,7 +224,7 @@ Repaired = tuple[str, list[Message]] | None
 
 
 def _on_run(
-    engine: Engine,
+    engine: Core,
     invocation_id: int,
     act: Callable[[Connection, InvocationRow, JobRow, datetime], Repaired],
 ) -> str | None:
@@ -263,7 +239,7 @@ def _on_run(
 
 
 def _resend(
-    engine: Engine, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
+    engine: Core, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
 ) -> list[Message]:
     """Send an unclaimed attempt again: its message may have been lost (Redis
     flushed), or may still wait behind others. Only one delivery can claim it, and

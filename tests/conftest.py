@@ -1,11 +1,6 @@
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import sys
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,116 +8,13 @@ import sqlalchemy
 
 from cronchain.migrations import upgrade
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.invokers import Call, default_invokers
+from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.storage.db import make_engine
-from tests import services
 from tests.faults.rig import SUMMARY
+from tests.support import services
 
-
-@dataclass
-class Clock:
-    """The tests' clock: it moves only when told to."""
-
-    now: datetime = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> datetime:
-        self.now += timedelta(seconds=seconds)
-        return self.now
-
-
-class WorkerDied(BaseException):
-    """Raised by a test's invoker to leave its attempt claimed and never reported, as a
-    work-path worker killed mid-run does (not an Exception: the work path records those)."""
-
-
-def deliver_runs(engine: Engine, port: RecordingPort) -> int:
-    """Do what a work-path worker does with each ``cronchain.run`` message sent so far
-    (``celery`` attempts are the user's workers'); returns how many."""
-    from cronchain.scheduler.workers import work
-
-    calls = [call for call in port.runs if call.kind != "celery"]
-    port.runs[:] = [call for call in port.runs if call.kind == "celery"]
-    for call in calls:
-        with contextlib.suppress(WorkerDied):
-            work.execute(engine, call.invocation_id, call.attempt, "work@test")
-    return len(calls)
-
-
-def deliver_ticks(engine: Engine, port: RecordingPort) -> None:
-    """The ticks sent so far, then the starts they sent (their runs are sent on)."""
-    ticks, port.ticks[:] = list(port.ticks), []
-    for job_id, nonce, _eta in ticks:
-        engine.tick(job_id, nonce)
-    starts, port.starts[:] = list(port.starts), []
-    for invocation_id in starts:
-        engine.runs.start_invocation(invocation_id)
-
-
-@dataclass
-class RecordingPort:
-    """An enqueue port that keeps messages in lists instead of sending them."""
-
-    ticks: list[tuple[int, int, datetime]] = field(default_factory=list)
-    batches: list[list[tuple[int, int]]] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    start_messages: list[tuple[int, int | None, datetime | None]] = field(default_factory=list)
-    tasks: list[tuple[str, int, int]] = field(default_factory=list)
-    runs: list[Call] = field(default_factory=list)
-    run_batches: list[list[Call]] = field(default_factory=list)
-    revoked: list[str] = field(default_factory=list)
-    alerts: list[tuple[int, datetime | None]] = field(default_factory=list)
-    gates: list[tuple[int, str, int, int, datetime | None]] = field(default_factory=list)
-
-    def tick_later(self, job_id: int, nonce: int, eta: datetime) -> None:
-        self.ticks.append((job_id, nonce, eta))
-
-    def tick_batch(self, ticks: list[tuple[int, int]], eta: datetime) -> None:
-        """Kept in ``ticks`` like single ones, so that tests deliver them the same way."""
-        self.batches.append(list(ticks))
-        self.ticks += [(job_id, nonce, eta) for job_id, nonce in ticks]
-
-    def start_invocation(
-        self, invocation_id: int, attempt: int | None = None, eta: datetime | None = None
-    ) -> None:
-        self.starts.append(invocation_id)
-        self.start_messages.append((invocation_id, attempt, eta))
-
-    def run(self, call: Call) -> None:
-        """Every attempt sent; a ``celery`` one is also kept as its task in ``tasks``."""
-        self.runs.append(call)
-        if call.kind == "celery":
-            self.tasks.append((call.options["task"], call.invocation_id, call.attempt))
-
-    def run_batch(self, calls: list[Call]) -> None:
-        """Kept in ``runs`` like single ones, so that tests deliver them the same way."""
-        self.run_batches.append(list(calls))
-        self.runs += calls
-
-    def revoke(self, task_id: str) -> None:
-        self.revoked.append(task_id)
-
-    def alert(self, alert_id: int, eta: datetime | None = None) -> None:
-        self.alerts.append((alert_id, eta))
-
-    def gate(
-        self, invocation_id: int, gate: str, number: int, job_id: int, eta: datetime | None
-    ) -> None:
-        self.gates.append((invocation_id, gate, number, job_id, eta))
-
-    def clear(self) -> None:
-        self.ticks.clear()
-        self.batches.clear()
-        self.starts.clear()
-        self.start_messages.clear()
-        self.tasks.clear()
-        self.runs.clear()
-        self.run_batches.clear()
-        self.revoked.clear()
-        self.alerts.clear()
-        self.gates.clear()
+# The tests import these from tests.support.engine; bench/ and test_layers.py from here.
+from tests.support.engine import GRACE, Clock, RecordingPort
 
 
 @pytest.fixture(scope="session")
@@ -172,30 +64,7 @@ def port() -> RecordingPort:
 
 @pytest.fixture
 def engine(db: sqlalchemy.Engine, port: RecordingPort, clock: Clock) -> Engine:
-    return Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
-
-
-Cli = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-def cli_runner(env: Mapping[str, str], cwd: Path) -> Cli:
-    """``cronchain ARGS`` as an operator runs it, in ``cwd``; asserts its exit status
-    (``code=``, default 0) and returns what it printed."""
-
-    def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "cronchain.scheduler.cli", *args],
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=cwd,
-        )
-        assert done.returncode == code, done.stderr
-        return done
-
-    run.env = dict(env)  # type: ignore[attr-defined]  # for a test's own processes
-    return run
+    return Engine(db, port, default_invokers(), grace=GRACE, clock=clock)
 
 
 # ``make test`` runs pytest-xdist's ``--dist loadgroup``. The tests that start real

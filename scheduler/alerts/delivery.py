@@ -23,15 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from cronchain.scheduler import outside
 from cronchain.scheduler.alerts import channels as channel_kinds
+from cronchain.scheduler.alerts import raising
 from cronchain.scheduler.alerts.channels import Alert, DeliveryError
-from cronchain.scheduler.effects import SendAlert
+from cronchain.scheduler.effects import Message, SendAlert
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.settings import AlertDelivery
 from cronchain.scheduler.storage import alert_store
 from cronchain.scheduler.storage.alert_store import FAILED, PENDING, AlertRow
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.engine import Engine
+    from cronchain.scheduler.host import Host
 
 log = logging.getLogger("cronchain.alerts")
 FIRST_BACKOFF = timedelta(seconds=10)
@@ -54,7 +55,7 @@ def backoff(attempts: int, jitter: float = 0.5) -> timedelta:
     return wait * (0.9 + 0.2 * jitter)
 
 
-def deliver(engine: Engine, alert_id: int, settings: AlertDelivery | None = None) -> str | None:
+def deliver(engine: Host, alert_id: int, settings: AlertDelivery | None = None) -> str | None:
     """Deliver one alert; returns its state after, or None if it was not ours to
     deliver (sent already, given up, not due, under way elsewhere, or lost to another
     delivery when this one outlived its lease)."""
@@ -115,7 +116,7 @@ def _send(
     return error
 
 
-def _later(engine: Engine, row: AlertRow, seconds: float) -> str | None:
+def _later(engine: Host, row: AlertRow, seconds: float) -> str | None:
     """Every channel left is cooling down: the claim is given back, its attempt not
     counted, and the alert is due when they are called again."""
     due_at = engine.clock() + timedelta(seconds=max(seconds, 1.0))
@@ -126,7 +127,7 @@ def _later(engine: Engine, row: AlertRow, seconds: float) -> str | None:
     return PENDING if released else None
 
 
-def _settle(engine: Engine, row: AlertRow, settings: AlertDelivery) -> str | None:
+def _settle(engine: Host, row: AlertRow, settings: AlertDelivery) -> str | None:
     give_up = row.attempts >= settings.attempts
     retry_at = engine.clock() + backoff(row.attempts, engine.rand())
     with engine.transaction() as conn:
@@ -162,9 +163,22 @@ def _alert(row: AlertRow) -> Alert:
     )
 
 
-def resend_due(engine: Engine, now: datetime, limit: int) -> list[SendAlert]:
+def resend_due(engine: Host, now: datetime, limit: int) -> list[SendAlert]:
     """The watchdog's: pending alerts due (for longer than a grace) and not under way,
     sent again: the message was lost, or a delivery's worker died and its lease ended."""
     with engine.transaction() as conn:
         due = alert_store.resend_due(conn, now, engine.grace, limit)
     return [SendAlert(alert_id) for alert_id in due]
+
+
+class AlertsDue:
+    """The watchdog's duty for alerts: raise those of runs late to start or running too
+    long, and send again the pending ones whose message was lost."""
+
+    def sweep(
+        self, host: Host, now: datetime, limit: int, backlog: timedelta
+    ) -> tuple[dict[str, int], list[Message]]:
+        with host.transaction() as conn:  # its own: it locks no job nor run
+            messages: list[Message] = [*raising.overdue(conn, now, limit)]
+        messages += resend_due(host, now, limit)
+        return {}, messages

@@ -9,6 +9,7 @@ any pending alert whose message was lost.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
@@ -17,6 +18,29 @@ from cronchain.scheduler.effects import SendAlert
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.storage import alert_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+
+if TYPE_CHECKING:
+    from cronchain.scheduler.effects import Message
+    from cronchain.scheduler.host import Ended, Host
+
+
+class Raised:
+    """Hears a run's end, a failed attempt that retries and a claim: the alerts its job's
+    rules ask for, raised in the transaction of the change."""
+
+    def reads(self, job: JobRow, was: InvocationRow, status: str) -> bool:
+        return False
+
+    def ended(self, host: Host, conn: Connection, end: Ended) -> list[Message]:
+        if end.status == "SKIPPED":
+            reason = end.outcome.reason or ""
+            return [*on_skipped(conn, end.job, end.was.id, end.was.slot, reason, end.now)]
+        return [*on_end(conn, end.job, end.was, end.outcome, end.final, end.now)]
+
+    def claimed(
+        self, conn: Connection, job: JobRow, inv: InvocationRow, now: datetime
+    ) -> list[Message]:
+        return [*on_claim(conn, job, inv, now)]
 
 
 def raise_one(

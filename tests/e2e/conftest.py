@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ROOT, Cluster
-from tests.services import RedisServer, redis_server
+from tests.e2e.harness import Cluster
+from tests.support.repo import ROOT
+from tests.support.services import RedisServer, redis_server
 
 
 @pytest.fixture

@@ -10,9 +10,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ from sqlalchemy import select
 
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
+from tests.support.wait import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 WATCHDOG_INTERVAL = 5
 
 
@@ -68,18 +67,6 @@ class HitCounter:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def job_file(path: Path, url: str, count: int = 20, schedule: str = "every 1s") -> Path:
-    lines = ["project: e2e", "jobs:"]
-    for i in range(count):
-        lines += [
-            f"  - name: job{i:02d}",
-            f"    schedule: {schedule}",
-            f"    http: {{url: '{url}', method: POST, timeout: 2s}}",
-        ]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @dataclass
@@ -190,20 +177,6 @@ class Cluster:
 
     def log(self, name: str) -> str:
         return (self.folder / f"{name}.log").read_text(errors="replace")
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass

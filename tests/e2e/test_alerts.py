@@ -11,28 +11,15 @@ import pytest
 from sqlalchemy import select
 
 from cronchain.scheduler.storage.models import alerts, invocations
-from tests.e2e.harness import Cluster, database, wait_until
-from tests.receivers import smtp_server, webhook
+from tests.e2e.harness import Cluster, database
+from tests.support.jobs import alerting_job_file
+from tests.support.receivers import smtp_server, webhook
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
-
-
-def job_file(path: Path, *, fail: bool) -> Path:
-    path.write_text(
-        f"""
-project: watched
-channels:
-  hook: {{webhook: {{env: TEST_HOOK_URL}}}}
-  mail: {{email: [oncall@example.com], smtp: {{env: TEST_SMTP_URL}}}}
-jobs:
-  - name: flaky
-    schedule: every 2s
-    lease: 5s  # a run the killed worker had claimed lapses in 5 s, not in a minute
-    noop: {{fail: {str(fail).lower()}}}
-    alerts: {{on: [failed, recovered], to: [hook, mail]}}
-"""
-    )
-    return path
+# The job file: a run the killed worker had claimed lapses in 5 s (its lease), not in a
+# minute; alerts go to the webhook and by mail.
+WATCHED = {"project": "watched", "schedule": "every 2s", "lease": "5s", "mail": True}
 
 
 def test_one_alert_per_failed_slot_through_a_killed_worker_and_two_beats(
@@ -47,7 +34,9 @@ def test_one_alert_per_failed_slot_through_a_killed_worker_and_two_beats(
             "CRONCHAIN_ALERT_TIMEOUT": "3",
         }
         cluster.cronchain("db", "upgrade")
-        cluster.cronchain("apply", str(job_file(tmp_path / "jobs.yaml", fail=True)))
+        cluster.cronchain(
+            "apply", str(alerting_job_file(tmp_path / "jobs.yaml", fail=True, **WATCHED))
+        )
         cluster.start_worker()
         cluster.start_work_worker()
         cluster.start_beat("beat")
@@ -63,7 +52,9 @@ def test_one_alert_per_failed_slot_through_a_killed_worker_and_two_beats(
                 return len(conn.execute(query).all())
 
         wait_until(lambda: failed_slots() >= 4, 60, "four failed slots")
-        cluster.cronchain("apply", str(job_file(tmp_path / "jobs.yaml", fail=False)))
+        cluster.cronchain(
+            "apply", str(alerting_job_file(tmp_path / "jobs.yaml", fail=False, **WATCHED))
+        )
 
         def raised() -> list[dict]:
             with db.connect() as conn:

@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.e2e.harness import Cluster, wait_until
-from tests.services import redis_server
+from tests.e2e.harness import Cluster
+from tests.support.services import redis_server
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 

@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, wait_until
-from tests.services import free_port, unavailable
+from tests.e2e.harness import Cluster
+from tests.support.services import free_port, unavailable
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -12,16 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.harness import (
-    Cluster,
-    HitCounter,
-    Ledger,
-    check_ledger,
-    database,
-    job_file,
-    now,
-    wait_until,
-)
+from tests.e2e.harness import Cluster, HitCounter, Ledger, check_ledger, database
+from tests.support.jobs import http_job_file
+from tests.support.wait import now, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 JOBS = 20
@@ -39,7 +32,7 @@ def run_jobs(cluster: Cluster, hits: HitCounter) -> None:
     cluster.start_work_worker()
     cluster.start_beat()
     cluster.wait_ready()
-    cluster.cronchain("apply", str(job_file(cluster.folder / "jobs.yaml", hits.url, JOBS)))
+    cluster.cronchain("apply", str(http_job_file(cluster.folder / "jobs.yaml", hits.url, JOBS)))
 
 
 def settle_and_check(cluster: Cluster, hits: HitCounter, end, pg_url: str) -> Ledger:  # type: ignore[no-untyped-def]

@@ -22,9 +22,11 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.workers.port import CeleryPort
-from tests import services
-from tests.e2e.harness import ROOT, WATCHDOG_INTERVAL, Cluster, Endpoint, database, wait_until
-from tests.services import RedisServer, redis_server
+from tests.e2e.harness import WATCHDOG_INTERVAL, Cluster, Endpoint, database
+from tests.support import services
+from tests.support.repo import ROOT
+from tests.support.services import RedisServer, redis_server
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 WORKER_PROCESSES = 8  # the etl queue's tasks (one sleeps a minute) beside the control path
@@ -88,7 +90,8 @@ def sched(cluster: Cluster, redis: RedisServer, pg: str) -> Scheduler:
     return Scheduler(engine)
 
 
-def apply(cluster: Cluster, folder: Path, text: str) -> None:
+def apply_text(cluster: Cluster, folder: Path, text: str) -> None:
+    """``text`` as the job file in ``folder``, applied by ``cronchain apply``."""
     path = folder / "jobs.yaml"
     path.write_text(text)
     cluster.cronchain("apply", str(path))
@@ -108,7 +111,7 @@ def settled(sched: Scheduler, job: str, count: int, timeout: float = 60) -> list
 @pytest.fixture(scope="module")
 def policies(cluster: Cluster, sched: Scheduler, tmp_path_factory: pytest.TempPathFactory):
     """Each policy's job triggered three times while its first run (3 s) is active."""
-    apply(cluster, tmp_path_factory.mktemp("jobs"), POLICIES)
+    apply_text(cluster, tmp_path_factory.mktemp("jobs"), POLICIES)
     for mode in ("skip", "buffer_one", "buffer_all", "allow", "cancel_other"):
         for _ in range(3):
             sched.trigger(f"overlap/{mode}")
@@ -191,7 +194,7 @@ def test_a_flaky_endpoint_succeeds_on_the_third_attempt_with_growing_delays(
     cluster: Cluster, sched: Scheduler, tmp_path: Path
 ):
     flaky = Flaky()
-    apply(
+    apply_text(
         cluster,
         tmp_path,
         f"""
@@ -228,7 +231,7 @@ def test_a_run_whose_queue_has_no_consumer_waits_and_runs_once_when_one_comes(
     """Longer than its lease and than two watchdog intervals without a consumer: the
     attempt is sent again, never failed; when a worker starts, its body runs once, and
     the copies refused beside it leave its lease and its outcome alone."""
-    apply(
+    apply_text(
         cluster,
         tmp_path,
         f"""
@@ -262,7 +265,7 @@ jobs:
 def test_a_killed_worker_loses_its_lease_and_the_retry_runs_on_a_new_one(
     cluster: Cluster, sched: Scheduler, tmp_path: Path, redis: RedisServer
 ):
-    apply(
+    apply_text(
         cluster,
         tmp_path,
         f"""

@@ -13,16 +13,9 @@ import pytest
 from sqlalchemy import func, select
 
 from cronchain.scheduler.storage.models import invocations, jobs
-from tests.e2e.harness import (
-    Cluster,
-    HitCounter,
-    check_ledger,
-    database,
-    first_fire_after,
-    job_file,
-    now,
-    wait_until,
-)
+from tests.e2e.harness import Cluster, HitCounter, check_ledger, database, first_fire_after
+from tests.support.jobs import http_job_file
+from tests.support.wait import now, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +23,7 @@ pytestmark = pytest.mark.e2e
 def test_up_runs_twenty_jobs_on_sqlite_without_lock_errors(tmp_path: Path):
     hits = HitCounter()
     cluster = Cluster.create(tmp_path)
-    path = job_file(tmp_path / "jobs.yaml", hits.url)
+    path = http_job_file(tmp_path / "jobs.yaml", hits.url)
     try:
         cluster.start("up", sys.executable, "-m", "cronchain.scheduler.cli", "up", str(path))
         db = database(f"sqlite:///{tmp_path}/home/cronchain.db")

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, HitCounter, job_file, wait_until
-from tests.services import free_port, redis_server
+from tests.e2e.harness import Cluster, HitCounter
+from tests.support.jobs import http_job_file
+from tests.support.services import free_port, redis_server
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -51,7 +53,7 @@ def test_flower_lists_cronchain_tasks(tmp_path: Path, pg_url: str):
             )
             cluster.start_worker()
             cluster.start_work_worker()
-            cluster.cronchain("apply", str(job_file(tmp_path / "jobs.yaml", hits.url, 2)))
+            cluster.cronchain("apply", str(http_job_file(tmp_path / "jobs.yaml", hits.url, 2)))
             base = f"http://127.0.0.1:{port}/api"
 
             def registered():  # type: ignore[no-untyped-def]

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, wait_until
-from tests.e2e.test_workflows import first_slot, slot_rows
-from tests.receivers import GateEndpoint, gate_endpoint
+from tests.e2e.harness import Cluster
+from tests.support.receivers import GateEndpoint, gate_endpoint
+from tests.support.rows import first_slot, slot_rows
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 

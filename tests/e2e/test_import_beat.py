@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.harness import ROOT, Cluster, wait_until
-from tests.services import redis_server
+from tests.e2e.harness import Cluster
+from tests.support.repo import ROOT
+from tests.support.services import redis_server
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 

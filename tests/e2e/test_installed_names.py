@@ -19,7 +19,9 @@ import pytest
 from sqlalchemy import func, select
 
 from cronchain.scheduler.storage.models import invocations
-from tests.e2e.harness import ROOT, Cluster, database, wait_until
+from tests.e2e.harness import Cluster, database
+from tests.support.repo import ROOT
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

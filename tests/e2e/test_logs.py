@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Cluster, wait_until
+from tests.e2e.harness import Cluster
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

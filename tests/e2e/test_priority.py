@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import select
 
 from cronchain.scheduler.storage.models import invocations, jobs
-from tests.e2e.harness import Cluster, database, wait_until
+from tests.e2e.harness import Cluster, database
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 

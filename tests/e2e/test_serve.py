@@ -20,9 +20,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.harness import ROOT, WATCHDOG_INTERVAL, Cluster, wait_until
-from tests.integration.test_prometheus import readme_block
-from tests.services import free_port, unavailable
+from tests.e2e.harness import WATCHDOG_INTERVAL, Cluster
+from tests.support.repo import ROOT, readme_block
+from tests.support.services import free_port, unavailable
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 CREDENTIALS = "admin:s3cret"

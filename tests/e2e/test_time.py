@@ -22,8 +22,9 @@ import pytest
 from sqlalchemy import select
 
 from cronchain.scheduler.storage.models import invocations, jobs
-from tests.e2e.harness import Cluster, database, now, wait_until
-from tests.services import RedisServer
+from tests.e2e.harness import Cluster, database
+from tests.support.services import RedisServer
+from tests.support.wait import now, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 PERIOD = timedelta(seconds=1)

@@ -27,11 +27,16 @@ import pytest
 import sqlalchemy
 
 from cronchain.scheduler.supervise import Supervisor
-from tests import services
-from tests.e2e.harness import Cluster, now, wait_until
+from tests.e2e.harness import Cluster
+from tests.support import services
+from tests.support.jobs import noop_job_file
+from tests.support.wait import now, wait_until
 
 pytestmark = pytest.mark.e2e
 STOP_WITHIN = 10
+# ``count`` noop jobs every second, and with ``long``, one that takes 60 s every 2 s
+UP = {"project": "up", "name": "noop{}", "schedule": "every 1s", "timezone": None}
+LONG = {"name": "long", "schedule": "every 2s", "noop": {"sleep": "60s"}}
 READY = (r"control@\S+ ready\.", r"work@\S+ ready\.", r"beat: Starting\.\.\.")
 
 
@@ -73,22 +78,12 @@ def cluster(tmp_path: Path, broker_settings: dict[str, str]) -> Iterator[Cluster
         process.wait()
 
 
-def job_file(folder: Path, count: int = 1, long: bool = False) -> Path:
-    """``count`` noop jobs every second (and with ``long``, one that takes 60 s every 2)."""
-    jobs = [f"  - {{name: noop{i}, schedule: every 1s, noop: {{}}}}\n" for i in range(count)]
-    if long:
-        jobs.append("  - {name: long, schedule: every 2s, noop: {sleep: 60s}}\n")
-    path = folder / "jobs.yaml"
-    path.write_text("project: up\njobs:\n" + "".join(jobs))
-    return path
-
-
 def start_up(cluster: Cluster, long: bool = False) -> subprocess.Popen[bytes]:
     """``cronchain up`` with a noop job every second; returns once both workers are ready,
     beat has started and a run has succeeded (through both paths), so that the signal
     does not land in the burst of tasks a start sends."""
     since = now().isoformat()
-    jobs = str(job_file(cluster.folder, long=long))
+    jobs = str(noop_job_file(cluster.folder / "jobs.yaml", 1, **UP, more=(LONG,) if long else ()))
     cluster.start("up", sys.executable, "-m", "cronchain.scheduler.cli", "up", jobs)
     up = cluster.processes["up"]
 
@@ -203,7 +198,7 @@ def test_an_embedded_control_worker_stops_on_a_sigterm_to_its_group(cluster: Clu
     holding the pool's lock, and the worker hang at exit: with 20 jobs every second, 5
     times out of 5 (1 out of 5 with one job)."""
     cluster.cronchain("db", "upgrade")
-    cluster.cronchain("apply", str(job_file(cluster.folder, 20)))
+    cluster.cronchain("apply", str(noop_job_file(cluster.folder / "jobs.yaml", 20, **UP)))
     cluster.start_celery("worker", "worker", "--beat", "--concurrency", "2", "--loglevel", "INFO")
     wait_until(lambda: " ready." in cluster.log("worker"), 60, "the worker to be ready")
     wait_until(lambda: "beat: Starting" in cluster.log("worker"), 60, "beat to start")

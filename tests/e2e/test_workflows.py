@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
-from cronchain.scheduler.storage.models import invocations, jobs
-from tests.e2e.harness import Cluster, database, wait_until
-from tests.receivers import Webhook, webhook
+from tests.e2e.harness import Cluster
+from tests.support.receivers import Webhook, webhook
+from tests.support.rows import first_slot, slot_rows
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -61,32 +60,6 @@ def start(cluster: Cluster, path: Path) -> None:
     cluster.start_beat()
     cluster.wait_ready()
     cluster.cronchain("apply", str(path))
-
-
-def slot_rows(pg_url: str, slot: datetime) -> dict[str, dict[str, Any]]:
-    db = database(pg_url)
-    query = (
-        select(jobs.c.name, invocations)
-        .select_from(invocations.join(jobs, jobs.c.id == invocations.c.job_id))
-        .where(invocations.c.slot == slot)
-    )
-    with db.connect() as conn:
-        found = {r.name: dict(r._mapping) for r in conn.execute(query)}
-    db.dispose()
-    return found
-
-
-def first_slot(pg_url: str) -> datetime:
-    db = database(pg_url)
-    query = select(invocations.c.slot).order_by(invocations.c.slot).limit(1)
-
-    def found() -> datetime | None:
-        with db.connect() as conn:
-            return conn.execute(query).scalar()
-
-    slot = wait_until(found, 60, "a first slot")
-    db.dispose()
-    return slot
 
 
 def test_d_waits_for_b_s_retry_and_starts_within_a_second_of_its_success(

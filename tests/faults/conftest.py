@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.rig import Rig
-from tests.services import RedisServer, postgres_server
+from tests.support.services import RedisServer, postgres_server
 
 
 @pytest.fixture

@@ -33,8 +33,11 @@ from cronchain.migrations import upgrade
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
 from cronchain.scheduler.timing.schedules import parse_schedule
-from tests.e2e.harness import ROOT, Cluster, HitCounter, now, wait_until
-from tests.services import PostgresServer, RedisServer
+from tests.e2e.harness import Cluster, HitCounter
+from tests.support.jobs import write_job_file
+from tests.support.repo import ROOT
+from tests.support.services import PostgresServer, RedisServer
+from tests.support.wait import now, wait_until
 
 NOOP_JOBS = 50
 SLOW_JOBS = 3
@@ -50,7 +53,9 @@ FINAL = ("SUCCEEDED", "SKIPPED", "FAILED", "ABORTED")
 WITNESSED = ("slow", "http")  # the jobs whose work the rig sees done (name prefixes)
 
 
-def job_file(path: Path, slow_logs: Path, slow_url: str) -> Path:
+def fault_job_file(path: Path, slow_logs: Path, slow_url: str) -> Path:
+    """The rig's jobs: noop ones, celery tasks that take 1.5 s on the ``slow`` queue, and
+    http runs of 1.5 s against ``slow_url``; each with a short lease and five attempts."""
     controls = {"lease": f"{LEASE:g}s", "retries": {"max_attempts": 5, "backoff": "1s"}}
     specs = [
         {"name": f"noop{i:02d}", "schedule": f"every {1 + i % 2}s", "noop": {}, **controls}
@@ -78,8 +83,7 @@ def job_file(path: Path, slow_logs: Path, slow_url: str) -> Path:
         }
         for i in range(HTTP_JOBS)
     ]
-    path.write_text(json.dumps({"project": "faults", "jobs": specs}))  # JSON is YAML
-    return path
+    return write_job_file(path, "faults", specs)
 
 
 @dataclass
@@ -109,7 +113,7 @@ class Rig:
         self.slow_logs.mkdir()
         self.start_beat()
         self.start_workers()
-        jobs_file = job_file(self.folder / "jobs.yaml", self.slow_logs, self.endpoint.url)
+        jobs_file = fault_job_file(self.folder / "jobs.yaml", self.slow_logs, self.endpoint.url)
         self.cluster.cronchain("apply", str(jobs_file))
         self.fired_since(now(), 20)
 

@@ -10,7 +10,7 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.storage.db import make_engine
-from tests.conftest import Clock, RecordingPort
+from tests.support.engine import Clock, RecordingPort
 
 
 @pytest.fixture

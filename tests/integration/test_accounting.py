@@ -26,10 +26,11 @@ from cronchain.statemachine import (
     JobState,
     step,
 )
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
-from tests.integration.test_engine import deliver_ticks, job
-from tests.integration.test_time import T0, at, history, run_until, settle
+from tests.support.deliver import deliver, deliver_ticks
+from tests.support.engine import Clock, RecordingPort, Scripted, engine_with
+from tests.support.jobs import apply, spec
+from tests.support.rows import job, rows
+from tests.support.slots import T0, at, history, run_until, settle_starts
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
@@ -47,7 +48,7 @@ def test_a_backfill_past_now_is_refused_and_the_schedule_fires_every_slot(
     engine: Engine, port: RecordingPort, clock: Clock, cli: Any
 ):
     sched = Scheduler(engine)
-    add(engine, spec(schedule="every 10s"))
+    apply(engine, spec(schedule="every 10s"))
     for dry_run in (True, False):
         with pytest.raises(SpecError, match=r"^--to: .* after now"):
             sched.backfill("p/a", at(-10), at(30), dry_run=dry_run)
@@ -68,13 +69,13 @@ def test_a_backfill_leaves_the_slot_the_schedule_is_about_to_fire(
     flight, or the workers are down): a backfill taking it would run it without the
     overlap and misfire policies and without triggering anything."""
     sched = Scheduler(engine)
-    add(engine, spec(schedule="every 10s"))
+    apply(engine, spec(schedule="every 10s"))
     clock.now = at(10) + timedelta(seconds=0.5)  # the tick for 12:00:10 not handled yet
     with pytest.raises(SpecError, match=r"^--to: .*2026-03-01T12:00:10Z"):
         sched.backfill("p/a", at(5), at(10.5))
     assert len(sched.backfill("p/a", at(-20), at(5))["slots"]) == 3  # before it: fine
     deliver_ticks(engine, port)  # the late tick arrives: its slot is still the schedule's
-    settle(engine, port)
+    settle_starts(engine, port)
     assert (10, OK, None) in history(engine)
     assert [r["slot"] for r in rows(engine) if not r["backfill"]] == [at(10)]
 
@@ -83,10 +84,10 @@ def test_a_backfill_up_to_now_runs_the_past_slots_beside_the_schedule(
     engine: Engine, port: RecordingPort, clock: Clock
 ):
     sched = Scheduler(engine)
-    add(engine, spec(schedule="every 10s"))
+    apply(engine, spec(schedule="every 10s"))
     report = sched.backfill("p/a", at(-30), at(0), max_concurrent=4)  # now is a slot: taken
     assert len(report["slots"]) == len(report["started"]) == 4
-    settle(engine, port)
+    settle_starts(engine, port)
     run_until(engine, port, clock, 20)
     assert history(engine) == [(s, OK, None) for s in range(-30, 30, 10)]
     assert [r["backfill"] for r in rows(engine)] == [True] * 4 + [False] * 2
@@ -99,7 +100,7 @@ def test_abort_ends_the_runs_waiting_under_buffer_all_and_none_starts(
     db: sqlalchemy.Engine, clock: Clock, cli: Any
 ):
     engine, port = engine_with(db, clock, Scripted(None))  # the first run hangs
-    add(engine, spec(overlap="buffer_all"))
+    apply(engine, spec(overlap="buffer_all"))
     sched = Scheduler(engine)
     sched.trigger("p/a")
     deliver(engine, port)
@@ -123,7 +124,7 @@ def test_abort_of_many_runs_names_a_few_and_counts_the_rest(
     db: sqlalchemy.Engine, clock: Clock, cli: Any
 ):
     engine, port = engine_with(db, clock, Scripted(None))
-    add(engine, spec(overlap="buffer_all"))
+    apply(engine, spec(overlap="buffer_all"))
     for _ in range(13):
         Scheduler(engine).trigger("p/a")
     ids = [r["id"] for r in rows(engine)]
@@ -134,7 +135,7 @@ def test_abort_of_many_runs_names_a_few_and_counts_the_rest(
 
 def test_abort_ends_the_waiting_catch_up_runs_of_misfire_all(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None))  # the first catch-up run hangs
-    add(engine, spec(schedule="every 10s", misfire="all"))
+    apply(engine, spec(schedule="every 10s", misfire="all"))
     clock.advance(55)  # slots 10 to 50 are missed
     deliver_ticks(engine, port)
     deliver(engine, port)
@@ -155,7 +156,7 @@ def test_abort_of_one_invocation_still_lets_a_waiting_run_take_its_place(
     db: sqlalchemy.Engine, clock: Clock, cli: Any
 ):
     engine, port = engine_with(db, clock, Scripted(None))
-    add(engine, spec(overlap="buffer_one"))
+    apply(engine, spec(overlap="buffer_one"))
     sched = Scheduler(engine)
     first = sched.trigger("p/a")["invocation"]
     deliver(engine, port)
@@ -175,7 +176,7 @@ def test_trigger_says_whether_its_run_started_waits_or_was_skipped(
     db: sqlalchemy.Engine, clock: Clock, cli: Any
 ):
     engine, port = engine_with(db, clock, Scripted(None))
-    add(engine, spec(overlap="buffer_one"))
+    apply(engine, spec(overlap="buffer_one"))
     sched = Scheduler(engine)
     started = sched.trigger("p/a")
     deliver(engine, port)
@@ -227,7 +228,7 @@ def test_a_disabled_job_refuses_a_backfill_and_a_paused_one_takes_it(
     engine: Engine, port: RecordingPort, clock: Clock, cli: Any
 ):
     sched = Scheduler(engine)
-    add(engine, spec(schedule="every 10s"), spec("b", schedule="every 10s"))
+    apply(engine, spec(schedule="every 10s"), spec("b", schedule="every 10s"))
     sched.apply([spec("b", schedule="every 10s")], project="p")  # p/a is disabled
     assert job(engine).enabled is False
     for dry_run in (True, False):
@@ -242,7 +243,7 @@ def test_a_disabled_job_refuses_a_backfill_and_a_paused_one_takes_it(
     sched.pause("p/b", "maintenance")  # a paused job: its schedule stops, a backfill runs
     code, out, _ = cli(engine, "backfill", "p/b", *window)
     assert code == 0 and out.startswith("p/b: created 3 invocations")
-    settle(engine, port)
+    settle_starts(engine, port)
     assert [(r["status"], r["backfill"]) for r in rows(engine)] == [(OK, True)] * 3
     assert job(engine, "p/b").snapshot.state == "SUSPENDED"
 
@@ -266,7 +267,7 @@ def test_attempt_times_are_written_with_a_z_like_every_other_time(
 ):
     failed = Outcome.failed("boom", "error")
     engine, port = engine_with(db, clock, Scripted(failed))
-    add(engine, spec(retries={"max_attempts": 2, "backoff": "1s", "jitter": 0}))
+    apply(engine, spec(retries={"max_attempts": 2, "backoff": "1s", "jitter": 0}))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     clock.advance(2)
@@ -286,9 +287,9 @@ def test_explain_does_not_say_ran_of_a_run_that_has_not(
     """A backfill's slot still WAITING, or a run under way, has an invocation but has
     not run: explain says which (found by review: it answered "ran")."""
     sched = Scheduler(engine)
-    add(engine, spec(schedule="every 10s"))
+    apply(engine, spec(schedule="every 10s"))
     sched.backfill("p/a", at(-30), at(-10))  # one at a time: two of them wait
     assert sched.explain("p/a", at(-10))["answer"] == "waiting"
     assert sched.explain("p/a", at(-30))["answer"] == "running"  # STARTING: sent
-    settle(engine, port)
+    settle_starts(engine, port)
     assert sched.explain("p/a", at(-10))["answer"] == "ran"

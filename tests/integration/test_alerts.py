@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
 from cronchain.scheduler import watchdog
 from cronchain.scheduler.alerts import delivery
@@ -18,31 +17,14 @@ from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.settings import AlertDelivery
 from cronchain.scheduler.spec import load_job_file
 from cronchain.scheduler.storage import alert_store
-from cronchain.scheduler.storage.models import alerts
-from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
-from tests.receivers import smtp_server, webhook
+from tests.support.deliver import deliver_runs, deliver_ticks_and_starts
+from tests.support.engine import Clock, RecordingPort
+from tests.support.jobs import alerting_job_file
+from tests.support.receivers import smtp_server, webhook
+from tests.support.rows import alert_rows
 
 pytestmark = pytest.mark.postgres
 QUICK = AlertDelivery(timeout=2.0, attempts=3)
-
-
-def job_file(
-    tmp_path: Path, *, fail: bool, on: str = "[failed, recovered]", extra: str = ""
-) -> Path:
-    path = tmp_path / "jobs.yaml"
-    path.write_text(
-        f"""
-project: p
-channels:
-  hook: {{webhook: {{env: TEST_HOOK_URL}}}}
-jobs:
-  - name: flaky
-    schedule: every 10s
-    noop: {{fail: {str(fail).lower()}}}
-    alerts: {{on: {on}, to: [hook]}}
-"""
-    )
-    return path
 
 
 @pytest.fixture(autouse=True)
@@ -60,13 +42,8 @@ def deliver_alerts(engine: Engine, port: RecordingPort) -> list[str | None]:
 
 def fire(engine: Engine, port: RecordingPort, clock: Clock) -> None:
     clock.advance(10)
-    deliver_ticks(engine, port)
+    deliver_ticks_and_starts(engine, port)
     deliver_runs(engine, port)
-
-
-def rows(engine: Engine) -> list[dict[str, Any]]:
-    with engine.db.connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(select(alerts).order_by(alerts.c.id))]
 
 
 def test_one_alert_per_failed_slot_and_one_recovered(
@@ -74,11 +51,11 @@ def test_one_alert_per_failed_slot_and_one_recovered(
 ):
     with webhook() as hook:
         monkeypatch.setenv("TEST_HOOK_URL", hook.url)
-        Scheduler(engine).apply(job_file(tmp_path, fail=True))
+        Scheduler(engine).apply(alerting_job_file(tmp_path / "jobs.yaml", fail=True))
         fire(engine, port, clock)
         fire(engine, port, clock)
         assert deliver_alerts(engine, port) == ["sent", "sent"]
-        Scheduler(engine).apply(job_file(tmp_path, fail=False))
+        Scheduler(engine).apply(alerting_job_file(tmp_path / "jobs.yaml", fail=False))
         fire(engine, port, clock)
         fire(engine, port, clock)  # a second success: nothing to recover from
         assert deliver_alerts(engine, port) == ["sent"]
@@ -87,7 +64,7 @@ def test_one_alert_per_failed_slot_and_one_recovered(
         assert len(set(hook.keys())) == 3
         assert hook.posts[0][1]["detail"] == "noop: fail is set"
         # Each alert is delivered once: its message again, or the watchdog, sends nothing.
-        for row in rows(engine):
+        for row in alert_rows(engine):
             assert delivery.deliver(engine, row["id"], QUICK) is None
             assert row["state"] == "sent" and list(row["delivered"]) == ["hook"]
         clock.advance(3600)
@@ -101,7 +78,7 @@ def test_a_failing_channel_is_retried_with_backoff_given_up_and_reported(
     with webhook() as hook:
         monkeypatch.setenv("TEST_HOOK_URL", hook.url)
         hook.answers = [500, 503, 500]
-        Scheduler(engine).apply(job_file(tmp_path, fail=True))
+        Scheduler(engine).apply(alerting_job_file(tmp_path / "jobs.yaml", fail=True))
         fire(engine, port, clock)
         ((alert_id, _),) = port.alerts
         assert deliver_alerts(engine, port) == ["pending"]
@@ -114,7 +91,7 @@ def test_a_failing_channel_is_retried_with_backoff_given_up_and_reported(
         assert deliver_alerts(engine, port) == ["pending"]
         clock.advance(22)
         assert deliver_alerts(engine, port) == ["failed"]
-        (row,) = rows(engine)
+        (row,) = alert_rows(engine)
         assert row["attempts"] == 3 and row["delivered"] == {}
         assert row["errors"] == {"hook": "the webhook answered HTTP 500"}
         with engine.db.connect() as conn:
@@ -127,10 +104,10 @@ def test_secrets_stay_out_of_errors(
     engine: Engine, port: RecordingPort, clock: Clock, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/hook?token=SECRET-TOKEN")
-    Scheduler(engine).apply(job_file(tmp_path, fail=True))
+    Scheduler(engine).apply(alerting_job_file(tmp_path / "jobs.yaml", fail=True))
     fire(engine, port, clock)
     assert deliver_alerts(engine, port) == ["pending"]
-    (row,) = rows(engine)
+    (row,) = alert_rows(engine)
     assert "SECRET" not in repr(row) and "the webhook did not answer" in row["errors"]["hook"]
 
 
@@ -140,7 +117,7 @@ def test_mail_and_slack(engine: Engine, port: RecordingPort, clock: Clock, tmp_p
         monkeypatch.setenv("TEST_SMTP_URL", box.url)
         extra = """  slack: {webhook: {env: TEST_HOOK_URL}, format: slack}
   mail: {email: [oncall@example.com], from: cronchain@example.com, smtp: {env: TEST_SMTP_URL}}"""
-        path = job_file(tmp_path, fail=True, on="[retries_exhausted]")
+        path = alerting_job_file(tmp_path / "jobs.yaml", fail=True, on="[retries_exhausted]")
         text = path.read_text().replace("to: [hook]", "to: [slack, mail]")
         path.write_text(text.replace("channels:\n", "channels:\n" + extra + "\n"))
         Scheduler(engine).apply(path)
@@ -157,19 +134,21 @@ def test_late_start_and_running_longer_by_the_watchdog(
     engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
 ):
     monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
-    path = job_file(tmp_path, fail=False, on="[late_start>30s, running_longer>1m]")
+    path = alerting_job_file(
+        tmp_path / "jobs.yaml", fail=False, on="[late_start>30s, running_longer>1m]"
+    )
     Scheduler(engine).apply(path)
     clock.advance(10)
-    deliver_ticks(engine, port)  # started, never claimed: no worker
+    deliver_ticks_and_starts(engine, port)  # started, never claimed: no worker
     clock.advance(31)
     watchdog.run_once(engine)
     watchdog.run_once(engine)  # a second watchdog: the same alert
-    assert [r["event"] for r in rows(engine)] == ["late_start>30s"]
+    assert [r["event"] for r in alert_rows(engine)] == ["late_start>30s"]
     call = port.runs[-1]  # sent again by the watchdog: either copy claims it
     assert engine.runs.claim(call.invocation_id, call.attempt, "w") is not None
     clock.advance(61)
     watchdog.run_once(engine)
-    assert [r["event"] for r in rows(engine)] == ["late_start>30s", "running_longer>60s"]
+    assert [r["event"] for r in alert_rows(engine)] == ["late_start>30s", "running_longer>60s"]
 
 
 def test_the_spec_refuses_what_cannot_be_sent(tmp_path: Path):
@@ -180,9 +159,9 @@ def test_the_spec_refuses_what_cannot_be_sent(tmp_path: Path):
     }
     for on, message in cases.items():
         with pytest.raises(SpecError, match="alerts.on") as err:
-            load_job_file(job_file(tmp_path, fail=False, on=on))
+            load_job_file(alerting_job_file(tmp_path / "jobs.yaml", fail=False, on=on))
         assert message in str(err.value) and "job 'flaky'" in str(err.value)
-    path = job_file(tmp_path, fail=False)
+    path = alerting_job_file(tmp_path / "jobs.yaml", fail=False)
     path.write_text(path.read_text().replace("to: [hook]", "to: [nowhere]"))
     with pytest.raises(SpecError, match="no channel named 'nowhere'"):
         load_job_file(path)
@@ -195,7 +174,7 @@ def test_skips_alert_in_a_tick_batch_and_explain_and_health_say_so(
     it); a pause's skips raise none; explain names the alert; health names a channel
     that gave up."""
     monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
-    path = job_file(tmp_path, fail=False, on="[skipped]")
+    path = alerting_job_file(tmp_path / "jobs.yaml", fail=False, on="[skipped]")
     text = path.read_text()
     path.write_text(text + text[text.index("  - name: flaky") :].replace("flaky", "quiet"))
     Scheduler(engine).apply(path)
@@ -203,7 +182,7 @@ def test_skips_alert_in_a_tick_batch_and_explain_and_health_say_so(
         clock.advance(10)
         ticks, port.ticks[:] = [(j, n) for j, n, _ in port.ticks], []
         engine.tick_many(ticks, start_here=True)
-    skipped = [r for r in rows(engine) if r["event"] == "skipped"]
+    skipped = [r for r in alert_rows(engine) if r["event"] == "skipped"]
     assert len(skipped) == 2 and {r["detail"] for r in skipped} == {"skipped (overlap)"}
     explained = Scheduler(engine).explain("p/flaky", clock.now)
     assert (
@@ -214,14 +193,14 @@ def test_skips_alert_in_a_tick_batch_and_explain_and_health_say_so(
     Scheduler(engine).pause("p/flaky")
     clock.advance(60)
     Scheduler(engine).resume("p/flaky")  # five slots recorded SKIPPED (paused): no alert
-    assert len(rows(engine)) == 2
+    assert len(alert_rows(engine)) == 2
     listed = Scheduler(engine).alerts("p/quiet")
     assert [(a["job"], a["event"], a["state"]) for a in listed] == [
         ("p/quiet", "skipped", "pending")
     ]
     for state in ("pending", "pending", "failed"):  # QUICK gives up after 3 deliveries
         clock.advance(1000)
-        port.alerts[:] = [(alert["id"], None) for alert in rows(engine)]
+        port.alerts[:] = [(alert["id"], None) for alert in alert_rows(engine)]
         assert deliver_alerts(engine, port) == [state, state]
     with engine.db.connect() as conn:
         failing = alert_store.failing_channels(conn, clock.now - timedelta(days=1), 3)
@@ -234,7 +213,7 @@ def test_a_retry_waiting_is_not_a_late_start(
     """Attempt 1 was claimed on time and failed; its retry waits out a backoff longer
     than ``late_start``: the watchdog raises nothing."""
     monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
-    path = job_file(tmp_path, fail=True, on="[late_start>30s]")
+    path = alerting_job_file(tmp_path / "jobs.yaml", fail=True, on="[late_start>30s]")
     path.write_text(
         path.read_text().replace(
             "    alerts:", "    retries: {max_attempts: 2, backoff: 5m}\n    alerts:"
@@ -244,7 +223,7 @@ def test_a_retry_waiting_is_not_a_late_start(
     fire(engine, port, clock)
     clock.advance(60)
     watchdog.run_once(engine)
-    assert rows(engine) == []
+    assert alert_rows(engine) == []
 
 
 def test_a_delivery_that_lost_its_lease_changes_nothing(
@@ -254,7 +233,7 @@ def test_a_delivery_that_lost_its_lease_changes_nothing(
     sends it: A's late results neither undo B's nor send again."""
     with webhook() as hook:
         monkeypatch.setenv("TEST_HOOK_URL", hook.url)
-        Scheduler(engine).apply(job_file(tmp_path, fail=True, on="[failed]"))
+        Scheduler(engine).apply(alerting_job_file(tmp_path / "jobs.yaml", fail=True, on="[failed]"))
         fire(engine, port, clock)
         ((alert_id, _),) = port.alerts
         lease = timedelta(seconds=10)
@@ -271,7 +250,7 @@ def test_a_delivery_that_lost_its_lease_changes_nothing(
                 )
                 is None
             )
-        (row,) = rows(engine)
+        (row,) = alert_rows(engine)
         assert row["state"] == "sent" and row["errors"] == {} and len(hook.posts) == 1
 
 
@@ -280,11 +259,11 @@ def test_errors_a_library_words_never_quote_the_secret(
 ):
     for url in ("hooks.example.com/services/T0/SECRET", "http://127.0.0.1:99999/SECRET"):
         monkeypatch.setenv("TEST_HOOK_URL", url)
-        Scheduler(engine).apply(job_file(tmp_path, fail=True, on="[failed]"))
+        Scheduler(engine).apply(alerting_job_file(tmp_path / "jobs.yaml", fail=True, on="[failed]"))
         fire(engine, port, clock)
         assert deliver_alerts(engine, port)[-1] == "pending"
         port.alerts.clear()  # the retry: not needed here
-    alerts_rows = rows(engine)
+    alerts_rows = alert_rows(engine)
     assert len(alerts_rows) == 2 and "SECRET" not in repr(alerts_rows)
     assert all(r["errors"]["hook"].startswith("the webhook did not answer") for r in alerts_rows)
 
@@ -295,7 +274,7 @@ def test_a_channel_that_took_an_alert_since_is_not_failing(
     with webhook() as hook:
         monkeypatch.setenv("TEST_HOOK_URL", hook.url)
         hook.answers = [500]
-        Scheduler(engine).apply(job_file(tmp_path, fail=True, on="[failed]"))
+        Scheduler(engine).apply(alerting_job_file(tmp_path / "jobs.yaml", fail=True, on="[failed]"))
         fire(engine, port, clock)
         assert deliver_alerts(engine, port) == ["pending"]
         port.alerts.clear()
@@ -319,18 +298,18 @@ def test_a_channel_that_just_failed_is_not_called_again_for_a_while(
     with webhook() as hook:
         monkeypatch.setenv("TEST_HOOK_URL", hook.url)
         hook.answers = [500]
-        Scheduler(engine).apply(job_file(tmp_path, fail=True, on="[failed]"))
+        Scheduler(engine).apply(alerting_job_file(tmp_path / "jobs.yaml", fail=True, on="[failed]"))
         fire(engine, port, clock)
         fire(engine, port, clock)
         assert deliver_alerts(engine, port) == ["pending", "pending"]
         assert len(hook.posts) == 1  # the second alert did not call it
-        second = rows(engine)[1]
+        second = alert_rows(engine)[1]
         assert second["attempts"] == 0  # and that was not a try
         assert second["errors"]["hook"] == (
             "not called: it failed less than 30 s ago (the webhook answered HTTP 500)"
         )
         monkeypatch.setattr(delivery, "_cooling", {})  # the cool-down is over
         clock.advance(3600)
-        port.alerts[:] = [(r["id"], None) for r in rows(engine)]
+        port.alerts[:] = [(r["id"], None) for r in alert_rows(engine)]
         assert deliver_alerts(engine, port) == ["sent", "sent"]
         assert len(hook.posts) == 3

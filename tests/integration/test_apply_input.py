@@ -21,8 +21,8 @@ from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.invokers import Call, Outcome
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage.models import jobs
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_engine import deliver_starts, deliver_ticks
+from tests.support.deliver import deliver_starts, deliver_ticks
+from tests.support.engine import Clock, RecordingPort
 
 pytestmark = pytest.mark.postgres
 

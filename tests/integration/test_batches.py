@@ -18,22 +18,17 @@ from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.workers import work
-from tests.conftest import Clock, RecordingPort, deliver_runs
-from tests.integration.test_engine import apply, job, make, rows
-from tests.locks import wait_for_lock_wait
+from tests.support.deliver import deliver_runs, sent
+from tests.support.engine import GRACE, Clock, RecordingPort
+from tests.support.jobs import apply, make
+from tests.support.locks import wait_for_lock_wait
+from tests.support.rows import job, rows
 
 pytestmark = pytest.mark.postgres
-GRACE = timedelta(seconds=15)
 
 
 def batching_engine(db: sqlalchemy.Engine, clock: Clock, port: RecordingPort) -> Engine:
     return Engine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=2)
-
-
-def sent(port: RecordingPort) -> list[tuple[int, int]]:
-    ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
-    port.clear()
-    return ticks
 
 
 def test_jobs_due_together_tick_together(db: sqlalchemy.Engine, clock: Clock):

@@ -12,7 +12,6 @@ import pty
 import subprocess
 import sys
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +30,14 @@ from cronchain.scheduler.storage.job_batch import CHUNK, JobBatch
 from cronchain.scheduler.storage.models import invocations, job_changes, jobs
 from cronchain.scheduler.storage.rows import ConcurrentUpdate, JobRow
 from cronchain.statemachine import Disable, Pause, Resume
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_cli import KEEP_HISTORY
+from tests.support.cli import KEEP_HISTORY
+from tests.support.engine import GRACE, Clock, RecordingPort
+from tests.support.jobs import noop_job_file
 
 pytestmark = pytest.mark.postgres
 
 APPLIES = 4  # at the same time
 JOBS = 300
-GRACE = timedelta(seconds=15)
-
-
-def job_file(path: Path, count: int, schedule: str = "every 1h", timezone: str = "UTC") -> Path:
-    entries = [
-        {"name": f"job{i:04d}", "schedule": schedule, "timezone": timezone, "noop": {}}
-        for i in range(count)
-    ]
-    path.write_text(json.dumps({"project": "deploy", "jobs": entries}))  # JSON is YAML
-    return path
 
 
 def cli_env(url: str, home: Path) -> dict[str, str]:
@@ -92,7 +82,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_applies_at_the_same_time_all_succeed_and_each_job_is_created_and_ticked_once(
     database_url: str, tmp_path: Path
 ):
-    path = job_file(tmp_path / "jobs.yaml", JOBS)
+    path = noop_job_file(tmp_path / "jobs.yaml", JOBS, project="deploy")
     env = cli_env(database_url, tmp_path / "home")
     command = [sys.executable, "-m", "cronchain.scheduler.cli", "apply", "-v", str(path)]
     processes = [
@@ -336,11 +326,11 @@ def on_a_terminal(command: list[str], env: dict[str, str], cwd: Path) -> tuple[i
 def test_a_bar_is_drawn_on_a_terminal_and_nothing_in_a_pipe(pg_url: str, tmp_path: Path):
     env = cli_env(pg_url, tmp_path / "home")
     cli = [sys.executable, "-m", "cronchain.scheduler.cli"]
-    path = job_file(tmp_path / "jobs.yaml", 1500, schedule="every 1m")
+    path = noop_job_file(tmp_path / "jobs.yaml", 1500, project="deploy", schedule="every 1m")
     piped = subprocess.run([*cli, "apply", str(path)], env=env, cwd=tmp_path, capture_output=True)
     assert piped.returncode == 0 and piped.stderr == b""
 
-    job_file(tmp_path / "jobs.yaml", 1500, schedule="every 2m")
+    noop_job_file(tmp_path / "jobs.yaml", 1500, project="deploy", schedule="every 2m")
     code, drawn = on_a_terminal([*cli, "apply", str(path)], env, tmp_path)
     assert code == 0
     assert "\r\x1b[Kapply deploy: preparing  0/1,500 jobs  0%" in drawn

@@ -11,37 +11,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
-from tests import services
-from tests.conftest import cli_runner
+from tests.support import services
+from tests.support.cli import DEMO_FILE, process_cli
 
 pytestmark = pytest.mark.postgres
-
-FILE = """
-project: demo
-jobs:
-  - name: ping
-    schedule: every 5s
-    noop: {}
-  - name: nightly
-    schedule: "0 2 * * *"
-    timezone: Europe/Berlin
-    days: both
-    noop: {}
-"""
-
-
-# History kept a century: these tests backfill fixed dates of 2026, which retention's
-# default (180 days) refuses as the real clock moves on (a backfill into a month
-# retention drops is refused).
-KEEP_HISTORY = {"CRONCHAIN_RETENTION": "36500"}
-
-
-def process_cli(pg_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """``cronchain ARGS`` in a process of its own, on ``pg_url``'s database."""
-    env = dict(os.environ, CRONCHAIN_DATABASE_URL=pg_url, CRONCHAIN_HOME=str(tmp_path / "home"))
-    env |= KEEP_HISTORY
-    env.pop("CRONCHAIN_BROKER_URL", None)  # messages go to the embedded filesystem broker
-    return cli_runner(env, tmp_path)
 
 
 @pytest.fixture
@@ -51,7 +24,7 @@ def cli(pg_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
     path = tmp_path / "jobs.yaml"
-    path.write_text(FILE)
+    path.write_text(DEMO_FILE)
     assert "would be created: 2" in cli("apply", str(path), "--dry-run").stdout
     assert json.loads(cli("jobs", "--json").stdout) == []
     out = cli("apply", str(path), "-v").stdout
@@ -105,7 +78,7 @@ def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[n
 
 def test_bad_files_exit_2_and_write_nothing(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
     path = tmp_path / "bad.yaml"
-    path.write_text(FILE + "  - name: broken\n    schedule: '99 * * * *'\n    noop: {}\n")
+    path.write_text(DEMO_FILE + "  - name: broken\n    schedule: '99 * * * *'\n    noop: {}\n")
     err = cli("apply", str(path), code=2).stderr
     assert f"{path}: job 'broken': schedule:" in err
     assert json.loads(cli("jobs", "--json").stdout) == []
@@ -190,7 +163,7 @@ def test_time_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
     assert lines[1] == "2026-03-29T01:00:00Z  2026-03-29T03:00:00+02:00"
 
     path = tmp_path / "jobs.yaml"
-    path.write_text(FILE)
+    path.write_text(DEMO_FILE)
     cli("apply", str(path))
     cli("pause", "demo/ping", "--reason", "deploy")
     assert "resumed, catching up" in cli("resume", "demo/ping", "--catch-up").stdout
@@ -211,7 +184,7 @@ def test_time_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]
         "backfill", "ping", "--from", "2026-01-01T00:00Z", "--to", "2025-01-01T00:00Z", code=2
     )
 
-    path.write_text(FILE.split("  - name: nightly")[0])
+    path.write_text(DEMO_FILE.split("  - name: nightly")[0])
     out = json.loads(cli("apply", str(path), "--prune", "--json").stdout)
     assert out["projects"]["demo"]["deleted"] == ["demo/nightly"] and not out["dry_run"]
     assert [j["id"] for j in json.loads(cli("jobs", "--json").stdout)] == ["demo/ping"]

@@ -18,7 +18,7 @@ import pytest
 
 from cronchain.scheduler import cli as cronchain_cli
 from cronchain.scheduler.version import VERSION
-from tests.integration.test_cli import FILE, process_cli
+from tests.support.cli import DEMO_FILE, process_cli
 
 pytestmark = pytest.mark.postgres
 
@@ -30,7 +30,7 @@ def cli(pg_url: str, tmp_path: Path) -> Any:
 
 def applied(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
-    path.write_text(FILE)
+    path.write_text(DEMO_FILE)
     cli("apply", str(path))
 
 
@@ -58,7 +58,7 @@ def test_a_misspelling_says_what_was_meant(cli: Any, tmp_path: Path, argv: list[
 
 def test_every_command_that_reports_a_result_prints_json(cli: Any, tmp_path: Path):
     path = tmp_path / "jobs.yaml"
-    path.write_text(FILE)
+    path.write_text(DEMO_FILE)
     assert json.loads(cli("db", "upgrade", "--json").stdout)["revision"]
     made = json.loads(cli("apply", str(path), "--json").stdout)
     assert made == {
@@ -87,7 +87,7 @@ def test_every_command_that_reports_a_result_prints_json(cli: Any, tmp_path: Pat
 
 def test_apply_prints_counts_and_names_behind_verbose(cli: Any, tmp_path: Path):
     path = tmp_path / "jobs.yaml"
-    path.write_text(FILE)
+    path.write_text(DEMO_FILE)
     assert cli("apply", str(path), "--dry-run").stdout.splitlines() == [
         "would be created: 2",
         "would be updated: 0",

@@ -4,92 +4,22 @@ their fencing, retries, timeouts, abort, overlap policies, job-to-job triggers."
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 import sqlalchemy
-from sqlalchemy import select
 
 from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.invokers import Call, Outcome, default_invokers
-from cronchain.scheduler.spec import JobSpec
-from cronchain.scheduler.storage.models import invocations
+from cronchain.scheduler.invokers import Outcome
 from cronchain.statemachine import InvocationStatus
-from tests.conftest import Clock, RecordingPort, WorkerDied, deliver_runs
-from tests.integration.test_engine import deliver_ticks, job
+from tests.support.deliver import claim_tasks, deliver, deliver_ticks
+from tests.support.engine import Clock, RecordingPort, Scripted, engine_with
+from tests.support.jobs import apply, spec
+from tests.support.rows import job, rows
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
-
-
-class Scripted:
-    """A work-path invoker that answers from a script: one outcome per attempt, or None
-    to hang like a worker that died."""
-
-    def __init__(self, *outcomes: Outcome | None):
-        self.outcomes = list(outcomes)
-        self.calls: list[Call] = []
-
-    def invoke(self, call: Call) -> Outcome:
-        self.calls.append(call)
-        outcome = self.outcomes.pop(0) if self.outcomes else Outcome(S.SUCCEEDED)
-        if outcome is None:
-            raise WorkerDied
-        return outcome
-
-
-def engine_with(
-    db: sqlalchemy.Engine, clock: Clock, invoker: Any = None
-) -> tuple[Engine, RecordingPort]:
-    port = RecordingPort()
-    invokers = default_invokers()
-    if invoker is not None:
-        invokers["noop"] = invoker
-    engine = Engine(db, port, invokers, grace=timedelta(seconds=15), clock=clock, rand=lambda: 0.5)
-    return engine, port
-
-
-def add(engine: Engine, *specs: JobSpec) -> None:
-    Scheduler(engine).apply(list(specs), project="p")
-
-
-def spec(
-    name: str = "a",
-    schedule: str = "triggered",
-    kind: str = "noop",
-    options: Any = None,
-    **controls: Any,
-) -> JobSpec:
-    return JobSpec("p", name, schedule, kind=kind, options=options or {}, controls=controls)
-
-
-def rows(engine: Engine, name: str | None = None, project: str = "p") -> list[dict[str, Any]]:
-    query = select(invocations).order_by(invocations.c.id)
-    if name is not None:
-        query = query.where(invocations.c.job_id == job(engine, f"{project}/{name}").id)
-    with engine.db.connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(query)]
-
-
-def deliver(engine: Engine, port: RecordingPort, clock: Clock | None = None) -> int:
-    """Deliver the start messages whose ETA has come, then the runs sent to the work
-    path; returns how many starts."""
-    due = [m for m in port.start_messages if clock is None or m[2] is None or m[2] <= clock.now]
-    for m in due:
-        port.start_messages.remove(m)
-        engine.runs.start_invocation(m[0], m[1])
-    port.starts.clear()
-    deliver_runs(engine, port)
-    return len(due)
-
-
-def claim_tasks(engine: Engine, port: RecordingPort) -> None:
-    """What the user's worker does before a ``celery`` attempt's task body runs."""
-    for call in port.runs:
-        assert engine.runs.claim(call.invocation_id, call.attempt, "celery@test") is not None
-    port.runs.clear()
 
 
 def fire(engine: Engine, port: RecordingPort, clock: Clock, slots: int) -> None:
@@ -105,7 +35,7 @@ def test_a_failure_is_retried_with_growing_delays_and_every_attempt_is_kept(
 ):
     failed = Outcome.failed("http: boom", "status")
     engine, port = engine_with(db, clock, Scripted(failed, failed))
-    add(engine, spec(retries={"max_attempts": 3, "backoff": "2s", "jitter": 0}))
+    apply(engine, spec(retries={"max_attempts": 3, "backoff": "2s", "jitter": 0}))
     Scheduler(engine).trigger("p/a")
     deliver(engine, port)
     [inv] = rows(engine)
@@ -132,7 +62,7 @@ def test_a_failure_is_retried_with_growing_delays_and_every_attempt_is_kept(
 
 def test_an_old_attempt_can_neither_report_nor_start_again(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None, None))  # both attempts hang
-    add(engine, spec(retries={"max_attempts": 2, "backoff": "1s", "jitter": 0}, lease="10s"))
+    apply(engine, spec(retries={"max_attempts": 2, "backoff": "1s", "jitter": 0}, lease="10s"))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     clock.advance(11)
@@ -154,7 +84,7 @@ def test_a_run_past_its_timeout_fails_and_its_celery_task_is_revoked(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock)
-    add(engine, spec(kind="celery", options={"task": "etl.run"}, timeout="30s", lease="60s"))
+    apply(engine, spec(kind="celery", options={"task": "etl.run"}, timeout="30s", lease="60s"))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     clock.advance(5)  # in the queue: the timeout counts from the claim
@@ -171,7 +101,7 @@ def test_abort_ends_the_running_invocation_and_revokes_its_task(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock)
-    add(engine, spec(kind="celery", options={"task": "etl.run"}))
+    apply(engine, spec(kind="celery", options={"task": "etl.run"}))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     claim_tasks(engine, port)
@@ -187,7 +117,7 @@ def test_abort_ends_the_running_invocation_and_revokes_its_task(
 
 def test_buffer_one_runs_one_waiting_slot_after_the_active_one(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None))  # the first run hangs
-    add(engine, spec(schedule="every 10s", overlap="buffer_one"))
+    apply(engine, spec(schedule="every 10s", overlap="buffer_one"))
     fire(engine, port, clock, 3)
     assert [(r["status"], r["reason"]) for r in rows(engine)] == [
         ("RUNNING", None),
@@ -203,7 +133,7 @@ def test_buffer_one_runs_one_waiting_slot_after_the_active_one(db: sqlalchemy.En
 
 def test_aborting_a_waiting_invocation_frees_its_place(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None))
-    add(engine, spec(overlap="buffer_all"))
+    apply(engine, spec(overlap="buffer_all"))
     sched = Scheduler(engine)
     sched.trigger("p/a")
     deliver(engine, port)
@@ -220,7 +150,7 @@ def test_cancel_other_aborts_the_active_run_and_starts_the_new_slot(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock, Scripted(None))
-    add(engine, spec(schedule="every 10s", overlap="cancel_other"))
+    apply(engine, spec(schedule="every 10s", overlap="cancel_other"))
     fire(engine, port, clock, 2)
     assert [(r["status"], r["reason"]) for r in rows(engine)] == [
         ("ABORTED", "cancel_other"),
@@ -231,7 +161,7 @@ def test_cancel_other_aborts_the_active_run_and_starts_the_new_slot(
 
 def test_allow_runs_side_by_side_up_to_max_concurrent(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None, None))
-    add(engine, spec(schedule="every 10s", overlap="allow", max_concurrent=2))
+    apply(engine, spec(schedule="every 10s", overlap="allow", max_concurrent=2))
     fire(engine, port, clock, 3)
     assert [(r["status"], r["reason"]) for r in rows(engine)] == [
         ("RUNNING", None),
@@ -243,9 +173,9 @@ def test_allow_runs_side_by_side_up_to_max_concurrent(db: sqlalchemy.Engine, clo
 
 def test_a_success_triggers_the_other_job_once(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(None))
-    add(engine, spec("a", triggers=["b"]), spec("b"), spec("c"))
+    apply(engine, spec("a", triggers=["b"]), spec("b"), spec("c"))
     Scheduler(engine).pause("p/c")
-    add(engine, spec("a", triggers=["b", "c"]), spec("b"), spec("c"))
+    apply(engine, spec("a", triggers=["b", "c"]), spec("b"), spec("c"))
     first = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     assert engine.runs.finish_invocation(first, Outcome(S.SUCCEEDED), attempt=1)
@@ -259,7 +189,7 @@ def test_a_success_triggers_the_other_job_once(db: sqlalchemy.Engine, clock: Clo
 
 def test_a_failure_triggers_nothing(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(Outcome.failed("no")))
-    add(engine, spec("a", triggers=["b"]), spec("b"))
+    apply(engine, spec("a", triggers=["b"]), spec("b"))
     Scheduler(engine).trigger("p/a")
     deliver(engine, port)
     assert rows(engine, "b") == []
@@ -269,7 +199,7 @@ def test_the_runner_renews_its_lease_and_learns_when_it_is_over(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock, Scripted(None))
-    add(engine, spec(lease="30s"))
+    apply(engine, spec(lease="30s"))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     from cronchain.scheduler.leases import Lease

@@ -17,8 +17,9 @@ from cronchain.scheduler.invokers import Call, Outcome
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.statemachine import InvocationStatus
-from tests.conftest import Clock, RecordingPort, deliver_runs
-from tests.services import PostgresServer, postgres_server
+from tests.support.deliver import deliver_runs
+from tests.support.engine import Clock, RecordingPort
+from tests.support.services import PostgresServer, postgres_server
 
 pytestmark = pytest.mark.postgres
 

@@ -29,8 +29,9 @@ from cronchain.scheduler.spec import load_job_file
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import jobs
 from cronchain.scheduler.workers import runtime
-from tests.conftest import Cli, Clock, RecordingPort, cli_runner
-from tests.e2e.harness import wait_until
+from tests.support.cli import Cli, cli_runner
+from tests.support.engine import Clock, RecordingPort
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -103,7 +104,7 @@ def db(pg_url: str) -> Iterator[sqlalchemy.Engine]:
     engine.dispose()
 
 
-def rows(db: sqlalchemy.Engine) -> dict[str, dict[str, Any]]:
+def job_rows(db: sqlalchemy.Engine) -> dict[str, dict[str, Any]]:
     with db.connect() as conn:
         found = conn.execute(select(jobs)).mappings().all()
     return {f"{r['project']}/{r['name']}": dict(r) for r in found}
@@ -123,10 +124,10 @@ def test_an_apps_jobs_are_applied_as_a_files_are(cli: Cli, db: sqlalchemy.Engine
     assert cli("apply", "-v", "--app", "etl_tasks:app", "--dry-run").stdout == report(
         "would be ", created=IDS
     )
-    assert rows(db) == {}
+    assert job_rows(db) == {}
     assert cli("apply", "-v", "--app", "etl_tasks:app").stdout == report(created=IDS)
 
-    stored = rows(db)
+    stored = job_rows(db)
     nightly, hourly = stored["etl/etl.nightly"], stored["etl/etl.hourly"]
     when = [(j["kind"], j["schedule"], j["timezone"]) for j in (nightly, hourly)]
     assert when == [("celery", "0 2 * * *", "Europe/Berlin"), ("celery", "every 1h", "UTC")]
@@ -149,15 +150,15 @@ def test_an_apps_jobs_are_applied_as_a_files_are(cli: Cli, db: sqlalchemy.Engine
     assert cli("apply", "-v", "etl.yaml", "--dry-run").stdout == report("would be ", unchanged=IDS)
 
     assert cli("apply", "-v", "--app", "etl_tasks:app").stdout == report(unchanged=IDS)
-    assert rows(db) == stored  # not even updated_at
+    assert job_rows(db) == stored  # not even updated_at
 
     etl_module(tmp_path, hourly=False)  # the task stays; its @periodic is gone
     out = cli("apply", "-v", "--app", "etl_tasks:app", "--dry-run").stdout
     assert out == report("would be ", disabled="etl/etl.hourly", unchanged="etl/etl.nightly")
-    assert rows(db) == stored
+    assert job_rows(db) == stored
     out = cli("apply", "-v", "--app", "etl_tasks:app").stdout
     assert out == report(disabled="etl/etl.hourly", unchanged="etl/etl.nightly")
-    after = rows(db)
+    after = job_rows(db)
     assert not after["etl/etl.hourly"]["enabled"]
     assert after["etl/etl.nightly"] == nightly
 
@@ -192,8 +193,8 @@ def test_each_project_of_an_app_is_applied_and_one_may_be_chosen(
     assert out == report("etl: ", created="etl/daily, etl/etl.load") + report(
         "ml: ", created="ml/train"
     )
-    assert rows(db)["ml/train"]["spec"]["overlap"] == "buffer_one"
-    assert rows(db)["ml/train"]["spec"]["days"] == "both"  # the first Monday of a month
+    assert job_rows(db)["ml/train"]["spec"]["overlap"] == "buffer_one"
+    assert job_rows(db)["ml/train"]["spec"]["days"] == "both"  # the first Monday of a month
     assert cli("apply", "-v", "--app", "multi:app", "--project", "ml").stdout == report(
         unchanged="ml/train"
     )
@@ -208,12 +209,12 @@ def test_each_project_of_an_app_is_applied_and_one_may_be_chosen(
     module(tmp_path, "multi", MULTI.replace('@periodic("*/5', '# @periodic("*/5'))
     cli("apply", "--app", "multi:app", "--project", "ml", code=2)
     assert "ml: " not in cli("apply", "--app", "multi:app").stdout  # one project: no prefix
-    assert rows(db)["ml/train"]["enabled"]
+    assert job_rows(db)["ml/train"]["enabled"]
 
     module(tmp_path, "multi", MULTI.replace('@periodic("every 1d", name="daily")', ""))
     out = cli("apply", "-v", "--app", "multi:app", "--prune").stdout
     assert "etl: deleted: 1\n  etl/daily\n" in out
-    assert set(rows(db)) == {"etl/etl.load", "ml/train"}
+    assert set(job_rows(db)) == {"etl/etl.load", "ml/train"}
 
 
 def test_an_app_that_does_not_load_is_one_line_and_exit_2(cli: Cli, tmp_path: Path):
@@ -358,7 +359,7 @@ def test_the_reconcile_task_applies_the_apps_of_cronchain_apps(
         "shared.yaml": {"created": ["shared/ping"], "updated": [], "disabled": []},
         "reconciled_tasks:app: etl": {"created": ["etl/etl.load"], "updated": [], "disabled": []},
     }
-    stored = rows(db)
+    stored = job_rows(db)
     assert set(stored) == {"shared/ping", "etl/etl.load"}  # not other's, not etl.report
     assert stored["etl/etl.load"]["spec"]["retries"] == {"max_attempts": 2}
     assert {job_id for job_id, _, _ in port.ticks} == {job["id"] for job in stored.values()}
@@ -367,7 +368,7 @@ def test_the_reconcile_task_applies_the_apps_of_cronchain_apps(
 
     again = reconcile.run()
     assert (again["applied"], again["changed"]) == (2, {})
-    assert rows(db) == stored
+    assert job_rows(db) == stored
 
 
 def test_cronchain_apps_is_a_list_of_apps():

@@ -15,51 +15,15 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Call, Outcome, default_invokers
-from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.models import invocations, jobs
-from cronchain.scheduler.storage.rows import JobRow
 from cronchain.statemachine import InvalidTransition, InvocationStatus
-from tests.conftest import Clock, RecordingPort, WorkerDied, deliver_runs
+from tests.support.deliver import deliver_runs, deliver_starts, deliver_ticks
+from tests.support.engine import Clock, RecordingPort, WorkerDied
+from tests.support.jobs import apply, make
+from tests.support.rows import job, rows
 
 pytestmark = pytest.mark.postgres
-
-
-def make(schedule: str = "every 10s", name: str = "a", kind: str = "noop", **options: Any):
-    return JobSpec("p", name, schedule, kind=kind, options=options)
-
-
-def apply(engine: Engine, *specs: JobSpec, dry_run: bool = False):  # type: ignore[no-untyped-def]
-    return Scheduler(engine).apply(list(specs), project="p", dry_run=dry_run)
-
-
-def job(engine: Engine, ref: str = "p/a") -> JobRow:
-    with engine.db.connect() as conn:
-        row = job_store.lock_job(conn, job_store.resolve_job(conn, ref))
-        assert row is not None
-        return row
-
-
-def rows(engine: Engine) -> list[dict[str, Any]]:
-    with engine.db.connect() as conn:
-        query = select(invocations).order_by(invocations.c.id)
-        return [dict(r._mapping) for r in conn.execute(query)]
-
-
-def deliver_ticks(engine: Engine, port: RecordingPort) -> None:
-    ticks = list(port.ticks)
-    port.ticks.clear()
-    for job_id, nonce, _eta in ticks:
-        engine.tick(job_id, nonce)
-
-
-def deliver_starts(engine: Engine, port: RecordingPort) -> None:
-    """Deliver the start messages, then the runs they sent to the work path."""
-    starts = list(port.starts)
-    port.starts.clear()
-    for invocation_id in starts:
-        engine.runs.start_invocation(invocation_id)
-    deliver_runs(engine, port)
 
 
 def test_apply_commits_the_job_then_sends_its_first_tick(

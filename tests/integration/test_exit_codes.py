@@ -34,9 +34,9 @@ from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.workers.port import CeleryPort
 from cronchain.scheduler.workers.runtime import CommandPort, patience_of_a_command
-from tests import services
-from tests.conftest import RecordingPort
-from tests.integration.test_cli import KEEP_HISTORY
+from tests.support import services
+from tests.support.cli import KEEP_HISTORY
+from tests.support.engine import RecordingPort
 
 T = "2026-01-01T00:00Z"
 T_LATER = "2026-01-01T02:00Z"

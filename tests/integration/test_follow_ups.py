@@ -17,9 +17,9 @@ from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.models import invocations
 from cronchain.statemachine import InvocationFinished, Trigger
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_control import add, spec
-from tests.integration.test_engine import job, rows
+from tests.support.engine import Clock, RecordingPort
+from tests.support.jobs import apply, spec
+from tests.support.rows import job, rows
 
 pytestmark = pytest.mark.postgres
 
@@ -131,7 +131,7 @@ CASES = [
 def test_each_follow_up_step_sends_what_it_asks_for(
     engine: Engine, port: RecordingPort, clock: Clock, case: Case
 ):
-    add(engine, spec(schedule=case.schedule, **case.controls))
+    apply(engine, spec(schedule=case.schedule, **case.controls))
     if case.setup is not None:
         case.setup(engine, port, clock)
     if case.taken is not None:
@@ -154,7 +154,7 @@ def test_an_abandoned_trigger_of_a_fixed_delay_job_sends_its_next_tick(
     """The trigger's row exists already (a repeated trigger), so nothing starts: the
     fixed delay counts from now, and its tick must go out, or the chain stalls until
     the watchdog notices."""
-    add(engine, spec(schedule="with 10m interval"))
+    apply(engine, spec(schedule="with 10m interval"))
     row = job(engine, "p/a")
     existing_row(engine, clock, trigger_id="t1")
     port.clear()

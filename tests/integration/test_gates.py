@@ -15,25 +15,17 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.cli import _with_wait
 from cronchain.scheduler.clitext import invocation_text
 from cronchain.scheduler.errors import SpecError, TransientError
-from cronchain.scheduler.invokers import HttpInvoker
-from cronchain.scheduler.invokers.netguard import parse_allow
-from cronchain.scheduler.workers import gatecheck
 from cronchain.statemachine import InvocationStatus
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_control import add, engine_with, rows, spec
-from tests.integration.test_engine import job
-from tests.integration.test_observed import samples
-from tests.integration.test_upstream import needs, run_now, settle
-from tests.receivers import gate_endpoint
+from tests.support.deliver import ask_due, run_now, settle
+from tests.support.engine import Clock, RecordingPort, http_engine
+from tests.support.jobs import apply, spec
+from tests.support.metrics import samples
+from tests.support.receivers import gate_endpoint
+from tests.support.rows import job, rows
+from tests.support.upstream import needs
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
-
-
-def gated(db: sqlalchemy.Engine, clock: Clock):  # type: ignore[no-untyped-def]
-    engine, port = engine_with(db, clock)
-    engine.invokers["http"] = HttpInvoker(parse_allow("127.0.0.1/32"))
-    return engine, port
 
 
 class SentTasks:
@@ -46,20 +38,11 @@ class SentTasks:
         self.sent.append({"task": name, **options})
 
 
-def ask_due(engine, port: RecordingPort, clock: Clock, app: Any = None) -> int:  # type: ignore[no-untyped-def]
-    """Deliver the gate checks whose ETA has come, as the work path does."""
-    due = [g for g in port.gates if g[4] is None or g[4] <= clock.now]
-    for g in due:
-        port.gates.remove(g)
-        gatecheck.check(engine, app, *g[:4])
-    return len(due)
-
-
 def both_checks_sent(engine, port: RecordingPort, clock: Clock) -> SentTasks:  # type: ignore[no-untyped-def]
     """A triggered run of ``d``, whose celery gate is asked every 2 s for 3 s: both its
     checks sent, neither answered; the second is the last (a third would be too late)."""
     tasks = SentTasks()
-    add(engine, spec("d", gates=[{"celery": "app.ready", "every": "2s"}], max_wait="3s"))
+    apply(engine, spec("d", gates=[{"celery": "app.ready", "every": "2s"}], max_wait="3s"))
     Scheduler(engine).trigger("p/d")
     assert ask_due(engine, port, clock, tasks) == 1
     clock.advance(2)
@@ -74,10 +57,10 @@ def answers(row: dict[str, Any], gate: int = 0) -> list[bool]:
 def test_a_gate_that_says_no_twice_then_yes_starts_the_run_after_the_third_check(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(503, 503) as endpoint:
         gate = {"name": "cluster", "http": endpoint.url, "every": "10s"}
-        add(engine, spec("d", "every 60s", gates=[gate], max_wait="10m"))
+        apply(engine, spec("d", "every 60s", gates=[gate], max_wait="10m"))
         clock.now = max(eta for _, _, eta in port.ticks)
         ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
         port.clear()
@@ -121,10 +104,10 @@ def test_a_gate_that_says_no_twice_then_yes_starts_the_run_after_the_third_check
 def test_a_gate_that_never_answers_in_time_ends_the_slot_by_on_unmet(
     db: sqlalchemy.Engine, clock: Clock, on_unmet: str
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(then=0) as endpoint:  # every GET hangs
         gate = {"http": {"url": endpoint.url, "timeout": "0.3s"}, "every": "2s"}
-        add(engine, spec("d", gates=[gate], max_wait="5s", on_unmet=on_unmet))
+        apply(engine, spec("d", gates=[gate], max_wait="5s", on_unmet=on_unmet))
         Scheduler(engine).trigger("p/d")
         for _ in range(3):  # checks at 0, 2 and 4 s: the one at 6 s would be too late
             assert ask_due(engine, port, clock) == 1
@@ -144,10 +127,10 @@ def test_a_gate_that_never_answers_in_time_ends_the_slot_by_on_unmet(
 
 
 def test_a_celery_gate_says_yes_by_returning_true(db: sqlalchemy.Engine, clock: Clock):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     tasks = SentTasks()
     gate = {"celery": {"task": "app.ready", "queue": "checks", "args": [8]}, "every": "5s"}
-    add(engine, spec("d", gates=[gate]))
+    apply(engine, spec("d", gates=[gate]))
     Scheduler(engine).trigger("p/d")
     assert ask_due(engine, port, clock, tasks) == 1
     [sent] = tasks.sent
@@ -168,7 +151,7 @@ def test_a_celery_gate_says_yes_by_returning_true(db: sqlalchemy.Engine, clock: 
 def test_a_celery_gate_that_never_answers_is_settled_by_the_watchdog(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     both_checks_sent(engine, port, clock)
     assert port.gates == [] and rows(engine, "d")[0]["status"] == "WAITING"
     clock.advance(1.5)
@@ -182,9 +165,9 @@ def test_a_celery_gate_that_never_answers_is_settled_by_the_watchdog(
 
 
 def test_a_lost_check_is_asked_again_by_the_watchdog(db: sqlalchemy.Engine, clock: Clock):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(503) as endpoint:
-        add(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}]))
+        apply(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}]))
         Scheduler(engine).trigger("p/d")
         port.gates.clear()  # the first check's message is lost
         clock.advance(engine.repair_grace.total_seconds() + 1)
@@ -202,10 +185,10 @@ def test_a_lost_check_is_asked_again_by_the_watchdog(db: sqlalchemy.Engine, cloc
 
 
 def test_gates_are_asked_once_the_upstreams_are_met(db: sqlalchemy.Engine, clock: Clock):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint() as endpoint:
         gate = {"http": endpoint.url, "every": "10s"}
-        add(engine, spec("a"), spec("d", gates=[gate], **needs("a", max_wait="1h")))
+        apply(engine, spec("a"), spec("d", gates=[gate], **needs("a", max_wait="1h")))
         Scheduler(engine).trigger("p/d")
         assert rows(engine, "d")[0]["reason"] == "upstream" and port.gates == []
         run_now(engine, port, "a")
@@ -218,9 +201,9 @@ def test_gates_are_asked_once_the_upstreams_are_met(db: sqlalchemy.Engine, clock
 
 
 def test_abort_ends_a_run_waiting_for_its_gates(db: sqlalchemy.Engine, clock: Clock):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint() as endpoint:
-        add(engine, spec("d", gates=[{"http": endpoint.url}]))
+        apply(engine, spec("d", gates=[{"http": endpoint.url}]))
         Scheduler(engine).trigger("p/d")
         aborted = Scheduler(engine).abort("p/d")
         assert len(aborted["WAITING"]) == 1
@@ -231,9 +214,9 @@ def test_abort_ends_a_run_waiting_for_its_gates(db: sqlalchemy.Engine, clock: Cl
 
 
 def test_a_backfill_slot_is_asked_once(db: sqlalchemy.Engine, clock: Clock):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(503) as endpoint:
-        add(engine, spec("d", "0 3 * * *", gates=[{"http": endpoint.url, "every": "1m"}]))
+        apply(engine, spec("d", "0 3 * * *", gates=[{"http": endpoint.url, "every": "1m"}]))
         first, last = datetime(2026, 2, 25, tzinfo=UTC), datetime(2026, 2, 26, 23, tzinfo=UTC)
         Scheduler(engine).backfill("p/d", first, last, max_concurrent=2)
         assert ask_due(engine, port, clock) == 2  # one says no, one yes
@@ -259,7 +242,7 @@ def test_gates_are_validated_naming_the_field() -> None:
 def test_an_older_check_s_late_no_does_not_end_the_slot_while_the_last_is_asked(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     both_checks_sent(engine, port, clock)
     d = rows(engine, "d")[0]
     gates.answer(engine, d["id"], "app.ready", 1, d["job_id"], False, "returned False")  # late
@@ -271,13 +254,13 @@ def test_an_older_check_s_late_no_does_not_end_the_slot_while_the_last_is_asked(
 def test_a_waiting_run_follows_its_job_s_gates_when_they_change(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(then=503) as endpoint:
-        add(engine, spec("d", gates=[{"name": "ready", "http": endpoint.url, "every": "10s"}]))
+        apply(engine, spec("d", gates=[{"name": "ready", "http": endpoint.url, "every": "10s"}]))
         Scheduler(engine).trigger("p/d")
         assert ask_due(engine, port, clock) == 1  # no
         renamed = {"name": "ready2", "http": endpoint.url, "every": "10s"}
-        add(engine, spec("d", gates=[renamed]))
+        apply(engine, spec("d", gates=[renamed]))
         clock.advance(10)
         assert ask_due(engine, port, clock) == 1  # "ready" is gone; "ready2" asked first
         assert ask_due(engine, port, clock) == 1
@@ -286,7 +269,7 @@ def test_a_waiting_run_follows_its_job_s_gates_when_they_change(
         assert [g["name"] for g in d["checks"]["gate"]["gates"]] == ["ready2"]
         assert answers(d) == [False]
         endpoint.then = 200
-        add(engine, spec("d", gates=[renamed, {"name": "more", "http": endpoint.url}]))
+        apply(engine, spec("d", gates=[renamed, {"name": "more", "http": endpoint.url}]))
         clock.advance(10)
         assert ask_due(engine, port, clock) == 1  # ready2 says yes; more is asked first
         assert rows(engine, "d")[0]["status"] == "WAITING"
@@ -297,12 +280,12 @@ def test_a_waiting_run_follows_its_job_s_gates_when_they_change(
 def test_a_gate_removed_from_the_job_releases_a_run_that_waited_only_for_it(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(then=503) as endpoint:
-        add(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}]))
+        apply(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}]))
         Scheduler(engine).trigger("p/d")
         assert ask_due(engine, port, clock) == 1
-        add(engine, spec("d"))  # no gates any more
+        apply(engine, spec("d"))  # no gates any more
         clock.advance(10)
         assert ask_due(engine, port, clock) == 1
     assert rows(engine, "d")[0]["status"] == "STARTING" and len(endpoint.asked) == 1
@@ -311,10 +294,10 @@ def test_a_gate_removed_from_the_job_releases_a_run_that_waited_only_for_it(
 def test_the_watchdog_finds_a_lost_check_past_its_first_limit_of_runs(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(then=503) as endpoint:
         every = [{"http": endpoint.url, "every": "1h"}]
-        add(engine, spec("a", gates=every, max_wait="1d"), spec("b", gates=every, max_wait="1d"))
+        apply(engine, spec("a", gates=every, max_wait="1d"), spec("b", gates=every, max_wait="1d"))
         Scheduler(engine).trigger("p/a")
         assert ask_due(engine, port, clock) == 1  # a is asked again in an hour
         port.gates.clear()
@@ -327,7 +310,7 @@ def test_the_watchdog_finds_a_lost_check_past_its_first_limit_of_runs(
 def test_an_answer_is_recorded_patiently_when_the_database_blips(
     db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     real, failures = gates.answer, [TransientError("database unavailable")]
 
     def blip(*args: Any) -> None:
@@ -338,7 +321,7 @@ def test_an_answer_is_recorded_patiently_when_the_database_blips(
     monkeypatch.setattr(recording, "RETRY_DELAYS", (0,))
     monkeypatch.setattr(gates, "answer", blip)
     with gate_endpoint() as endpoint:
-        add(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}], max_wait="5s"))
+        apply(engine, spec("d", gates=[{"http": endpoint.url, "every": "10s"}], max_wait="5s"))
         Scheduler(engine).trigger("p/d")
         assert ask_due(engine, port, clock) == 1
     assert rows(engine, "d")[0]["status"] == "RUNNING" and not failures
@@ -347,10 +330,10 @@ def test_an_answer_is_recorded_patiently_when_the_database_blips(
 def test_a_second_backfill_counts_the_first_s_gated_run_as_in_flight(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(then=503) as endpoint:
         gate = [{"http": endpoint.url, "every": "1m"}]
-        add(engine, spec("d", "0 3 * * *", gates=gate, max_wait="1d"))
+        apply(engine, spec("d", "0 3 * * *", gates=gate, max_wait="1d"))
         sched = Scheduler(engine)
         for day in (25, 26):
             first, last = datetime(2026, 2, day, tzinfo=UTC), datetime(2026, 2, day, 23, tzinfo=UTC)
@@ -361,8 +344,8 @@ def test_a_second_backfill_counts_the_first_s_gated_run_as_in_flight(
 def test_a_trigger_of_a_gated_job_says_waiting_and_metrics_count_it(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, _ = gated(db, clock)
-    add(engine, spec("d", gates=[{"http": "http://127.0.0.1:9/", "every": "10s"}]))
+    engine, _ = http_engine(db, clock)
+    apply(engine, spec("d", gates=[{"http": "http://127.0.0.1:9/", "every": "10s"}]))
     assert Scheduler(engine).trigger("p/d")["result"] == "waiting"
     assert samples(engine.db, clock)["cronchain_runs_waiting", (("reason", "gate"),)] == 1
 
@@ -370,8 +353,8 @@ def test_a_trigger_of_a_gated_job_says_waiting_and_metrics_count_it(
 def test_the_command_line_says_what_a_triggered_run_waits_for(
     db: sqlalchemy.Engine, clock: Clock, cli: Any
 ):
-    engine, _ = gated(db, clock)
-    add(engine, spec("d", gates=[{"http": "http://127.0.0.1:9/", "every": "10s"}]))
+    engine, _ = http_engine(db, clock)
+    apply(engine, spec("d", gates=[{"http": "http://127.0.0.1:9/", "every": "10s"}]))
     code, out, _ = cli(engine, "trigger", "p/d")
     assert code == 0 and "is WAITING for its gates;" in out
 
@@ -379,15 +362,15 @@ def test_the_command_line_says_what_a_triggered_run_waits_for(
 def test_a_gate_that_said_no_dropped_by_an_apply_frees_a_run_whose_other_gate_said_yes(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    engine, port = gated(db, clock)
+    engine, port = http_engine(db, clock)
     with gate_endpoint(then=503) as no, gate_endpoint() as yes:
         both = [{"name": "no", "http": no.url, "every": "10s"}]
         both.append({"name": "yes", "http": yes.url, "every": "1h"})
-        add(engine, spec("d", gates=both, max_wait="2h"))
+        apply(engine, spec("d", gates=both, max_wait="2h"))
         Scheduler(engine).trigger("p/d")
         assert ask_due(engine, port, clock) == 2
         assert rows(engine, "d")[0]["status"] == "WAITING"
-        add(engine, spec("d", gates=both[1:], max_wait="2h"))  # "no" is no longer a gate
+        apply(engine, spec("d", gates=both[1:], max_wait="2h"))  # "no" is no longer a gate
         clock.advance(10)
         assert ask_due(engine, port, clock) == 1  # the dropped gate's check: frees the run
     assert rows(engine, "d")[0]["status"] == "STARTING" and len(no.asked) == 1

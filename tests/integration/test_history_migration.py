@@ -12,7 +12,7 @@ import sqlalchemy
 from cronchain.migrations import downgrade, upgrade
 from cronchain.scheduler.storage import partitions, run_store
 from cronchain.scheduler.storage.db import make_engine
-from tests import services
+from tests.support import services
 
 pytestmark = pytest.mark.postgres
 

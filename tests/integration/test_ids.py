@@ -39,7 +39,7 @@ from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.scheduler.workers import hooks, runtime, work
 from cronchain.scheduler.workers.port import CeleryPort
-from tests.conftest import Clock, RecordingPort
+from tests.support.engine import Clock, RecordingPort
 
 pytestmark = pytest.mark.postgres
 

@@ -30,15 +30,15 @@ from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import SpecError, TransientError
 from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.storage.db import make_engine
-from tests import services
-from tests.conftest import Clock, RecordingPort
-from tests.unit.test_beat_equivalence import (
+from tests.support import services
+from tests.support.beat import (
     JAN,
     beat_fires,
     both_restricted,
     cronchain_fires,
     day_field_combinations,
 )
+from tests.support.engine import Clock, RecordingPort
 
 pytestmark = pytest.mark.postgres
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy
 from celery import Celery
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
@@ -27,40 +24,13 @@ from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import JOB_STATES
 from cronchain.scheduler.version import VERSION
 from cronchain.scheduler.web.health import WorkerWatch, check_health
-from cronchain.scheduler.web.metrics import DatabaseCollector, registry, render
+from cronchain.scheduler.web.metrics import DatabaseCollector, render
 from cronchain.scheduler.workers.runtime import patience_of_a_command
-from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
-from tests.services import free_port
+from tests.support.deliver import deliver_runs, deliver_ticks_and_starts
+from tests.support.engine import Clock, RecordingPort
+from tests.support.metrics import INTERVAL, parsed, samples, settings
 
 pytestmark = pytest.mark.postgres
-INTERVAL = 30.0  # the watchdog's: its grace is 15 s, as the engine fixture's
-
-
-def settings(db: sqlalchemy.Engine, **values: Any) -> Settings:
-    """The settings these tests read: a broker where nothing listens, unless given."""
-    return Settings(
-        database_url=db.url.render_as_string(hide_password=False),
-        home=Path("."),
-        watchdog_interval=INTERVAL,
-        **{"broker_url": f"redis://127.0.0.1:{free_port()}/0", **values},
-    )
-
-
-def parsed(text: str) -> dict[tuple[str, tuple[Any, ...]], float]:
-    """The text format as Prometheus reads it: {(name, sorted labels): value}."""
-    found = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            found[s.name, tuple(sorted(s.labels.items()))] = s.value
-    return found
-
-
-def samples(db: sqlalchemy.Engine, clock: Clock) -> dict[tuple[str, tuple[Any, ...]], float]:
-    """One scrape as /metrics renders it, parsed; and the same from prometheus_client's
-    own writer of the collector's families, which must say the same."""
-    scraped = parsed(render(DatabaseCollector(db, settings(db), now=clock)).decode())
-    assert parsed(generate_latest(registry(db, settings(db), now=clock)).decode()) == scraped
-    return scraped
 
 
 def of(job: str) -> tuple[tuple[str, str], ...]:
@@ -95,13 +65,13 @@ def test_metrics_say_what_the_engine_did(engine: Engine, port: RecordingPort, cl
     assert before["cronchain_watchdog_last_pass_timestamp_seconds", ()] == 0
 
     clock.advance(10)  # both fire; only "ok"'s run is done, "held"'s stays RUNNING
-    deliver_ticks(engine, port)
+    deliver_ticks_and_starts(engine, port)
     held = [c for c in port.runs if c.job.endswith("held")]
     port.runs[:] = [c for c in port.runs if c not in held]
     deliver_runs(engine, port)
     done_at = clock.now
     clock.advance(10)  # "held"'s next slot waits for its place (buffer_one)
-    deliver_ticks(engine, port)
+    deliver_ticks_and_starts(engine, port)
     port.clear()  # the ticks are lost: the watchdog will repair them
     clock.advance(26)  # 16 s past the ticks' slots: more than the grace (15 s)
     now = samples(engine.db, clock)
@@ -135,7 +105,7 @@ def test_each_job_counts_its_failures_and_its_run_time(
     outcomes = [SUCCEEDED, Outcome.failed("boom", "error")]
     for seconds, outcome in zip((7, 2), outcomes, strict=True):
         scheduler.trigger("p/c")
-        deliver_ticks(engine, port)  # the start, sent to the work path
+        deliver_ticks_and_starts(engine, port)  # the start, sent to the work path
         [call] = port.runs
         port.runs.clear()
         assert engine.runs.claim(call.invocation_id, call.attempt, "w") is not None
@@ -186,23 +156,23 @@ def test_each_run_that_ends_and_each_first_claim_is_counted_once(
         project="p",
     )
     clock.advance(10)  # the first slot: claimed 3 s after it ("slow"'s never)
-    deliver_ticks(engine, port)
+    deliver_ticks_and_starts(engine, port)
     slow = [c for c in port.runs if c.job.endswith("slow")]
     port.runs[:] = [c for c in port.runs if c not in slow]
     clock.advance(3)
     deliver_runs(engine, port)  # "ok" succeeds; "bad"'s first attempt fails
     clock.advance(2)
-    deliver_ticks(engine, port)  # "bad"'s second attempt, which fails for good
+    deliver_ticks_and_starts(engine, port)  # "bad"'s second attempt, which fails for good
     deliver_runs(engine, port)
     scheduler.pause("p/ok")
     scheduler.pause("p/bad")
     clock.advance(5)  # the second slot: "slow" still runs its first, and skips this one
-    deliver_ticks(engine, port)
+    deliver_ticks_and_starts(engine, port)
     scheduler.abort("p/slow")
     scheduler.trigger("p/manual")
     deliver_runs(engine, port)
     scheduler.backfill("p/ok", clock.now - timedelta(seconds=60), clock.now - timedelta(seconds=50))
-    deliver_ticks(engine, port)
+    deliver_ticks_and_starts(engine, port)
     deliver_runs(engine, port)
 
     with engine.db.connect() as conn:

@@ -22,10 +22,10 @@ from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import jobs
 from cronchain.statemachine import InvocationStatus
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_batches import GRACE, sent
-from tests.integration.test_engine import apply, job, make, rows
-from tests.integration.test_tick_batch import described
+from tests.support.deliver import sent
+from tests.support.engine import GRACE, Clock, RecordingPort
+from tests.support.jobs import apply, make
+from tests.support.rows import described, job, rows
 
 pytestmark = pytest.mark.postgres
 OK, FAILED = Outcome(InvocationStatus.SUCCEEDED), Outcome.failed("boom")

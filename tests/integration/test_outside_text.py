@@ -22,50 +22,30 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.clitext import invocation_text
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.explain import _with_alerts
-from cronchain.scheduler.invokers import HttpInvoker, Outcome
-from cronchain.scheduler.invokers.netguard import parse_allow
+from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.leases import Lease
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage.alert_store import AlertRow
 from cronchain.scheduler.workers import gatecheck, work
 from cronchain.statemachine import InvocationStatus
-from tests.conftest import Clock
-from tests.integration.test_alerts import rows as alert_rows
-from tests.integration.test_control import add, deliver, engine_with, rows, spec
-from tests.integration.test_gates import ask_due
-from tests.integration.test_upstream import needs, settle
-from tests.receivers import raw_endpoint, smtp_server, webhook
+from tests.support.deliver import ask_due, settle, started_celery_run
+from tests.support.engine import Clock, engine_with, http_engine
+from tests.support.jobs import apply, spec
+from tests.support.receivers import http_answer, raw_endpoint, smtp_server, webhook
+from tests.support.rows import alert_rows, rows
+from tests.support.upstream import needs
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
 NOTE = "[cronchain replaced 1 character(s) it cannot store with U+FFFD]"
 
 
-def answer(status: str, body: bytes) -> bytes:
-    return f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
-
-
-def http_engine(db: sqlalchemy.Engine, clock: Clock):  # type: ignore[no-untyped-def]
-    engine, port = engine_with(db, clock)
-    engine.invokers["http"] = HttpInvoker(parse_allow("127.0.0.1/32"))
-    return engine, port
-
-
-def started_celery_run(engine: Any, port: Any, name: str = "c") -> dict[str, Any]:
-    """A triggered run of ``p/NAME``, a ``celery`` job, claimed as the hooks claim it."""
-    Scheduler(engine).trigger(f"p/{name}")
-    deliver(engine, port)
-    [run] = rows(engine, name)
-    assert engine.runs.claim(run["id"], 1, "celery@test") is not None
-    return run
-
-
 def test_an_http_answer_with_a_nul_in_its_body_succeeds_and_is_called_once(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = http_engine(db, clock)
-    with raw_endpoint(answer("200 OK", b"ab\x00cd")) as endpoint:
-        add(
+    with raw_endpoint(http_answer("200 OK", b"ab\x00cd")) as endpoint:
+        apply(
             engine,
             spec("h", kind="http", options={"url": endpoint.url}, retries={"max_attempts": 3}),
         )
@@ -85,7 +65,7 @@ def test_a_task_error_with_nul_and_control_bytes_fails_the_run_once(
     """As a ``celery`` task's hooks report it (``ValueError("bad bytes: \\x00\\x01")``):
     the run ends FAILED with the error, and the job takes its next run."""
     engine, port = engine_with(db, clock)
-    add(engine, spec("c", kind="celery", options={"task": "t.boom"}))
+    apply(engine, spec("c", kind="celery", options={"task": "t.boom"}))
     run = started_celery_run(engine, port)
     error = outside.described(ValueError("bad bytes: \x00\x01"))
     engine.runs.record_patiently(run["id"], 1, Outcome.failed(error, "error"))
@@ -100,11 +80,11 @@ def test_a_gate_answer_with_nul_is_recorded_and_its_failure_alerts(
 ):
     monkeypatch.setenv("CRONCHAIN_CHANNELS", '{"ops": {"webhook": "http://127.0.0.1:9/x"}}')
     engine, port = http_engine(db, clock)
-    with raw_endpoint(answer("503 No", b"not\x00yet")) as endpoint:
+    with raw_endpoint(http_answer("503 No", b"not\x00yet")) as endpoint:
         gate = {"name": "ready", "http": endpoint.url, "every": "10s"}
         alerts = {"on": ["failed"], "to": ["ops"]}
         job = spec("g", gates=[gate], max_wait="15s", on_unmet="fail", alerts=alerts)
-        add(engine, job)
+        apply(engine, job)
         Scheduler(engine).trigger("p/g")
         assert ask_due(engine, port, clock) == 1
         clock.advance(10)
@@ -125,7 +105,7 @@ def test_a_celery_gate_answer_with_nul_is_recorded(db: sqlalchemy.Engine, clock:
         def send_task(self, name: str, **options: Any) -> None:
             pass
 
-    add(engine, spec("g", gates=[{"celery": "app.ready", "every": "10s"}], max_wait="1m"))
+    apply(engine, spec("g", gates=[{"celery": "app.ready", "every": "10s"}], max_wait="1m"))
     Scheduler(engine).trigger("p/g")
     assert ask_due(engine, port, clock, Tasks()) == 1
     [run] = rows(engine, "g")
@@ -142,7 +122,7 @@ def test_an_outcome_whose_text_cannot_be_stored_is_recorded_without_it(
     recorded, without its text, and no attempt fails for it."""
     monkeypatch.setattr(outside, "storable", lambda text: text)  # the boundary misses it
     engine, port = engine_with(db, clock)
-    add(engine, spec("c", kind="celery", options={"task": "t.x"}))
+    apply(engine, spec("c", kind="celery", options={"task": "t.x"}))
     run = started_celery_run(engine, port)
     unstorable = "\ud800" if db.dialect.name == "sqlite" else "\x00"
     with caplog.at_level(logging.ERROR):
@@ -159,7 +139,7 @@ def test_a_gate_answer_whose_text_cannot_be_stored_is_recorded_without_it(
     """The same net under gate answers: the answer counts (a yes starts the run)."""
     monkeypatch.setattr(outside, "storable", lambda text: text)  # the boundary misses it
     engine, port = engine_with(db, clock)
-    add(engine, spec("g", gates=[{"celery": "app.ready", "every": "10s"}], max_wait="1m"))
+    apply(engine, spec("g", gates=[{"celery": "app.ready", "every": "10s"}], max_wait="1m"))
     Scheduler(engine).trigger("p/g")
     [run] = rows(engine, "g")
     unstorable = "\ud800" if db.dialect.name == "sqlite" else "\x00"
@@ -175,7 +155,7 @@ def test_an_outcome_that_cannot_be_recorded_lets_the_lease_lapse(
     """Any other failure to record: the lease is no longer renewed (the watchdog's rules
     apply), and the log says so at ERROR."""
     engine, _ = engine_with(db, clock)
-    add(engine, spec("n"))
+    apply(engine, spec("n"))
     Scheduler(engine).trigger("p/n")
     [run] = rows(engine, "n")
     engine.runs.start_invocation(run["id"])  # sent to the work path, not taken yet
@@ -193,7 +173,7 @@ def test_an_outcome_that_cannot_be_recorded_lets_the_lease_lapse(
 
 def test_a_lease_note_with_nul_is_kept(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock)
-    add(engine, spec("c", kind="celery", options={"task": "t.x"}))
+    apply(engine, spec("c", kind="celery", options={"task": "t.x"}))
     run = started_celery_run(engine, port)
     call = port.runs[0]
     lease = Lease(run["id"], 1, call.lease, job_id=run["job_id"])
@@ -237,7 +217,7 @@ def test_a_declared_nul_is_refused_in_python_too(db: sqlalchemy.Engine, clock: C
     with pytest.raises(SpecError, match=r"celery\.args: holds a character"):
         JobSpec("p", "a", "triggered", kind="celery", options={"task": "t", "args": [1, "\ud800"]})
     engine, _ = engine_with(db, clock)
-    add(engine, spec("a"))
+    apply(engine, spec("a"))
     with pytest.raises(SpecError, match="reason: holds a character"):
         Scheduler(engine).pause("p/a", "maintenance\x00")
 
@@ -296,7 +276,7 @@ def test_pagerduty_gets_its_summary_on_one_line():
 
 def test_a_wait_settled_without_a_start_is_not_still_waiting(db: sqlalchemy.Engine, clock: Clock):
     engine, _ = engine_with(db, clock)
-    add(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet="fail")))
+    apply(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet="fail")))
     Scheduler(engine).trigger("p/d")
     [d] = rows(engine, "d")
     assert "-> still waiting" in invocation_text(Scheduler(engine).invocation(d["id"]))
@@ -309,9 +289,9 @@ def test_a_wait_settled_without_a_start_is_not_still_waiting(db: sqlalchemy.Engi
 
 def test_a_gate_wait_that_ran_anyway_says_so(db: sqlalchemy.Engine, clock: Clock):
     engine, port = http_engine(db, clock)
-    with raw_endpoint(answer("503 No", b"")) as endpoint:
+    with raw_endpoint(http_answer("503 No", b"")) as endpoint:
         gate = {"name": "ready", "http": endpoint.url, "every": "10s"}
-        add(engine, spec("g", gates=[gate], max_wait="5s", on_unmet="run"))
+        apply(engine, spec("g", gates=[gate], max_wait="5s", on_unmet="run"))
         Scheduler(engine).trigger("p/g")
         assert ask_due(engine, port, clock) == 1
         settle(engine, port)
@@ -345,7 +325,7 @@ def test_a_header_value_http_cannot_carry_fails_without_quoting_it(
     engine, port = http_engine(db, clock)
     with raw_endpoint() as endpoint:
         headers = {"Authorization": {"env": "TOKEN"}}
-        add(engine, spec("h", kind="http", options={"url": endpoint.url, "headers": headers}))
+        apply(engine, spec("h", kind="http", options={"url": endpoint.url, "headers": headers}))
         Scheduler(engine).trigger("p/h")
         settle(engine, port)
     [run] = rows(engine, "h")

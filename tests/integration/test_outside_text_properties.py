@@ -26,12 +26,11 @@ from cronchain.scheduler import outside
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.leases import Lease
-from tests.conftest import Clock
-from tests.integration.test_control import add, rows, spec
-from tests.integration.test_gates import ask_due
-from tests.integration.test_outside_text import answer, http_engine, started_celery_run
-from tests.integration.test_upstream import settle
-from tests.receivers import raw_endpoint
+from tests.support.deliver import ask_due, settle, started_celery_run
+from tests.support.engine import Clock, http_engine
+from tests.support.jobs import apply, spec
+from tests.support.receivers import http_answer, raw_endpoint
+from tests.support.rows import rows
 
 pytestmark = pytest.mark.postgres
 MB = 1 << 20
@@ -93,7 +92,7 @@ def test_an_http_answer_of_any_bytes_ends_the_run_once_as_its_status_says(
     head = f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n".encode()
     with raw_endpoint(head + b"X-Noise: " + header + b"\r\n\r\n" + body) as endpoint:
         job = name()
-        add(engine, spec(job, kind="http", options={"url": endpoint.url}))
+        apply(engine, spec(job, kind="http", options={"url": endpoint.url}))
         Scheduler(engine).trigger(f"p/{job}")
         settle(engine, port)
     [run] = rows(engine, job)
@@ -113,7 +112,7 @@ def test_a_task_error_of_any_text_fails_its_run_once(
 ):
     engine, port = http_engine(db, clock)
     job = name()
-    add(engine, spec(job, kind="celery", options={"task": "t.boom"}))
+    apply(engine, spec(job, kind="celery", options={"task": "t.boom"}))
     run = started_celery_run(engine, port, job)
     lease = engine.leases.hold(Lease(run["id"], 1, port.runs[-1].lease, job_id=run["job_id"]))
     failed = Outcome.failed(outside.described(ValueError(text)), "error")
@@ -131,10 +130,10 @@ def test_a_gate_answer_of_any_bytes_is_recorded_and_decides_as_its_status_says(
     db: sqlalchemy.Engine, clock: Clock, status: str, body: bytes
 ):
     engine, port = http_engine(db, clock)
-    with raw_endpoint(answer(status, body)) as endpoint:
+    with raw_endpoint(http_answer(status, body)) as endpoint:
         job = name()
         gate = {"name": "ready", "http": endpoint.url, "every": "10s"}
-        add(engine, spec(job, gates=[gate], max_wait="5s", on_unmet="fail"))
+        apply(engine, spec(job, gates=[gate], max_wait="5s", on_unmet="fail"))
         Scheduler(engine).trigger(f"p/{job}")
         assert ask_due(engine, port, clock) == 1  # the one check there is
         settle(engine, port)
@@ -155,7 +154,7 @@ def test_a_heartbeat_note_of_any_text_renews_the_lease(
 ):
     engine, port = http_engine(db, clock)
     job = name()
-    add(engine, spec(job, kind="celery", options={"task": "t.x"}))
+    apply(engine, spec(job, kind="celery", options={"task": "t.x"}))
     run = started_celery_run(engine, port, job)
     lease = Lease(run["id"], 1, port.runs[-1].lease, job_id=run["job_id"])
     assert engine.leases.renew(lease, note) is True
@@ -168,7 +167,7 @@ def test_a_head_past_http_s_limits_fails_once(db: sqlalchemy.Engine, clock: Cloc
     engine, port = http_engine(db, clock)
     huge = b"X-Noise: " + b"a" * MB + b"\r\n"
     with raw_endpoint(b"HTTP/1.1 200 OK\r\n" + huge + b"Content-Length: 0\r\n\r\n") as endpoint:
-        add(engine, spec("h", kind="http", options={"url": endpoint.url}))
+        apply(engine, spec("h", kind="http", options={"url": endpoint.url}))
         Scheduler(engine).trigger("p/h")
         settle(engine, port)
     [run] = rows(engine, "h")

@@ -15,8 +15,9 @@ from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.retention import LOCK_KEY, HistoryReport, run_once
 from cronchain.scheduler.storage import partitions, run_store
 from cronchain.scheduler.storage.models import invocations, jobs
-from tests.conftest import Clock
-from tests.integration.test_engine import apply, job, make
+from tests.support.engine import Clock
+from tests.support.jobs import apply, make
+from tests.support.rows import job
 
 pytestmark = pytest.mark.postgres
 

@@ -12,24 +12,19 @@ from sqlalchemy import select
 
 from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
-from cronchain.scheduler.declarative import apply as declare
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.spec import parse_job_file
 from cronchain.scheduler.storage.models import invocations
 from cronchain.statemachine import InvocationStatus
-from tests.conftest import Clock
-from tests.integration.test_control import Scripted, deliver, engine_with, rows, spec
-from tests.integration.test_engine import job
-from tests.integration.test_upstream import settle
+from tests.support.deliver import deliver, settle
+from tests.support.engine import Clock, Scripted, engine_with
+from tests.support.jobs import apply_with_pools, spec
+from tests.support.rows import job, rows
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
 HANG = None  # a run whose worker died: claimed, RUNNING until it is finished by hand
-
-
-def apply(engine, *specs, pools: dict[str, int] | None = None) -> None:  # type: ignore[no-untyped-def]
-    declare(engine, "p", list(specs), pool_sizes=pools)
 
 
 def running(engine, pool: str = "gpu") -> int:  # type: ignore[no-untyped-def]
@@ -45,7 +40,7 @@ def test_a_full_pool_makes_runs_wait_and_hands_out_places_by_priority(
 ):
     engine, port = engine_with(db, clock, Scripted(HANG, HANG, HANG, HANG))
     jobs = [spec(f"j{p}", pool="gpu", priority=p) for p in (1, 9, 5, 3)]
-    apply(engine, *jobs, pools={"gpu": 2})
+    apply_with_pools(engine, *jobs, pools={"gpu": 2})
     sched = Scheduler(engine)
     for name in ("j1", "j9", "j5", "j3"):  # j1 and j9 take the places
         clock.advance(1)
@@ -69,7 +64,7 @@ def test_a_full_pool_makes_runs_wait_and_hands_out_places_by_priority(
 
 def test_a_pool_made_larger_starts_its_waiters_at_once(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock)
-    apply(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 0})
+    apply_with_pools(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 0})
     sched = Scheduler(engine)
     sched.trigger("p/a")
     sched.trigger("p/b")
@@ -82,7 +77,7 @@ def test_a_pool_made_larger_starts_its_waiters_at_once(db: sqlalchemy.Engine, cl
 
 def test_abort_of_a_waiter_or_a_holder(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(HANG))
-    apply(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 1})
+    apply_with_pools(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 1})
     sched = Scheduler(engine)
     sched.trigger("p/a")
     settle(engine, port)  # a holds the place, hung
@@ -104,7 +99,9 @@ def test_abort_of_a_waiter_or_a_holder(db: sqlalchemy.Engine, clock: Clock):
 def test_a_retry_s_backoff_keeps_its_place(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(Outcome.failed("once")))
     retries = {"max_attempts": 2, "backoff": "10s", "jitter": 0}
-    apply(engine, spec("a", pool="gpu", retries=retries), spec("b", pool="gpu"), pools={"gpu": 1})
+    apply_with_pools(
+        engine, spec("a", pool="gpu", retries=retries), spec("b", pool="gpu"), pools={"gpu": 1}
+    )
     sched = Scheduler(engine)
     sched.trigger("p/a")
     deliver(engine, port)  # a's first attempt fails: it waits 10 s, in its place
@@ -118,7 +115,9 @@ def test_a_retry_s_backoff_keeps_its_place(db: sqlalchemy.Engine, clock: Clock):
 
 def test_a_backfill_goes_through_its_pool(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(HANG))
-    apply(engine, spec("a", pool="gpu"), spec("d", "0 3 * * *", pool="gpu"), pools={"gpu": 1})
+    apply_with_pools(
+        engine, spec("a", pool="gpu"), spec("d", "0 3 * * *", pool="gpu"), pools={"gpu": 1}
+    )
     sched = Scheduler(engine)
     sched.trigger("p/a")
     settle(engine, port)  # a holds the only place
@@ -137,12 +136,12 @@ def test_a_backfill_goes_through_its_pool(db: sqlalchemy.Engine, clock: Clock):
 
 def test_a_place_freed_by_a_deleted_job_is_filled(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(HANG))
-    apply(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 1})
+    apply_with_pools(engine, spec("a", pool="gpu"), spec("b", pool="gpu"), pools={"gpu": 1})
     sched = Scheduler(engine)
     sched.trigger("p/a")
     settle(engine, port)
     sched.trigger("p/b")
-    apply(engine, spec("b", pool="gpu"))  # a is disabled: its run still holds the place
+    apply_with_pools(engine, spec("b", pool="gpu"))  # a is disabled: its run still holds the place
     assert running(engine) == 1
     sched.apply([spec("b", pool="gpu")], project="p", prune=True)  # a deleted with its run
     assert rows(engine, "b")[0]["status"] == "STARTING"  # filled once the apply committed
@@ -151,9 +150,9 @@ def test_a_place_freed_by_a_deleted_job_is_filled(db: sqlalchemy.Engine, clock: 
 def test_a_job_names_a_pool_that_exists(db: sqlalchemy.Engine, clock: Clock):
     engine, _ = engine_with(db, clock)
     with pytest.raises(SpecError, match="no pool named 'gpu'"):
-        apply(engine, spec("a", pool="gpu"))
+        apply_with_pools(engine, spec("a", pool="gpu"))
     Scheduler(engine).set_pool("gpu", 3)
-    apply(engine, spec("a", pool="gpu"))
+    apply_with_pools(engine, spec("a", pool="gpu"))
     assert Scheduler(engine).jobs()[0]["pool"] == "gpu"
     declared = parse_job_file({"project": "p", "pools": {"cpu": 2}, "jobs": []})
     assert declared.pools == {"cpu": 2}
@@ -164,7 +163,7 @@ def test_a_job_names_a_pool_that_exists(db: sqlalchemy.Engine, clock: Clock):
 
 def test_the_watchdog_fills_a_pool_whose_fill_was_lost(db: sqlalchemy.Engine, clock: Clock):
     engine, _ = engine_with(db, clock)
-    apply(engine, spec("a", pool="gpu"), pools={"gpu": 0})
+    apply_with_pools(engine, spec("a", pool="gpu"), pools={"gpu": 0})
     Scheduler(engine).trigger("p/a")
     with engine.transaction() as conn:  # a place made without a fill (a worker died)
         conn.execute(sqlalchemy.text("UPDATE pools SET size = 1 WHERE name = 'gpu'"))
@@ -177,7 +176,7 @@ def test_explain_says_how_long_a_run_that_ran_waited_for_its_place(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock)
-    apply(
+    apply_with_pools(
         engine,
         spec("a", "every 60s", pool="gpu"),
         spec("b", "every 60s", pool="gpu"),

@@ -16,7 +16,7 @@ from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.workers import port as port_module
 from cronchain.scheduler.workers.port import CeleryPort
 from cronchain.scheduler.workers.runtime import CommandPort, sending_app
-from tests.services import RedisServer, free_port, redis_server
+from tests.support.services import RedisServer, free_port, redis_server
 
 pytestmark = pytest.mark.redis
 

@@ -5,7 +5,6 @@ with the label names it writes (``job_name``, never ``job``)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.harness import ROOT
+from tests.support.repo import readme_block
 
 PROMTOOL = shutil.which("promtool")
 
@@ -21,18 +20,11 @@ PROMTOOL = shutil.which("promtool")
 @pytest.fixture
 def promtool() -> str:
     if PROMTOOL is None:
-        from tests.services import unavailable
+        from tests.support.services import unavailable
 
         unavailable("promtool (apt-get install prometheus)")
     assert PROMTOOL is not None
     return PROMTOOL
-
-
-def readme_block(first_line: str) -> str:
-    """The README's yaml block that starts with ``first_line``."""
-    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    [block] = [b for b in blocks if b.startswith(first_line)]
-    return block
 
 
 def run(promtool: str, *args: str, cwd: Path) -> str:

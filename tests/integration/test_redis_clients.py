@@ -11,7 +11,7 @@ import pytest
 from kombu import Connection
 
 from cronchain.scheduler.workers.patches import reuse_redis_clients
-from tests.services import RedisServer, redis_server
+from tests.support.services import RedisServer, redis_server
 
 pytestmark = pytest.mark.redis
 

@@ -19,9 +19,10 @@ from cronchain.scheduler.invokers.call import SUCCEEDED
 from cronchain.scheduler.retention import HistoryReport, run_once
 from cronchain.scheduler.storage import partitions, run_store, statistics
 from cronchain.scheduler.storage.models import invocation_days, invocations, jobs
-from tests.conftest import Clock, RecordingPort, deliver_runs
-from tests.integration.test_engine import apply, make
-from tests.locks import wait_for_lock_wait
+from tests.support.deliver import deliver_runs
+from tests.support.engine import Clock, RecordingPort
+from tests.support.jobs import apply, make
+from tests.support.locks import wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
 

@@ -14,8 +14,10 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import SUCCEEDED, default_invokers
 from cronchain.scheduler.storage.models import revokes
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_control import add, claim_tasks, deliver, rows, spec
+from tests.support.deliver import claim_tasks, deliver
+from tests.support.engine import Clock, RecordingPort
+from tests.support.jobs import apply, spec
+from tests.support.rows import rows
 
 pytestmark = pytest.mark.postgres
 
@@ -40,7 +42,7 @@ def pending(engine: Engine) -> list[str]:
 def timed_out_task(db: sqlalchemy.Engine, clock: Clock) -> tuple[Engine, FlakyControl, int]:
     port = FlakyControl()
     engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
-    add(engine, spec(kind="celery", options={"task": "etl.run"}, timeout="30s"))
+    apply(engine, spec(kind="celery", options={"task": "etl.run"}, timeout="30s"))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     claim_tasks(engine, port)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
@@ -19,11 +19,12 @@ from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.db import make_engine
-from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.models import jobs
 from cronchain.scheduler.workers import work
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_batches import GRACE, sent
-from tests.integration.test_engine import apply, job, make, rows
+from tests.support.deliver import sent
+from tests.support.engine import GRACE, Clock, RecordingPort
+from tests.support.jobs import apply, make
+from tests.support.rows import described, job, rows
 
 pytestmark = pytest.mark.postgres
 
@@ -157,29 +158,6 @@ def test_a_batch_writes_the_rows_the_one_job_path_writes(
     assert described(engine, "batch") == described(engine, "each")
     assert len(described(engine, "batch")[1]) > 30
     assert "one by one" not in caplog.text  # the batches were written as batches
-
-
-def described(engine: Engine, project: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """A project's jobs and runs, without ids and nonces."""
-    with engine.db.connect() as conn:
-        query = select(jobs.c.id, jobs.c.name).where(jobs.c.project == project)
-        names = {job_id: name for job_id, name in conn.execute(query)}
-        job_rows = conn.execute(select(jobs).where(jobs.c.project == project).order_by(jobs.c.name))
-        run_rows = conn.execute(
-            select(invocations).where(invocations.c.job_id.in_(names)).order_by(invocations.c.id)
-        )
-        skip = {"id", "project", "revision", "tick_nonce", "invocation_id", "spec", "job_id"}
-        skip.add("trigger_id")  # "after:ID" names the source's run
-        return (
-            [tuple(v for k, v in r._mapping.items() if k not in skip) for r in job_rows],
-            sorted(
-                (
-                    (names[r.job_id], *(v for k, v in r._mapping.items() if k not in skip))
-                    for r in run_rows
-                ),
-                key=repr,
-            ),
-        )
 
 
 def test_a_connection_lost_mid_batch_loses_and_doubles_nothing(pg_url: str, clock: Clock):

@@ -3,7 +3,7 @@ resume with and without catch-up, backfill run twice, an edited schedule, explai
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -12,42 +12,20 @@ from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.spec import JobSpec
-from tests.conftest import Clock, RecordingPort, deliver_runs
-from tests.integration.test_engine import deliver_starts, deliver_ticks, job, rows
+from tests.support.deliver import deliver_runs, deliver_starts, deliver_ticks
+from tests.support.engine import Clock, RecordingPort
+from tests.support.rows import job, rows
+from tests.support.slots import at, history, run_until, settle_starts
 
 pytestmark = pytest.mark.postgres
-T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def apply(engine: Engine, schedule: str = "every 10s", **controls: Any) -> Scheduler:
+def apply_one(engine: Engine, schedule: str = "every 10s", **controls: Any) -> Scheduler:
+    """Project ``p`` is the job ``a`` alone, on ``schedule`` with ``controls``; returns the
+    scheduler it was applied with."""
     sched = Scheduler(engine)
     sched.apply([JobSpec("p", "a", schedule, controls=controls)], project="p")
     return sched
-
-
-def settle(engine: Engine, port: RecordingPort) -> None:
-    """Deliver every start (and the starts they cause) now; ticks stay queued."""
-    while port.starts:
-        deliver_starts(engine, port)
-
-
-def history(engine: Engine) -> list[tuple[int, str, str | None]]:
-    """(seconds after T0, status, reason) per slot, oldest slot first."""
-    found = [r for r in rows(engine) if r["slot"] is not None]
-    found.sort(key=lambda r: r["slot"])
-    return [(int((r["slot"] - T0).total_seconds()), r["status"], r["reason"]) for r in found]
-
-
-def run_until(engine: Engine, port: RecordingPort, clock: Clock, seconds: float) -> None:
-    """Fire every slot on time up to ``seconds`` after T0."""
-    while clock.now < at(seconds):
-        clock.advance(10)
-        deliver_ticks(engine, port)
-        settle(engine, port)
 
 
 def outage(engine: Engine, port: RecordingPort, clock: Clock, seconds: float) -> None:
@@ -56,7 +34,7 @@ def outage(engine: Engine, port: RecordingPort, clock: Clock, seconds: float) ->
     clock.advance(seconds)
     watchdog.run_once(engine)
     deliver_ticks(engine, port)
-    settle(engine, port)
+    settle_starts(engine, port)
 
 
 OK = "SUCCEEDED"
@@ -73,7 +51,7 @@ OK = "SUCCEEDED"
 def test_downtime_under_each_misfire_policy(
     engine: Engine, port: RecordingPort, clock: Clock, policy: str, expected: list[Any]
 ):
-    apply(engine, misfire=policy)
+    apply_one(engine, misfire=policy)
     run_until(engine, port, clock, 20)
     outage(engine, port, clock, 55)  # slots 30..70 are missed; now is 75
     assert history(engine) == [(10, OK, None), (20, OK, None), *expected]
@@ -82,7 +60,7 @@ def test_downtime_under_each_misfire_policy(
 
 
 def test_catchup_limit_keeps_the_newest_slots(engine: Engine, port: RecordingPort, clock: Clock):
-    apply(engine, misfire="all", catchup_limit=2)
+    apply_one(engine, misfire="all", catchup_limit=2)
     outage(engine, port, clock, 55)  # slots 10..50 missed
     assert history(engine) == [
         (10, "SKIPPED", "misfire"),
@@ -96,17 +74,17 @@ def test_catchup_limit_keeps_the_newest_slots(engine: Engine, port: RecordingPor
 def test_a_late_tick_within_the_grace_fires_normally(
     engine: Engine, port: RecordingPort, clock: Clock
 ):
-    apply(engine, misfire="skip", misfire_grace="30s")
+    apply_one(engine, misfire="skip", misfire_grace="30s")
     clock.advance(35)  # slot 10 is 25 s late
     deliver_ticks(engine, port)
-    settle(engine, port)
+    settle_starts(engine, port)
     assert history(engine) == [(10, OK, None)]
 
 
 def test_pause_and_resume_records_the_missed_slots(
     engine: Engine, port: RecordingPort, clock: Clock
 ):
-    sched = apply(engine)
+    sched = apply_one(engine)
     run_until(engine, port, clock, 10)
     clock.advance(5)
     sched.pause("p/a", "maintenance")
@@ -129,14 +107,14 @@ def test_pause_and_resume_records_the_missed_slots(
 def test_resume_with_catch_up_applies_the_misfire_policy(
     engine: Engine, port: RecordingPort, clock: Clock, policy: str, expected: list[Any]
 ):
-    sched = apply(engine, misfire=policy)
+    sched = apply_one(engine, misfire=policy)
     run_until(engine, port, clock, 10)
     sched.pause("p/a")
     clock.advance(35)  # now 45: slots 20..40 are missed
     port.clear()
     sched.resume("p/a", catch_up=True)
     deliver_ticks(engine, port)
-    settle(engine, port)
+    settle_starts(engine, port)
     assert history(engine) == [(10, OK, None), *expected]
     assert job(engine).snapshot.tick_at == at(50)
 
@@ -145,22 +123,22 @@ def test_re_enabling_does_not_fire_the_slots_missed_while_disabled(
     engine: Engine, port: RecordingPort, clock: Clock
 ):
     sched = Scheduler(engine)
-    apply(engine)
+    apply_one(engine)
     sched.apply([], project="p")  # disables p/a
     clock.advance(60)
-    apply(engine)
+    apply_one(engine)
     assert history(engine) == []
     assert job(engine).snapshot.tick_at == at(70)
 
 
 def test_backfill_twice_runs_each_slot_once(engine: Engine, port: RecordingPort, clock: Clock):
     clock.advance(1000)
-    sched = apply(engine, "every 1m")
+    sched = apply_one(engine, "every 1m")
     dry = sched.backfill("p/a", at(0), at(300), dry_run=True)
     assert len(dry["slots"]) == 6 and rows(engine) == []
     first = sched.backfill("p/a", at(0), at(300), max_concurrent=2)
     assert len(first["started"]) == 2 and len(first["slots"]) == 6
-    settle(engine, port)
+    settle_starts(engine, port)
     again = sched.backfill("p/a", at(0), at(300), max_concurrent=2)
     assert (again["slots"], len(again["existing"]), again["started"]) == ([], 6, [])
     assert history(engine) == [(s, OK, None) for s in range(0, 360, 60)]
@@ -169,7 +147,7 @@ def test_backfill_twice_runs_each_slot_once(engine: Engine, port: RecordingPort,
 
 
 def test_backfill_keeps_max_concurrent_in_flight(engine: Engine, port: RecordingPort):
-    sched = apply(engine, "every 1m")
+    sched = apply_one(engine, "every 1m")
     sched.backfill("p/a", at(-600), at(-60), max_concurrent=3)
     in_flight = []
     while port.starts:
@@ -180,7 +158,7 @@ def test_backfill_keeps_max_concurrent_in_flight(engine: Engine, port: Recording
 
 
 def test_aborting_the_job_stops_its_backfill(engine: Engine, port: RecordingPort):
-    sched = apply(engine, "every 1m")
+    sched = apply_one(engine, "every 1m")
     sched.backfill("p/a", at(-600), at(-60), max_concurrent=2)
     aborted = sched.abort("p/a")  # by status since issue 15
     assert (len(aborted["STARTING"]), len(aborted["WAITING"])) == (2, 8)
@@ -193,7 +171,7 @@ def test_aborting_the_job_stops_its_backfill(engine: Engine, port: RecordingPort
 def test_an_edited_schedule_moves_the_tick_and_runs_with_the_new_revision(
     engine: Engine, port: RecordingPort, clock: Clock
 ):
-    sched = apply(engine, "every 10s")
+    sched = apply_one(engine, "every 10s")
     before = job(engine)
     unchanged = sched.apply([JobSpec("p", "a", "every 10s")], project="p")
     assert unchanged.unchanged == ["p/a"] and job(engine).generation == before.generation
@@ -212,7 +190,7 @@ def test_an_edited_schedule_moves_the_tick_and_runs_with_the_new_revision(
 
 
 def test_explain_answers(engine: Engine, port: RecordingPort, clock: Clock):
-    sched = apply(engine, misfire="skip")
+    sched = apply_one(engine, misfire="skip")
     answer = lambda s: sched.explain("p/a", at(s))["answer"]  # noqa: E731
     assert answer(-10) == "not_created"
     run_until(engine, port, clock, 20)
@@ -258,7 +236,7 @@ def test_days_both_moves_the_tick_fires_its_own_days_and_is_explained(
 
     clock.now = friday_13th
     deliver_ticks(engine, port)  # the old tick (for the 6th) is ignored
-    settle(engine, port)
+    settle_starts(engine, port)
     assert [r["slot"] for r in rows(engine)] == [friday_13th]
     assert job(engine).snapshot.tick_at == datetime(2026, 11, 13, tzinfo=UTC)
 

@@ -14,8 +14,10 @@ from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.invokers import SUCCEEDED
 from cronchain.scheduler.storage import run_store
-from tests.conftest import Clock, deliver_runs
-from tests.integration.test_control import add, deliver, engine_with, rows, spec
+from tests.support.deliver import deliver, deliver_runs
+from tests.support.engine import Clock, engine_with
+from tests.support.jobs import apply, spec
+from tests.support.rows import rows
 
 pytestmark = pytest.mark.postgres
 CELERY = dict(kind="celery", options={"task": "etl.run", "queue": "etl"})
@@ -27,7 +29,7 @@ def test_an_attempt_no_worker_takes_is_sent_again_under_the_same_number(
     """Its queue has no consumer for far longer than its lease: the watchdog sends it
     again, each time after waiting as long as it has waited, and never fails it."""
     engine, port = engine_with(db, clock)
-    add(engine, spec(lease="6s", retries={"max_attempts": 2}, **CELERY))
+    apply(engine, spec(lease="6s", retries={"max_attempts": 2}, **CELERY))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     assert [(c.invocation_id, c.attempt) for c in port.runs] == [(inv, 1)]
@@ -59,7 +61,7 @@ def test_schedule_to_start_ends_an_attempt_nobody_took_without_a_retry(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock)
-    add(engine, spec(schedule_to_start="1m", retries={"max_attempts": 3}, **CELERY))
+    apply(engine, spec(schedule_to_start="1m", retries={"max_attempts": 3}, **CELERY))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     for _ in range(7):
@@ -74,7 +76,7 @@ def test_schedule_to_start_ends_an_attempt_nobody_took_without_a_retry(
 
 def test_a_run_claimed_late_has_its_whole_timeout(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock)
-    add(engine, spec(timeout="30s", lease="60s", **CELERY))
+    apply(engine, spec(timeout="30s", lease="60s", **CELERY))
     Scheduler(engine).trigger("p/a")
     deliver(engine, port)
     clock.advance(40)  # longer than the timeout, waiting in the queue
@@ -93,7 +95,7 @@ def test_a_work_path_run_waits_for_its_worker_too(db: sqlalchemy.Engine, clock: 
     """A noop run sent while no work-path worker runs is sent again, and runs when one
     comes: its lease was never counted while it waited."""
     engine, port = engine_with(db, clock)
-    add(engine, spec(lease="5s"))
+    apply(engine, spec(lease="5s"))
     Scheduler(engine).trigger("p/a")
     engine.runs.start_invocation(port.starts.pop())
     for _ in range(12):  # two minutes without a work-path worker
@@ -112,7 +114,7 @@ def test_an_attempt_sent_before_schedule_to_start_existed_is_resent_then_ended(
     """Older code wrote an unclaimed celery attempt without ``timeout_at``: the watchdog
     counts its schedule-to-start from when it was sent, and the pass goes on."""
     engine, port = engine_with(db, clock)
-    add(engine, spec(schedule_to_start="1m", **CELERY))
+    apply(engine, spec(schedule_to_start="1m", **CELERY))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
     with engine.transaction() as conn:
@@ -129,7 +131,7 @@ def test_a_run_that_cannot_be_repaired_does_not_stop_the_pass(
     db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ):
     engine, port = engine_with(db, clock)
-    add(engine, spec(name="a", **CELERY), spec(name="b", **CELERY))
+    apply(engine, spec(name="a", **CELERY), spec(name="b", **CELERY))
     first = Scheduler(engine).trigger("p/a")["invocation"]
     Scheduler(engine).trigger("p/b")
     deliver(engine, port)

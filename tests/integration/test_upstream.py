@@ -18,39 +18,24 @@ from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.outcome_batch import Report, finish_together
 from cronchain.scheduler.spec import JobSpec, load_job_file
-from cronchain.scheduler.storage import job_store
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.statemachine import InvocationStatus
-from tests.conftest import Clock, RecordingPort
-from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
-from tests.integration.test_engine import job
-from tests.locks import wait_for_lock_wait
+from tests.support.deliver import deliver, run_now, settle
+from tests.support.engine import Clock, Scripted, engine_with
+from tests.support.jobs import apply, spec
+from tests.support.locks import wait_for_lock_wait
+from tests.support.rows import job, rows
+from tests.support.upstream import WITHIN, d_waits_for_a_and_b_running, needs, tick_batch_holding
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
-WITHIN = {"succeeded_within": "1h"}
-
-
-def needs(*names: str, **controls: object) -> dict[str, object]:
-    return {"requires": [{"job": n, **WITHIN} for n in names], **controls}
-
-
-def settle(engine, port: RecordingPort) -> None:
-    """Carry every message through, as workers would, until none is left."""
-    while port.start_messages or port.runs:
-        deliver(engine, port)
-
-
-def run_now(engine, port: RecordingPort, name: str) -> None:
-    Scheduler(engine).trigger(f"p/{name}")
-    settle(engine, port)
 
 
 def test_a_run_waits_for_its_last_upstream_and_starts_in_that_success_s_transaction(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock)
-    add(engine, spec("a"), spec("b"), spec("d", **needs("a", "b", max_wait="10m")))
+    apply(engine, spec("a"), spec("b"), spec("d", **needs("a", "b", max_wait="10m")))
     run_now(engine, port, "a")
     clock.advance(5)
     Scheduler(engine).trigger("p/d")
@@ -78,7 +63,7 @@ def test_a_run_waits_for_its_last_upstream_and_starts_in_that_success_s_transact
 
 def test_a_success_outside_the_window_does_not_count(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock)
-    add(engine, spec("a"), spec("d", **needs("a")))
+    apply(engine, spec("a"), spec("d", **needs("a")))
     run_now(engine, port, "a")
     clock.advance(3601)
     Scheduler(engine).trigger("p/d")
@@ -90,7 +75,7 @@ def test_a_success_outside_the_window_does_not_count(db: sqlalchemy.Engine, cloc
 
 def test_a_failed_upstream_releases_nothing(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock, Scripted(Outcome.failed("no")))
-    add(engine, spec("a"), spec("d", **needs("a")))
+    apply(engine, spec("a"), spec("d", **needs("a")))
     Scheduler(engine).trigger("p/d")
     run_now(engine, port, "a")
     assert [r["status"] for r in rows(engine, "a")] == ["FAILED"]
@@ -106,7 +91,7 @@ def test_max_wait_then_on_unmet_once(
 ):
     invoker = Scripted()
     engine, port = engine_with(db, clock, invoker)
-    add(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet=on_unmet)))
+    apply(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet=on_unmet)))
     Scheduler(engine).trigger("p/d")
     clock.advance(599)
     watchdog.run_once(engine)
@@ -128,7 +113,7 @@ def test_the_watchdog_starts_a_run_whose_upstreams_were_met_meanwhile(
     """A release that never came (the upstream's success was recorded before this job
     required it): at ``max_wait`` the run starts, since its upstreams are met."""
     engine, port = engine_with(db, clock)
-    add(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet="fail")))
+    apply(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet="fail")))
     Scheduler(engine).trigger("p/d")
     with engine.transaction() as conn:  # a success its release did not see
         conn.execute(sqlalchemy.text("UPDATE jobs SET downstream = false WHERE name = 'a'"))
@@ -142,7 +127,7 @@ def test_the_watchdog_starts_a_run_whose_upstreams_were_met_meanwhile(
 
 def test_abort_ends_a_waiting_run_and_frees_its_place(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock)
-    add(engine, spec("a"), spec("d", **needs("a")))
+    apply(engine, spec("a"), spec("d", **needs("a")))
     Scheduler(engine).trigger("p/d")
     aborted = Scheduler(engine).abort("p/d")
     assert len(aborted["WAITING"]) == 1
@@ -156,7 +141,7 @@ def test_a_buffered_run_whose_turn_comes_waits_for_its_upstreams(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock, Scripted(Outcome(S.SUCCEEDED), None))
-    add(engine, spec("a"), spec("d", overlap="buffer_one", **needs("a", max_wait="10m")))
+    apply(engine, spec("a"), spec("d", overlap="buffer_one", **needs("a", max_wait="10m")))
     run_now(engine, port, "a")  # a's success: d's first run may start
     Scheduler(engine).trigger("p/d")
     deliver(engine, port)  # d's first run hangs (its worker died)
@@ -178,7 +163,7 @@ def test_scheduled_slots_wait_in_a_tick_batch_too(
     db: sqlalchemy.Engine, clock: Clock, caplog: pytest.LogCaptureFixture
 ):
     engine, port = engine_with(db, clock)
-    add(engine, spec("a", "every 60s"), spec("d", "every 60s", **needs("a")))
+    apply(engine, spec("a", "every 60s"), spec("d", "every 60s", **needs("a")))
     clock.now = max(eta for _, _, eta in port.ticks)
     ticks = [(job_id, nonce) for job_id, nonce, _ in port.ticks]
     port.clear()
@@ -197,7 +182,7 @@ def test_a_backfill_runs_each_day_only_where_that_day_s_upstream_succeeded(
     ok, no = Outcome(S.SUCCEEDED), Outcome.failed("no data")
     engine, port = engine_with(db, clock, Scripted(ok, no, ok))
     daily = {"requires": [{"job": "a", "succeeded_within": "2h"}]}
-    add(engine, spec("a", "0 2 * * *"), spec("d", "0 3 * * *", **daily))
+    apply(engine, spec("a", "0 2 * * *"), spec("d", "0 3 * * *", **daily))
     first, last = datetime(2026, 2, 25, tzinfo=UTC), datetime(2026, 2, 27, 23, tzinfo=UTC)
     sched = Scheduler(engine)
     sched.backfill("p/a", first, last)
@@ -217,14 +202,14 @@ def test_apply_refuses_unknown_upstreams_and_cycles(db: sqlalchemy.Engine, clock
     engine, _ = engine_with(db, clock)
     sched = Scheduler(engine)
     with pytest.raises(SpecError, match="no job named 'q/x' in the database"):
-        add(engine, spec("d", **needs("q/x")))
+        apply(engine, spec("d", **needs("q/x")))
     sched.apply([JobSpec("q", "x", "triggered")], project="q")
-    add(engine, spec("d", **needs("q/x")))
+    apply(engine, spec("d", **needs("q/x")))
     cycle = {"requires": [{"job": "p/d", **WITHIN}]}
     with pytest.raises(SpecError, match=r"require each other in a cycle: q/x -> p/d -> q/x"):
         sched.apply([JobSpec("q", "x", "triggered", controls=cycle)], project="q")
     with pytest.raises(SpecError, match="cycle: p/d -> p/e -> p/d"):
-        add(engine, spec("d", **needs("e")), spec("e", **needs("d")))
+        apply(engine, spec("d", **needs("e")), spec("e", **needs("d")))
     with pytest.raises(SpecError, match="cannot require itself"):
         spec("d", **needs("d"))
 
@@ -233,12 +218,12 @@ def test_a_job_made_again_is_an_upstream_again(db: sqlalchemy.Engine, clock: Clo
     engine, port = engine_with(db, clock)
     sched = Scheduler(engine)
     sched.apply([JobSpec("q", "x", "triggered")], project="q")
-    add(engine, spec("d", **needs("q/x")))
+    apply(engine, spec("d", **needs("q/x")))
     assert job(engine, "q/x").downstream
-    add(engine, spec("d"))  # requires nothing: q/x may go
+    apply(engine, spec("d"))  # requires nothing: q/x may go
     sched.apply([], project="q", prune=True)
     sched.apply([JobSpec("q", "x", "triggered")], project="q")
-    add(engine, spec("d", **needs("q/x")))
+    apply(engine, spec("d", **needs("q/x")))
     assert job(engine, "q/x").downstream
     Scheduler(engine).trigger("p/d")
     sched.trigger("q/x")
@@ -275,11 +260,11 @@ def test_apply_looks_again_at_the_waiting_runs_of_the_jobs_it_changes(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock)
-    add(engine, spec("a"), spec("d", **needs("a")), spec("e", **needs("a")))
+    apply(engine, spec("a"), spec("d", **needs("a")), spec("e", **needs("a")))
     sched = Scheduler(engine)
     sched.trigger("p/d")
     sched.trigger("p/e")
-    add(engine, spec("a"), spec("d"))  # d requires nothing now; e is disabled, kept
+    apply(engine, spec("a"), spec("d"))  # d requires nothing now; e is disabled, kept
     assert rows(engine, "d")[0]["status"] == "STARTING"
     assert rows(engine, "e")[0]["status"] == "WAITING"
     run_now(engine, port, "a")  # a disabled job's waiting run is still released
@@ -291,7 +276,7 @@ def test_a_run_whose_turn_comes_after_its_window_is_settled_at_once(
     db: sqlalchemy.Engine, clock: Clock
 ):
     engine, port = engine_with(db, clock, Scripted(Outcome(S.SUCCEEDED), None))
-    add(engine, spec("a"), spec("d", overlap="buffer_one", **needs("a", max_wait="10m")))
+    apply(engine, spec("a"), spec("d", overlap="buffer_one", **needs("a", max_wait="10m")))
     run_now(engine, port, "a")
     Scheduler(engine).trigger("p/d")
     deliver(engine, port)  # d's first run hangs
@@ -306,33 +291,6 @@ def test_a_run_whose_turn_comes_after_its_window_is_settled_at_once(
     assert (second["status"], second["reason"]) == ("SKIPPED", "upstream")
 
 
-def tick_batch_holding(  # type: ignore[no-untyped-def]
-    engine, first: int, then: int, through: threading.Event | None = None
-) -> tuple[threading.Thread, list]:
-    """A thread whose transaction locks job ``first`` and then job ``then``, as a tick
-    batch locks its jobs in id order; returned holding ``first``, with the list of what it
-    raised (a deadlock ends one of two transactions). It takes ``then`` once the test's
-    transaction waits on a lock or, for a transaction that goes through without waiting,
-    once the test sets ``through``."""
-    holding, errors = threading.Event(), []
-    done = through.is_set if through else None
-
-    def batch() -> None:
-        try:
-            with engine.transaction() as conn:
-                job_store.lock_jobs(conn, [first])
-                holding.set()
-                wait_for_lock_wait(engine.db, "the test's transaction to wait", or_done=done)
-                job_store.lock_jobs(conn, [then])
-        except Exception as err:
-            errors.append(err)
-
-    thread = threading.Thread(target=batch)
-    thread.start()
-    assert holding.wait(5)
-    return thread, errors
-
-
 def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
     pg_url: str, clock: Clock
 ):
@@ -341,7 +299,7 @@ def test_a_success_does_not_wait_for_a_downstream_another_transaction_holds(
     d again once it has committed instead. (PostgreSQL alone: SQLite has one writer at
     a time, so no transaction can hold d meanwhile.)"""
     engine, port = engine_with(make_engine(pg_url), clock, Scripted(None))
-    add(engine, spec("d", **needs("a")), spec("a"))
+    apply(engine, spec("d", **needs("a")), spec("a"))
     d, a = job(engine, "p/d"), job(engine, "p/a")
     assert d.id < a.id
     Scheduler(engine).trigger("p/d")
@@ -368,7 +326,7 @@ def test_a_success_that_triggers_a_job_begins_its_downstream_only_after_the_trig
     """a triggers t and releases d. A tick batch holds t and then wants d. Had a's
     success begun d before waiting for t's lock, each would wait for the other."""
     engine, port = engine_with(make_engine(pg_url), clock, Scripted(None))
-    add(engine, spec("t"), spec("a", triggers=["t"]), spec("d", **needs("a")))
+    apply(engine, spec("t"), spec("a", triggers=["t"]), spec("d", **needs("a")))
     t, d = job(engine, "p/t"), job(engine, "p/d")
     Scheduler(engine).trigger("p/d")
     Scheduler(engine).trigger("p/a")
@@ -390,23 +348,11 @@ def test_prune_keeps_a_job_another_project_requires(db: sqlalchemy.Engine, clock
     engine, _ = engine_with(db, clock)
     sched = Scheduler(engine)
     sched.apply([JobSpec("q", "x", "triggered"), JobSpec("q", "y", "triggered")], project="q")
-    add(engine, spec("d", **needs("q/x")))
+    apply(engine, spec("d", **needs("q/x")))
     with pytest.raises(SpecError, match="job 'x': prune: p/d requires it"):
         sched.apply([], project="q", prune=True)
     sched.apply([JobSpec("q", "x", "triggered")], project="q", prune=True)  # y goes
     assert {j["id"] for j in sched.jobs()} == {"p/d", "q/x"}
-
-
-def d_waits_for_a_and_b_running(engine, port: RecordingPort) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
-    """d waits for a and b, whose runs are claimed and never report (the engine's
-    invoker hangs twice): their outcomes are the test's to record. Returns their rows."""
-    add(engine, spec("a"), spec("b"), spec("d", **needs("a", "b")))
-    sched = Scheduler(engine)
-    sched.trigger("p/d")
-    sched.trigger("p/a")
-    sched.trigger("p/b")
-    deliver(engine, port)
-    return rows(engine, "a")[0], rows(engine, "b")[0]
 
 
 def test_upstreams_that_succeed_in_one_group_of_outcomes_release_their_downstream(
@@ -426,7 +372,7 @@ def test_upstreams_that_succeed_in_one_group_of_outcomes_release_their_downstrea
 
 def test_one_success_begins_every_run_of_a_job_it_releases(db: sqlalchemy.Engine, clock: Clock):
     engine, port = engine_with(db, clock)
-    add(engine, spec("a"), spec("d", overlap="allow", **needs("a")))
+    apply(engine, spec("a"), spec("d", overlap="allow", **needs("a")))
     Scheduler(engine).trigger("p/d")
     Scheduler(engine).trigger("p/d")
     assert [r["status"] for r in rows(engine, "d")] == ["WAITING", "WAITING"]
@@ -445,7 +391,7 @@ def test_a_group_begins_a_released_run_from_its_job_as_the_group_left_it(
     releases d's second run and begins it in the group's transaction: both outcomes
     are recorded by the group, and d ends RUNNING with one run active."""
     engine, port = engine_with(db, clock, Scripted(Outcome(S.SUCCEEDED), None, None))
-    add(engine, spec("d", overlap="allow", **needs("a")), spec("a"))
+    apply(engine, spec("d", overlap="allow", **needs("a")), spec("a"))
     assert job(engine, "p/d").id < job(engine, "p/a").id  # the group records d first
     run_now(engine, port, "a")  # a succeeds
     run_now(engine, port, "d")  # d's first run starts; claimed, its worker died

@@ -8,7 +8,6 @@ import threading
 
 import pytest
 
-from cronchain.scheduler import runs as runs_mod
 from cronchain.scheduler import upstream
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.invokers import Outcome
@@ -17,17 +16,13 @@ from cronchain.scheduler.rechecks import Rechecks
 from cronchain.scheduler.storage import job_store
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.statemachine import InvocationStatus
-from tests.conftest import Clock
-from tests.e2e.harness import wait_until
-from tests.integration.test_control import Scripted, add, deliver, engine_with, rows, spec
-from tests.integration.test_engine import job
-from tests.integration.test_pools import apply as papply
-from tests.integration.test_upstream import (
-    d_waits_for_a_and_b_running,
-    needs,
-    tick_batch_holding,
-)
-from tests.locks import wait_for_lock_wait
+from tests.support.deliver import deliver
+from tests.support.engine import Clock, Scripted, engine_with
+from tests.support.jobs import apply, apply_with_pools, spec
+from tests.support.locks import wait_for_lock_wait
+from tests.support.rows import job, rows
+from tests.support.upstream import d_waits_for_a_and_b_running, needs, tick_batch_holding
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
@@ -59,18 +54,18 @@ class HeldSuccess:
 
 
 def test_recheck_vs_batch_deadlock(pg_url: str, clock: Clock):
-    """Engine.recheck(d): d's job row, d's waiting run, then unmet v, which a recheck
+    """upstream.look_again(d): d's job row, d's waiting run, then unmet v, which a recheck
     once took FOR SHARE, waiting (now it skips a held upstream and looks again later).
     A tick batch locks its jobs in id order: v, then d. Neither may deadlock."""
     engine, port = engine_with(make_engine(pg_url), clock)
-    add(engine, spec("v"), spec("d", **needs("v")))
+    apply(engine, spec("v"), spec("d", **needs("v")))
     v, d = job(engine, "p/v"), job(engine, "p/d")
     assert v.id < d.id
     Scheduler(engine).trigger("p/d")
     assert rows(engine, "d")[0]["status"] == "WAITING"
     through = threading.Event()  # the recheck skips v, which the batch holds
     t, errors = tick_batch_holding(engine, v.id, d.id, through)
-    try:  # the body of Engine.recheck's second transaction, which logs what it raises
+    try:  # the body of upstream.look_again's second transaction, which logs what it raises
         with engine.transaction() as conn:
             jd = job_store.lock_job(conn, d.id)
             upstream.recheck(engine, conn, jd, clock.now)
@@ -85,7 +80,7 @@ def test_two_batches_share_each_other(pg_url: str, clock: Clock):
     """Batch 1 holds d1 and u2 and checks d1 (requires u1, unmet): FOR SHARE u1.
     Batch 2 holds d2 and u1 and checks d2 (requires u2, unmet): FOR SHARE u2."""
     engine, port = engine_with(make_engine(pg_url), clock)
-    add(engine, spec("u1"), spec("u2"), spec("d1", **needs("u1")), spec("d2", **needs("u2")))
+    apply(engine, spec("u1"), spec("u2"), spec("d1", **needs("u1")), spec("d2", **needs("u2")))
     u1, u2, d1, d2 = (job(engine, f"p/{n}") for n in ("u1", "u2", "d1", "d2"))
     barrier, errors = threading.Barrier(2), []
 
@@ -94,7 +89,7 @@ def test_two_batches_share_each_other(pg_url: str, clock: Clock):
             with engine.transaction() as conn:
                 locked = job_store.lock_jobs(conn, ids)
                 barrier.wait(5)
-                engine.checked(conn, locked[checked], clock.now, None, clock.now)
+                engine.admit(conn, locked[checked], clock.now, clock.now)
         except Exception as err:
             errors.append(err)
 
@@ -114,7 +109,7 @@ def test_epq_lock_kept_strands_pool_waiter(pg_url: str, clock: Clock):
     the run WAITING/upstream before a's commit locks its new version (which no longer
     matches) and keeps that lock: the Fill after a's commit skips it."""
     engine, port = engine_with(make_engine(pg_url), clock, Scripted(None))
-    papply(engine, spec("a"), spec("d", pool="gp", **needs("a")), pools={"gp": 1})
+    apply_with_pools(engine, spec("a"), spec("d", pool="gp", **needs("a")), pools={"gp": 1})
     d = job(engine, "p/d")
     Scheduler(engine).trigger("p/d")
     Scheduler(engine).trigger("p/a")
@@ -127,7 +122,7 @@ def test_epq_lock_kept_strands_pool_waiter(pg_url: str, clock: Clock):
 
     def recheck():
         try:
-            engine.recheck([d.id])  # waits for a's transaction, then looks
+            upstream.look_again(engine, [d.id])  # waits for a's transaction, then looks
         except Exception as err:
             errors.append(err)
 
@@ -160,7 +155,7 @@ def group_meets(pg_url: str, clock: Clock, monkeypatch, other) -> None:  # type:
             go.wait(5)
         return out
 
-    monkeypatch.setattr(runs_mod.upstream, "release_after", paused)
+    monkeypatch.setattr(upstream, "release_after", paused)
     reports = [Report(run["id"], 1, Outcome(S.SUCCEEDED)) for run in (a_run, b_run)]
 
     def run(act) -> None:  # type: ignore[no-untyped-def]
@@ -203,7 +198,7 @@ def test_group_second_update_fk_vs_batch(pg_url: str, clock: Clock, monkeypatch)
     def batch(engine, d) -> None:  # type: ignore[no-untyped-def]
         with engine.transaction() as conn:
             locked = job_store.lock_jobs(conn, [d.id])
-            engine.checked(conn, locked[d.id], clock.now, None, clock.now)
+            engine.admit(conn, locked[d.id], clock.now, clock.now)
 
     group_meets(pg_url, clock, monkeypatch, batch)
 
@@ -216,8 +211,8 @@ def test_a_worker_s_tick_does_not_wait_for_an_upstream_s_success_under_way(
     transaction commits, and starts d (``scheduler.rechecks``)."""
     db = make_engine(pg_url)
     engine, port = engine_with(db, clock, Scripted(None))
-    engine.rechecks = Rechecks(engine.recheck)  # as a worker's engine has
-    add(engine, spec("a"), spec("d", **needs("a")))
+    engine.rechecks = Rechecks(engine)  # as a worker's engine has
+    apply(engine, spec("a"), spec("d", **needs("a")))
     Scheduler(engine).trigger("p/a")
     deliver(engine, port)  # a claimed, its worker died
     [a_run] = rows(engine, "a")

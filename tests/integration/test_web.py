@@ -7,7 +7,6 @@ that reads the index (job_id, id)."""
 
 from __future__ import annotations
 
-import base64
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,36 +14,19 @@ from typing import Any
 
 import pytest
 import sqlalchemy
-from celery import Celery
 from flask.testing import FlaskClient
 
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.storage import pages
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.web import csrf
-from cronchain.scheduler.web.app import create_app
-from tests.conftest import Clock, RecordingPort, deliver_runs, deliver_ticks
-from tests.services import free_port
+from tests.support.deliver import deliver_runs, deliver_ticks_and_starts
+from tests.support.engine import Clock, RecordingPort
+from tests.support.web import AUTH, CREDENTIALS, SAME_SITE, client
 
 pytestmark = pytest.mark.postgres
-CREDENTIALS = "admin:s3cret"
-AUTH = {"Authorization": "Basic " + base64.b64encode(CREDENTIALS.encode()).decode()}
-SAME_SITE = {"Origin": "http://localhost"}  # the test client's host
-
-
-def client(engine: Engine, clock: Clock, credentials: str | None = None) -> FlaskClient:
-    settings = Settings(
-        database_url=engine.db.url.render_as_string(hide_password=False),
-        broker_url=f"redis://127.0.0.1:{free_port()}/0",
-        home=Path("."),
-        watchdog_interval=30.0,
-        web_basic_auth=credentials,
-    )
-    app = create_app(engine.db, Celery("web-test"), settings, Scheduler(engine), now=clock)
-    return app.test_client()
 
 
 def page(c: FlaskClient, path: str, headers: dict[str, str] | None = None) -> str:
@@ -83,12 +65,12 @@ def busy(engine: Engine, port: RecordingPort, clock: Clock) -> Engine:
         project="p",
     )
     clock.advance(10)
-    deliver_ticks(engine, port)
+    deliver_ticks_and_starts(engine, port)
     held = [c for c in port.runs if c.job.endswith("/ok")]
     port.runs[:] = [c for c in port.runs if c not in held]
     deliver_runs(engine, port)  # bad fails
     clock.advance(10)
-    deliver_ticks(engine, port)  # ok's second slot: SKIPPED (overlap), its run is held
+    deliver_ticks_and_starts(engine, port)  # ok's second slot: SKIPPED (overlap), its run is held
     port.runs[:] = [*held, *[c for c in port.runs if c.job.endswith("/bad")]]
     deliver_runs(engine, port)  # ok succeeds (and triggers down), bad fails again
     return engine
@@ -340,7 +322,7 @@ def test_job_page_lists_its_alerts(
     c = client(engine, clock)
     assert "<h2>Alerts</h2>" not in page(c, "/jobs/p/bad")  # none yet: no section
     clock.advance(10)
-    deliver_ticks(engine, port)
+    deliver_ticks_and_starts(engine, port)
     deliver_runs(engine, port)
     text = page(c, "/jobs/p/bad")
     assert "<h2>Alerts</h2>" in text

@@ -15,8 +15,8 @@ from cronchain.scheduler.errors import CronchainError
 from cronchain.scheduler.spec import JobSpec
 from cronchain.scheduler.web import csrf
 from cronchain.statemachine import InvalidTransition
-from tests.conftest import Clock
-from tests.integration.test_web import AUTH, CREDENTIALS, SAME_SITE, client
+from tests.support.engine import Clock
+from tests.support.web import AUTH, CREDENTIALS, SAME_SITE, client
 
 pytestmark = pytest.mark.postgres
 

@@ -17,23 +17,23 @@ Celery beat*); the period is the same.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from celery import Celery
 from celery.schedules import crontab, maybe_schedule, schedule
 
-from cronchain.scheduler import cli
 from cronchain.scheduler.beatimport.entries import BeatEntry, convert
+from tests.support.beat import (
+    JAN,
+    beat_fires,
+    both_restricted,
+    cronchain_fires,
+    day_field_combinations,
+)
 
-COUNT = 20
-JAN = datetime(2026, 1, 1, tzinfo=UTC)
 # The two transitions of 2026 in each DST zone: (zone, UTC instant)
 TRANSITIONS = {
     "Europe/Berlin": (datetime(2026, 3, 29, 1, tzinfo=UTC), datetime(2026, 10, 25, 1, tzinfo=UTC)),
@@ -123,40 +123,6 @@ DST_DIFFERENCES = {
 }
 
 
-def beat_fires(beat_schedule: Any, zone: str, start: datetime) -> list[datetime]:
-    """When beat would send the entry: ``is_due`` on a clock that moves as beat's loop
-    moves it."""
-    app = Celery(set_as_current=False)
-    app.conf.timezone = zone
-    clock = [start]
-    parsed = maybe_schedule(beat_schedule)
-    if isinstance(parsed, crontab):
-        fields = parsed.__reduce__()[1]
-        sched: Any = crontab(*fields, nowfun=lambda: clock[0], app=app)
-    else:
-        sched = schedule(parsed.run_every, nowfun=lambda: clock[0], app=app)
-    last, fires = start, []
-    while len(fires) < COUNT:
-        due, wait = sched.is_due(last)
-        if due:
-            fires.append(clock[0])
-            last = clock[0]
-        else:
-            clock[0] += timedelta(seconds=wait)
-    return fires
-
-
-def cronchain_fires(
-    text: str, zone: str, start: datetime, days: str | None = None
-) -> list[datetime]:
-    out = io.StringIO()
-    argv = ["next", text, "--tz", zone, "--after", start.isoformat(), "--count", str(COUNT)]
-    argv += ["--days", days] if days else []
-    with contextlib.redirect_stdout(out):
-        assert cli.main([*argv, "--json"]) == 0
-    return [datetime.fromisoformat(row["utc"]) for row in json.loads(out.getvalue())]
-
-
 def imported(name: str, beat_schedule: Any, zone: str) -> tuple[str, str]:
     """The schedule and zone of the job ``import-beat`` makes of the entry."""
     entry = BeatEntry(name, "tasks.t", maybe_schedule(beat_schedule), zone)
@@ -214,22 +180,6 @@ def test_in_a_dst_zone_only_the_listed_entries_differ_and_only_at_a_transition(
     found = differences(text, zone, DST_CASES[name])
     listed = {s for (entry, zones, s) in DST_DIFFERENCES if entry == name and zone in zones}
     assert set(found) == listed, {s: sorted(found[s]) for s in found}
-
-
-# Day fields full in every spelling Celery takes, and partial ones: cron reads any field
-# not written ``*`` as restricted, and fires when either restricted day field matches,
-# while Celery wants both; a full set must be written ``*`` (issue 34), and two
-# restricted ones need ``days: both`` (issue 35).
-DAYS_OF_MONTH = ["*", "1-31", "*/1", "13", "1-7", "*/2"]
-DAYS_OF_WEEK = ["*", "0-6", "mon-sun", "sun,mon,tue,wed,thu,fri,sat", "*/1", "fri", "1-5", "0,6"]
-
-
-def day_field_combinations() -> list[tuple[str, str]]:
-    return [(dom, dow) for dom in DAYS_OF_MONTH for dow in DAYS_OF_WEEK]
-
-
-def both_restricted(cron: crontab) -> bool:
-    return len(cron.day_of_month) < 31 and len(cron.day_of_week) < 7
 
 
 @pytest.mark.parametrize(("day_of_month", "day_of_week"), day_field_combinations())

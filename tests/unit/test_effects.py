@@ -5,7 +5,7 @@ from __future__ import annotations
 from cronchain.scheduler.effects import SendRun, send
 from cronchain.scheduler.invokers import Call
 from cronchain.scheduler.invokers.call import redis_priority
-from tests.conftest import RecordingPort
+from tests.support.engine import RecordingPort
 
 
 def call(invocation_id: int, priority: int) -> Call:

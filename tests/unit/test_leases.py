@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from cronchain.scheduler.leases import Lease, Leases, retry_delay
 from cronchain.scheduler.storage.db import make_engine
-from tests.conftest import Clock
+from tests.support.engine import Clock
 
 
 def test_the_retry_delay_doubles_up_to_the_usual_cadence():

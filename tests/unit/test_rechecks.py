@@ -1,5 +1,6 @@
-"""The rechecks thread: jobs are looked at in another thread, one after the other, and
-one's failure neither stops the thread nor drops the others."""
+"""The rechecks thread: work on jobs is done in another thread, one job after the other,
+the same work on one job once, and one's failure neither stops the thread nor drops the
+others."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ def test_jobs_are_looked_at_in_a_thread_and_a_failure_drops_nothing_else():
     seen: list[tuple[list[int], str]] = []
     done, entered, gate = threading.Event(), threading.Event(), threading.Event()
 
-    def recheck(job_ids: list[int]) -> None:
+    host = object()
+
+    def recheck(given: object, job_ids: list[int]) -> None:
+        assert given is host
         entered.set()
         gate.wait(5)
         seen.append((job_ids, threading.current_thread().name))
@@ -26,11 +30,12 @@ def test_jobs_are_looked_at_in_a_thread_and_a_failure_drops_nothing_else():
         if job_ids == [9]:
             done.set()
 
-    rechecks = Rechecks(recheck)
-    rechecks.put([1])  # taken at once, and held at the gate
+    rechecks = Rechecks(host)
+    rechecks.put(recheck, [1])  # taken at once, and held at the gate
     assert entered.wait(5)
-    rechecks.put([3, 2])
-    rechecks.put([9])
+    rechecks.put(recheck, [3, 2])
+    rechecks.put(recheck, [3])  # queued already: once
+    rechecks.put(recheck, [9])
     gate.set()
     assert done.wait(5)
     assert [ids for ids, _ in seen] == [[1], [2], [3], [9]]

@@ -13,7 +13,7 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.services import free_port
+from tests.support.services import free_port
 
 
 @dataclass
@@ -185,3 +185,9 @@ def raw_endpoint(answer: bytes | None = None) -> Iterator[RawEndpoint]:
         stop.set()
         thread.join(5)
         listener.close()
+
+
+def http_answer(status: str, body: bytes) -> bytes:
+    """An HTTP/1.1 answer, byte for byte, for :func:`raw_endpoint`: ``status`` (``200 OK``)
+    and ``body``, with its length."""
+    return f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
