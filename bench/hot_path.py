@@ -39,10 +39,10 @@ from typing import Any
 from sqlalchemy import event
 
 from bench.common import database, figure, transactions, with_requirements
-from cronchain.scheduler.declarative import apply
+from cronchain.scheduler.declare.apply import apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.workers import work
 from tests.support.engine import Clock, RecordingPort
 
@@ -91,7 +91,7 @@ def history_partitions(db: Any, now: datetime, before: int) -> None:
     next (what the watchdog makes), and ``before`` months of history. None where
     history is not partitioned (SQLite, or the code before partitioning)."""
     try:
-        from cronchain.scheduler.retention import run_once
+        from cronchain.scheduler.maintenance.retention import run_once
         from cronchain.scheduler.storage import partitions
     except ImportError:
         return

@@ -27,8 +27,8 @@ from pathlib import Path
 from sqlalchemy import select
 
 from bench.common import PeakRss, database, deployment, figure, job_document, percentile
+from cronchain.scheduler.maintenance.watchdog import run_once
 from cronchain.scheduler.storage.models import jobs
-from cronchain.scheduler.watchdog import run_once
 from tests.e2e.harness import Cluster
 from tests.support.repo import ROOT
 from tests.support.services import redis_server

@@ -28,8 +28,8 @@ from pathlib import Path
 from sqlalchemy import Row, func, select
 
 from bench.common import analyze, deployment, figure, percentile, recent_lags, settle
+from cronchain.scheduler.maintenance.watchdog import run_once
 from cronchain.scheduler.storage.models import invocations, jobs
-from cronchain.scheduler.watchdog import run_once
 
 
 def first_slots_after(db, t: datetime) -> list[Row]:  # type: ignore[no-untyped-def]

@@ -29,7 +29,7 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.settings import Settings
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.web.metrics import DatabaseCollector, render
 from tests.support.engine import RecordingPort
 from tests.support.repo import ROOT

@@ -31,10 +31,10 @@ from types import FrameType
 from typing import Any
 
 from bench.common import database, figure
-from cronchain.scheduler.declarative import apply
+from cronchain.scheduler.declare.apply import apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from tests.support.engine import Clock, RecordingPort
 
 PACKAGE = "cronchain."
@@ -44,32 +44,32 @@ LAYERS = (
     ("cronchain.scheduler.timing", "cronchain.scheduler.errors", "cronchain.scheduler.debuglog"),
     ("cronchain.scheduler.storage",),
     (
-        "cronchain.scheduler.effects",
-        "cronchain.scheduler.controls",
-        "cronchain.scheduler.spec",
+        "cronchain.scheduler.core.effects",
+        "cronchain.scheduler.spec.controls",
+        "cronchain.scheduler.spec.jobspec",
         "cronchain.scheduler.invokers",
         "cronchain.scheduler.outside",
     ),
-    # The core: it calls the features above through their protocols (scheduler.host),
+    # The core: it calls the features above through their protocols (scheduler.core.host),
     # which the features implement; a call from here into one of them counts as a
     # climb, though no import goes that way.
     (
-        "cronchain.scheduler.host",
-        "cronchain.scheduler.admission",
-        "cronchain.scheduler.runs",
-        "cronchain.scheduler.outcome_batch",
-        "cronchain.scheduler.leases",
+        "cronchain.scheduler.core.host",
+        "cronchain.scheduler.core.admission",
+        "cronchain.scheduler.core.runs",
+        "cronchain.scheduler.core.outcome_batch",
+        "cronchain.scheduler.core.leases",
     ),
-    ("cronchain.scheduler.tick_batch",),
+    ("cronchain.scheduler.core.tick_batch",),
     ("cronchain.scheduler.core",),
     (
-        "cronchain.scheduler.gates",
-        "cronchain.scheduler.upstream",
-        "cronchain.scheduler.pools",
-        "cronchain.scheduler.backfill",
+        "cronchain.scheduler.workflows.gates",
+        "cronchain.scheduler.workflows.upstream",
+        "cronchain.scheduler.workflows.pools",
+        "cronchain.scheduler.workflows.backfill",
         "cronchain.scheduler.alerts",
-        "cronchain.scheduler.unmet",
-        "cronchain.scheduler.triggers",
+        "cronchain.scheduler.workflows.unmet",
+        "cronchain.scheduler.workflows.triggers",
     ),
     ("cronchain.scheduler.engine",),  # the core with the features plugged in
 )

@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cronchain.scheduler.api import Scheduler
-    from cronchain.scheduler.declared import periodic
+    from cronchain.scheduler.declare.periodic import periodic
     from cronchain.scheduler.errors import CronchainError, NotFound, SpecError, TransientError
-    from cronchain.scheduler.spec import JobSpec
+    from cronchain.scheduler.spec.jobspec import JobSpec
     from cronchain.scheduler.workers.hooks import heartbeat, install
 
 _HOME = {
     "CronchainError": "errors",
-    "JobSpec": "spec",
+    "JobSpec": "spec.jobspec",
     "NotFound": "errors",
     "Scheduler": "api",
     "SpecError": "errors",
     "TransientError": "errors",
     "heartbeat": "workers.hooks",
     "install": "workers.hooks",
-    "periodic": "declared",
+    "periodic": "declare.periodic",
 }
 __all__ = [
     "CronchainError",

@@ -17,19 +17,19 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from cronchain.scheduler import outside
-from cronchain.scheduler.backfill import backfill
-from cronchain.scheduler.controls import controls_of
-from cronchain.scheduler.declarative import ApplyReport, apply
+from cronchain.scheduler.declare.apply import ApplyReport, apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import NotFound, SpecError
-from cronchain.scheduler.explain import explain
-from cronchain.scheduler.pools import set_sizes as set_pool_sizes
+from cronchain.scheduler.queries.explain import explain
 from cronchain.scheduler.settings import history_retention
-from cronchain.scheduler.spec import JobSpec, load_job_file, validate_pools
+from cronchain.scheduler.spec.controls import controls_of
+from cronchain.scheduler.spec.jobspec import JobSpec, load_job_file, validate_pools
 from cronchain.scheduler.storage import alert_store, job_store, pool_store, run_store
 from cronchain.scheduler.storage.db import explained_failures
 from cronchain.scheduler.storage.rows import HOLDS
 from cronchain.scheduler.timing.iso import iso
+from cronchain.scheduler.workflows.backfill import backfill
+from cronchain.scheduler.workflows.pools import set_sizes as set_pool_sizes
 from cronchain.statemachine import Pause, Resume
 
 # The times cronchain takes from a person: far enough either way for any schedule,
@@ -106,7 +106,7 @@ class Scheduler:
         """Bring the database schema to the newest migration, and make the history
         partitions that slots may come due in (PostgreSQL)."""
         from cronchain.migrations import upgrade
-        from cronchain.scheduler.retention import ensure_partitions
+        from cronchain.scheduler.maintenance.retention import ensure_partitions
 
         upgrade(self.engine.db)
         ensure_partitions(self.engine.db, self.engine.clock())
@@ -152,7 +152,7 @@ class Scheduler:
         declare with ``@periodic``, project by project as ``apply`` does with a file; or
         ``project``'s alone. Every project is checked (a dry run) before any is written,
         so that one refused project leaves the others as they were."""
-        from cronchain.scheduler.apps import jobs_of_app
+        from cronchain.scheduler.declare.apps import jobs_of_app
 
         declared = jobs_of_app(ref, project)
         if not dry_run:
@@ -372,7 +372,7 @@ def _summary(r: Any) -> dict[str, Any]:
         "trigger_id": r["trigger_id"],
         "revision": r["revision"],
         # What was checked before it could start, and how long it waited for that
-        # (``requires``: scheduler.upstream); None for a job that requires nothing.
+        # (``requires``: scheduler.workflows.upstream); None for a job that requires nothing.
         "checks": r["checks"],
     }
 

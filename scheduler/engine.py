@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronchain.scheduler import backfill, gates, pools, triggers, upstream
 from cronchain.scheduler.alerts.delivery import AlertsDue
 from cronchain.scheduler.alerts.raising import Raised
 from cronchain.scheduler.core.engine import Core
-from cronchain.scheduler.host import Plugins
+from cronchain.scheduler.core.host import Plugins
+from cronchain.scheduler.workflows import backfill, gates, pools, triggers, upstream
 
 ALERTS = Raised()
 
@@ -35,7 +35,7 @@ PLUGINS = Plugins(
         pools.WaitersFilled(),
         upstream.WaitingLookedAt(),
     ),
-    kept={upstream.Recheck: upstream.recheck_kept, pools.Fill: pools.fill_kept},
+    in_process={upstream.Recheck: upstream.look_again_soon, pools.Fill: pools.fill_pools},
 )
 
 

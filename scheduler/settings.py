@@ -38,7 +38,7 @@ TICK_SLACK = timedelta(milliseconds=25)
 # of its own with a pool of threads, so that no endpoint can make a tick late.
 WORK_CONCURRENCY = 100
 # How long history is kept (PostgreSQL drops whole months older than this, after a
-# per-job daily rollup: scheduler/retention.py).
+# per-job daily rollup: scheduler/maintenance/retention.py).
 RETENTION_DAYS = 180
 
 

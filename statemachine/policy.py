@@ -1,6 +1,6 @@
 """Per-job policies the machines consult: what an overlap does, how failures retry.
 
-Plain values, validated by ``scheduler.spec``; the maths here is pure so that the
+Plain values, validated by ``scheduler.spec.jobspec``; the maths here is pure so that the
 retry delays and the overlap decisions are tested without a clock or a database.
 """
 

@@ -17,14 +17,14 @@ from celery.concurrency import prefork
 from celery.signals import beat_init, worker_process_init, worker_ready
 
 from cronchain.scheduler.alerts.delivery import deliver as deliver_alert
-from cronchain.scheduler.apps import reconcile_apps
-from cronchain.scheduler.declarative import ApplyReport, reconcile_folder
+from cronchain.scheduler.cli.up import STARTED_BY_UP
+from cronchain.scheduler.core.runs import AttemptRef
+from cronchain.scheduler.declare.apply import ApplyReport, reconcile_folder
+from cronchain.scheduler.declare.apps import reconcile_apps
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Outcome
-from cronchain.scheduler.runs import AttemptRef
+from cronchain.scheduler.maintenance.watchdog import sweep, waited
 from cronchain.scheduler.settings import Settings
-from cronchain.scheduler.up import STARTED_BY_UP
-from cronchain.scheduler.watchdog import sweep, waited
 from cronchain.scheduler.workers import heap
 from cronchain.scheduler.workers.gatecheck import check as check_gate
 from cronchain.scheduler.workers.runtime import Runtime
@@ -115,7 +115,7 @@ def alert(alert_id: int) -> None:
 
 @app.task(name="cronchain.gate", **RETRY)
 def gate(invocation_id: int, name: str, number: int, job_id: int) -> None:
-    """The work path: ask a run's gate (``scheduler.gates``)."""
+    """The work path: ask a run's gate (``scheduler.workflows.gates``)."""
     if not (_ints(invocation_id, number, job_id) and isinstance(name, str)):
         log.error("malformed gate message dropped: %.200r", (invocation_id, name, number, job_id))
         return

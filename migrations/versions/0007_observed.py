@@ -8,7 +8,7 @@ reading indexes only, never the history (``invocations`` holds months of runs):
   row is locked by then (every writer locks a job before its runs), so it adds one
   update of a row already held, and no statement of the engine's changes.
 - ``watchdog``: one row, the time of the watchdog's last pass and its repairs counted
-  by kind (``scheduler.watchdog.sweep`` writes it after each pass).
+  by kind (``scheduler.maintenance.watchdog.sweep`` writes it after each pass).
 - ``ix_jobs_tick_at``: overdue ticks, found without reading every job.
 - ``ix_invocations_waiting``: the WAITING runs, by reason, from a partial index that
   holds those rows only. On PostgreSQL the index is built on every partition: on a large

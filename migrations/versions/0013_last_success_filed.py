@@ -1,7 +1,7 @@
 """jobs.last_success_filed: where the job's latest success is filed (its slot)
 
 A downstream's start asks of each upstream whether a success is filed in its window
-(``scheduler.upstream``). The newest success's filed time answers that from the
+(``scheduler.workflows.upstream``). The newest success's filed time answers that from the
 upstream's row for every slot but a backfill's: none in the window if it is before it,
 one if it is within it. The trigger of 0007 keeps it beside ``last_success_at``, on the
 update that makes a run SUCCEEDED, while the job's row is locked already.

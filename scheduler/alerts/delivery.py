@@ -25,14 +25,15 @@ from cronchain.scheduler import outside
 from cronchain.scheduler.alerts import channels as channel_kinds
 from cronchain.scheduler.alerts import raising
 from cronchain.scheduler.alerts.channels import Alert, DeliveryError
-from cronchain.scheduler.effects import Message, SendAlert
+from cronchain.scheduler.core.effects import Message, SendAlert
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.settings import AlertDelivery
+from cronchain.scheduler.spec import channels as channel_specs
 from cronchain.scheduler.storage import alert_store
 from cronchain.scheduler.storage.alert_store import FAILED, PENDING, AlertRow
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.host import Host
+    from cronchain.scheduler.core.host import Host
 
 log = logging.getLogger("cronchain.alerts")
 FIRST_BACKOFF = timedelta(seconds=10)
@@ -149,7 +150,7 @@ def _settle(engine: Host, row: AlertRow, settings: AlertDelivery) -> str | None:
 
 def _channel(name: str, declared: Mapping[str, Any]) -> Mapping[str, Any]:
     """A channel by name: the project's job file first, then ``CRONCHAIN_CHANNELS``."""
-    channel = declared.get(name) or channel_kinds.from_env().get(name)
+    channel = declared.get(name) or channel_specs.from_env().get(name)
     if channel is None:
         raise DeliveryError(
             f"no channel named {name!r} (declare it under channels: or in CRONCHAIN_CHANNELS)"

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection
 
 from cronchain.scheduler.alerts.rules import RECOVERED, UPSTREAM_STALE, AlertRules, rules_of
-from cronchain.scheduler.effects import SendAlert
+from cronchain.scheduler.core.effects import SendAlert
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.storage import alert_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.effects import Message
-    from cronchain.scheduler.host import Ended, Host
+    from cronchain.scheduler.core.effects import Message
+    from cronchain.scheduler.core.host import Ended, Host
 
 
 class Raised:

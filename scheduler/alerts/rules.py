@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from cronchain.scheduler.specmodel import ALERT_EVENTS, ALERT_THRESHOLDS
+from cronchain.scheduler.spec.model import ALERT_EVENTS, ALERT_THRESHOLDS
 
 # The events, named as the spec's grammar accepts them.
 FAILED, EXHAUSTED, SKIPPED, RECOVERED, UPSTREAM_STALE = ALERT_EVENTS

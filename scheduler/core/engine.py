@@ -7,7 +7,7 @@ written in the same commit are the durable promise that the watchdog keeps.
 
 Locks are always taken job first, then its invocations, so that two steps of one job
 never wait on each other in opposite orders. The invocation life cycle (attempts,
-outcomes, retries, abort) is in :mod:`scheduler.runs`.
+outcomes, retries, abort) is in :mod:`scheduler.core.runs`.
 """
 
 from __future__ import annotations
@@ -26,17 +26,27 @@ import sqlalchemy.exc
 from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
-from cronchain.scheduler import admission, debuglog, tick_batch
-from cronchain.scheduler.controls import controls_of
-from cronchain.scheduler.effects import Fed, Kept, Message, Port, SendRun, SendStart, SendTick, send
+from cronchain.scheduler import debuglog
+from cronchain.scheduler.core import admission, tick_batch
+from cronchain.scheduler.core.effects import (
+    InProcess,
+    Message,
+    Port,
+    SendRun,
+    SendStart,
+    SendTick,
+    Stepped,
+    send,
+)
+from cronchain.scheduler.core.host import Admitting, Held, Plugins
+from cronchain.scheduler.core.leases import Leases
+from cronchain.scheduler.core.rechecks import Rechecks, Work
+from cronchain.scheduler.core.runs import RUNNING, STARTING, WAITING, Runs
 from cronchain.scheduler.errors import TransientError
-from cronchain.scheduler.host import Admitting, Held, Plugins
 from cronchain.scheduler.invokers import Invoker, Outcome
-from cronchain.scheduler.leases import Leases
-from cronchain.scheduler.rechecks import Rechecks, Work
-from cronchain.scheduler.runs import RUNNING, STARTING, WAITING, Runs
 from cronchain.scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.controls import controls_of
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import job_store, revokes, run_store
 from cronchain.scheduler.storage.db import unreachable, write_transaction
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
@@ -86,7 +96,7 @@ def schedule_of(text: str, timezone: str, days: str | None = None) -> Schedule:
 
 class Core:
     """Feeds events to job machines and records runs; names no feature: ``plugins``
-    are the features it hosts (``scheduler.host``; ``scheduler.engine.Engine`` is the
+    are the features it hosts (``scheduler.core.host``; ``scheduler.engine.Engine`` is the
     core with cronchain's own). Build one per process; it is thread-safe. ``invokers``
     are the kinds whose calls this process makes if it serves the work path
     (``scheduler.workers.work``).
@@ -123,7 +133,7 @@ class Core:
         self.leases = Leases(db, clock)
         self.runs = Runs(self)
         # A worker does work on jobs that may wait (``soon``: looking again at waiting
-        # runs) in a thread (``scheduler.rechecks``); a command, which exits when it is
+        # runs) in a thread (``scheduler.core.rechecks``); a command, which exits when it is
         # done, and the tests, which drive every step, do it before ``send`` returns.
         self.rechecks = Rechecks(self) if background_rechecks else None
 
@@ -169,7 +179,7 @@ class Core:
         """Feed each tick to its job, then send what they all asked for together: the
         next ticks of jobs that share an instant travel in one message again.
 
-        The ticks of a batch are fed in one transaction (``scheduler.tick_batch``). If
+        The ticks of a batch are fed in one transaction (``scheduler.core.tick_batch``). If
         that fails for any reason but the database's absence (a row no statement
         expected, a bug one job's step meets), nothing of it was written: the ticks
         are fed again one job per transaction, so that the job at fault fails alone
@@ -219,7 +229,7 @@ class Core:
 
     # --- commands ----------------------------------------------------------------------
 
-    def command(self, ref: str, event: Event, **flags: Any) -> Fed:
+    def command(self, ref: str, event: Event, **flags: Any) -> Stepped:
         """Feed a user's command (pause, resume, trigger, ...) to the job named ``ref``."""
         with self.transaction() as conn:
             job = job_store.lock_job_named(conn, ref)
@@ -252,12 +262,12 @@ class Core:
         spec: JobSpec | None = None,
         start_here: bool = False,
         **flags: Any,
-    ) -> Fed:
+    ) -> Stepped:
         """Step the machine for ``job`` and write the result in ``conn``'s transaction.
         With ``start_here``, a run the step creates is created RUNNING and sent to its
         worker, rather than STARTING with a start message to send."""
         result = self._step(job, job.snapshot, event, now, self._schedule(job, spec))
-        fed = Fed(result.snapshot)
+        fed = Stepped(result.snapshot)
         if not result.changed and spec is None and not flags:
             return fed
         revision = spec.revision if spec else job.revision
@@ -272,7 +282,7 @@ class Core:
 
     def feed_held(
         self, job: JobRow, event: Event, now: datetime, *, spec: JobSpec | None = None
-    ) -> tuple[Fed, datetime | None] | None:
+    ) -> tuple[Stepped, datetime | None] | None:
         """The step ``feed`` takes and the watchdog deadline it saves, with nothing
         written, for a caller that saves many jobs at once (``apply``, through
         ``job_batch``). None for a step that asks for more than a tick (a run to start,
@@ -280,12 +290,12 @@ class Core:
         result = self._step(job, job.snapshot, event, now, self._schedule(job, spec))
         if not all(isinstance(action, TickLater) for action in result.actions):
             return None
-        fed = Fed(
+        fed = Stepped(
             result.snapshot, [self.tick_message(job, a.when, a.nonce, now) for a in result.actions]
         )
         return fed, self.settle_tick(job, event, fed)
 
-    def settle_tick(self, job: JobRow, event: Event, fed: Fed) -> datetime | None:
+    def settle_tick(self, job: JobRow, event: Event, fed: Stepped) -> datetime | None:
         """Keep the current nonce's tick alone (a follow-up may have replaced the tick)
         and return the watchdog deadline that goes with it."""
         tick = next((m for m in fed.messages if _is_tick(m, fed.snapshot.tick_nonce)), None)
@@ -309,7 +319,7 @@ class Core:
         conn: Connection,
         job: JobRow,
         action: Any,
-        fed: Fed,
+        fed: Stepped,
         now: datetime,
         revision: str,
         start_here: bool = False,
@@ -343,7 +353,7 @@ class Core:
         return []
 
     def _start_buffered(
-        self, conn: Connection, job: JobRow, fed: Fed, now: datetime
+        self, conn: Connection, job: JobRow, fed: Stepped, now: datetime
     ) -> list[Action]:
         """The run that waited longest for its turn has it: it goes through the
         admission chain, and starts or waits at the first hold that holds it."""
@@ -384,7 +394,7 @@ class Core:
         job: JobRow,
         slot: datetime | None,
         trigger_id: str | None,
-        fed: Fed,
+        fed: Stepped,
         now: datetime,
         insert: Callable[..., int | None],
         start_here: bool,
@@ -415,7 +425,7 @@ class Core:
         fed.messages.append(SendRun(self.runs.call_of(job, inv_id, 1, slot)))
         return self._follow_up(job, fed, InvocationStarted(inv_id), now)
 
-    def _follow_up(self, job: JobRow, fed: Fed, event: Event, now: datetime) -> list[Action]:
+    def _follow_up(self, job: JobRow, fed: Stepped, event: Event, now: datetime) -> list[Action]:
         """Feed the snapshot being built an event that follows from the step's own writes
         (a row that could not be written, so the count is undone; a run begun here), and
         return that step's actions for the caller to carry out like any other."""
@@ -472,7 +482,7 @@ class Core:
 
     def soon(self, work: Work, job_ids: list[int]) -> None:
         """``work`` on ``job_ids``, in this process's thread for it, if it has one, else
-        now (``scheduler.rechecks``)."""
+        now (``scheduler.core.rechecks``)."""
         if self.rechecks is not None:
             self.rechecks.put(work, job_ids)
         else:
@@ -482,16 +492,16 @@ class Core:
         """Send after commit. A failed send is logged, not raised: the state is committed
         and the watchdog repeats the step when its deadline lapses (a revoke: when its
         row in ``revokes`` is due), so a revoke that was sent is forgotten."""
-        kept: dict[type, list[Kept]] = {}
+        here: dict[type, list[InProcess]] = {}
         for message in messages:
-            if isinstance(message, Kept):
-                kept.setdefault(type(message), []).append(message)
-        revoked = send(self.port, [m for m in messages if not isinstance(m, Kept)], self.batch)
+            if isinstance(message, InProcess):
+                here.setdefault(type(message), []).append(message)
+        revoked = send(self.port, [m for m in messages if not isinstance(m, InProcess)], self.batch)
         if revoked:
             try:
                 with self.transaction() as conn:
                     revokes.forget(conn, revoked)
             except TransientError as err:  # sent again when due: a second one is harmless
                 log.warning("could not forget the revokes sent of %s: %s", revoked, err)
-        for kind, these in kept.items():  # each by the plug-in whose kind it is
-            self.plugins.kept[kind](self, these)
+        for kind, these in here.items():  # each by the plug-in whose kind it is
+            self.plugins.in_process[kind](self, these)

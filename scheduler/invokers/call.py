@@ -9,10 +9,10 @@ from typing import Any, Protocol
 
 from cronchain.scheduler import outside
 from cronchain.scheduler.debuglog import LINE_LIMIT
+from cronchain.scheduler.spec.model import DEFAULT_PRIORITY
 from cronchain.statemachine import InvocationStatus
 
 # A job's priority is 0-9, 9 first.
-DEFAULT_PRIORITY = 5
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Outcome:
         """This outcome with none of its text but its reason (cronchain's own word,
         which decides a retry): what is recorded when the database refused the text,
         so that the run's end is never lost for what a task or an endpoint said (the
-        log says why, at ERROR: ``scheduler.recording``)."""
+        log says why, at ERROR: ``scheduler.core.recording``)."""
         note = "its text could not be stored"
         error = note if self.error is not None else None
         return Outcome(self.status, error, outside.kept(self.reason, REASON_LIMIT), (note,))

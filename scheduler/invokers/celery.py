@@ -12,7 +12,8 @@ from typing import Any
 
 from celery import Celery
 
-from cronchain.scheduler.invokers.call import DEFAULT_PRIORITY, Call, redis_priority
+from cronchain.scheduler.invokers.call import Call, redis_priority
+from cronchain.scheduler.spec.model import DEFAULT_PRIORITY
 
 HEADER = "cronchain"
 

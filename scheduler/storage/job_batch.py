@@ -28,7 +28,7 @@ from cronchain.scheduler.storage.rows import JobRow
 from cronchain.statemachine import JobSnapshot, JobState
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.spec import JobSpec
+    from cronchain.scheduler.spec.jobspec import JobSpec
 
 # Rows per statement, and the step at which a progress bar moves.
 CHUNK = 5000

@@ -28,20 +28,20 @@ from sqlalchemy import (
 )
 
 from cronchain.scheduler.errors import NotFound
-from cronchain.scheduler.specmodel import NAME
+from cronchain.scheduler.spec.model import NAME
 from cronchain.scheduler.storage import bulk
 from cronchain.scheduler.storage.models import job_changes, jobs
 from cronchain.scheduler.storage.rows import ConcurrentUpdate, JobRow
 from cronchain.statemachine import JobSnapshot, JobState
 
 if TYPE_CHECKING:
-    from cronchain.scheduler.spec import JobSpec
+    from cronchain.scheduler.spec.jobspec import JobSpec
 
 
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.
 # Jobs are locked FOR NO KEY UPDATE (``key_share``): writers of a job still exclude each
-# other, and share locks (``scheduler.upstream``) still wait for them, but the foreign
+# other, and share locks (``scheduler.workflows.upstream``) still wait for them, but the foreign
 # key checks of their runs' rows (FOR KEY SHARE) do not, so a run row written twice in
 # one transaction never waits on its job's lock.
 _LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update(key_share=True)

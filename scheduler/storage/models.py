@@ -109,7 +109,7 @@ jobs = Table(
     # for /metrics, which must not read the history to find it.
     Column("last_success_at", UTCDateTime),
     # The slot (a triggered run: when it was made) of its latest success, for the jobs
-    # that require it (``scheduler.upstream``); kept by 0013's trigger.
+    # that require it (``scheduler.workflows.upstream``); kept by 0013's trigger.
     Column("last_success_filed", UTCDateTime),
     # For /metrics, kept by the same trigger (migration 0014): when the newest failure
     # ended, how many runs ended FAILED, and how many runs that started have ended and
@@ -122,7 +122,7 @@ jobs = Table(
     # reads it from the row it locked, not from the alerts.
     Column("alert_failing", Boolean, nullable=False, server_default=false()),
     # Some job ``requires`` this one: its successes may release their waiting runs
-    # (``scheduler.upstream``). Never false while a row of ``requirements`` names it.
+    # (``scheduler.workflows.upstream``). Never false while a row of ``requirements`` names it.
     Column("downstream", Boolean, nullable=False, server_default=false()),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -194,7 +194,7 @@ invocations = Table(
     Column("log", Text),  # the debug log, bounded
     Column("backfill", Boolean, nullable=False),  # run by `backfill`, outside the machine
     # What was checked before the run could start: ``{"upstream": [...]}``, the last
-    # check of each upstream (``scheduler.upstream``).
+    # check of each upstream (``scheduler.workflows.upstream``).
     Column("checks", JSON),
     # The pool whose place the run takes while it is STARTING or RUNNING (``pool``).
     Column("pool", String(100)),
@@ -228,7 +228,7 @@ Index(
     sqlite_where=invocations.c.deadline.isnot(None),
 )
 
-# The runs of a pool that hold or wait for a place (scheduler.pools): a pool's start
+# The runs of a pool that hold or wait for a place (scheduler.workflows.pools): a pool's start
 # counts them under its lock.
 Index(
     "ix_invocations_pool",
@@ -285,7 +285,7 @@ revokes = Table(
 Index("ix_revokes_due_at", revokes.c.due_at)
 
 # Each job's day of runs, written before retention drops the month that held them
-# (scheduler/retention.py): what ``explain`` and metrics answer for a pruned day.
+# (scheduler/maintenance/retention.py): what ``explain`` and metrics answer for a pruned day.
 # ``statuses`` counts runs by status, ``reasons`` by "STATUS/reason"; the lag (start
 # minus slot, in seconds) is over the day's started runs of a slot, NULL if none.
 invocation_days = Table(
@@ -377,7 +377,7 @@ Index(
     sqlite_where=alerts.c.state == "pending",
 )
 
-# What each job ``requires`` (``scheduler.upstream``): the upstream's project and name
+# What each job ``requires`` (``scheduler.workflows.upstream``): the upstream's project and name
 # (a job of that name may not exist, or be made again with a new id). An upstream's
 # success finds here the jobs whose waiting runs it may release. Written by apply.
 requirements = Table(
@@ -390,7 +390,7 @@ requirements = Table(
 Index("ix_requirements_upstream", requirements.c.project, requirements.c.name)
 
 # Pools: named numbers of places that jobs share (``pool:``); a job file's ``pools:``
-# or ``cronchain pool set`` writes them (scheduler.pools).
+# or ``cronchain pool set`` writes them (scheduler.workflows.pools).
 pools = Table(
     "pools",
     metadata,

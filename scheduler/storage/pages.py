@@ -30,7 +30,7 @@ from sqlalchemy import (
     true,
 )
 
-from cronchain.scheduler.specmodel import NAME
+from cronchain.scheduler.spec.model import NAME
 from cronchain.scheduler.storage.models import invocations, jobs
 
 STRIP = 30  # outcomes a job's strip shows

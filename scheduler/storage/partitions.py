@@ -20,7 +20,7 @@ slot, or a triggered run's creation time; a CHECK ties it to the slot. So
   of a deleted run, as the foreign key's ON DELETE CASCADE did.
 
 Partitions exist ahead of the slots that come due: ``db upgrade`` and every watchdog
-pass make the current month and the next ``AHEAD`` (see :mod:`scheduler.retention`).
+pass make the current month and the next ``AHEAD`` (see :mod:`scheduler.maintenance.retention`).
 The DEFAULT partition is the safety net for any other month: a backfill of slots older
 than the oldest partition, or a month whose partition was not made in time (no
 watchdog ran for a month). When the partition of a month is made, that month's rows in
@@ -192,7 +192,7 @@ def in_flight_in(conn: Connection, name: str) -> int:
 
 
 # Retention takes a month out in steps of their own transactions, each holding one hot
-# table's lock for catalog changes alone (``scheduler.retention``):
+# table's lock for catalog changes alone (``scheduler.maintenance.retention``):
 #
 # - ``detach``: the partition out of history, renamed (``jobs``, then ``invocations``
 #   locked: ``_lock_jobs_first``);

@@ -1,4 +1,4 @@
-"""The named queries of pools (:mod:`scheduler.pools` says what a pool is and how its
+"""The named queries of pools (:mod:`scheduler.workflows.pools` says what a pool is and how its
 places are handed out): the pool's row, its holders and its waiters."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cronchain.scheduler.invokers.call import DEFAULT_PRIORITY
+from cronchain.scheduler.spec.model import DEFAULT_PRIORITY
 from cronchain.scheduler.storage.models import invocations, jobs, pools
 
 HOLDING = ("STARTING", "RUNNING")  # a run in these holds a place

@@ -37,7 +37,7 @@ class JobRow:
     snapshot: JobSnapshot
     # A ``failed`` or ``retries_exhausted`` alert of the job awaits its ``recovered``.
     alert_failing: bool = False
-    # Some job requires this one (``scheduler.upstream``).
+    # Some job requires this one (``scheduler.workflows.upstream``).
     downstream: bool = False
 
     @property
@@ -92,8 +92,8 @@ class InvocationRow:
 
     @property
     def held(self) -> bool:
-        """WAITING for its upstreams (``scheduler.upstream``) or a place in its pool
-        (``scheduler.pools``): the job's machine counts it as the run it started, unlike
+        """WAITING for its upstreams (``scheduler.workflows.upstream``) or a place in its pool
+        (``scheduler.workflows.pools``): the job's machine counts it as the run it started, unlike
         a run that waits for its turn (buffered, backfill)."""
         return self.status == "WAITING" and self.reason in HOLDS
 

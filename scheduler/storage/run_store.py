@@ -303,7 +303,7 @@ def held_runs(
     skip_locked: bool = False,
 ) -> list[InvocationRow]:
     """The runs of ``job_ids`` that wait for ``reason`` (``upstream``:
-    scheduler.upstream), oldest first, locked (with ``skip_locked``: those no other
+    scheduler.workflows.upstream), oldest first, locked (with ``skip_locked``: those no other
     transaction holds); only those filed since ``filed_since``, if given (PostgreSQL
     then reads the partitions of those months alone)."""
     if not job_ids:

@@ -1,4 +1,4 @@
-"""The named queries of ``requires`` (:mod:`scheduler.upstream` says what a slot waits
+"""The named queries of ``requires`` (:mod:`scheduler.workflows.upstream` says what a slot waits
 for and when it is released): upstreams' rows, their successes in a window, the
 downstreams waiting for them and the ``requirements`` an apply writes."""
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from cronchain.scheduler import controls
+from cronchain.scheduler.spec import controls
 from cronchain.scheduler.storage.alert_store import AlertRow, delivery_text
 from cronchain.scheduler.storage.pages import Run
 from cronchain.scheduler.timing.schedules import stored_schedule
@@ -22,7 +22,7 @@ from cronchain.scheduler.web.zones import Shown, dst_notes, shown
 
 UPCOMING = 10  # next slots the timeline shows
 
-# What a reason means, as ``explain`` words it (scheduler.explain), and the reasons a
+# What a reason means, as ``explain`` words it (scheduler.queries.explain), and the reasons a
 # WAITING run has (scheduler.storage.pages derives the last two as /metrics does).
 REASONS = {
     "misfire": "missed by more than the misfire grace; the misfire policy did not run it",

@@ -1,7 +1,7 @@
 """A job's upstreams and downstreams: the jobs it depends on or sets off.
 
 Today the one kind of edge is ``triggers`` (a job that succeeds triggers others:
-``scheduler.triggergraph``); a workflow's ``requires`` (issue 16) is another kind of
+``scheduler.workflows.triggergraph``); a workflow's ``requires`` (issue 16) is another kind of
 edge with the same shape. Each kind is an ``EdgeKind``: the spec key that declares it
 and how a declared target is resolved to ``project/name``. ``links`` reads the jobs
 whose specs declare any kind, once, and finds both directions for one job, so a new kind
@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from cronchain.scheduler.storage import pages
-from cronchain.scheduler.triggergraph import target_ref
+from cronchain.scheduler.workflows.triggergraph import target_ref
 
 
 @dataclass(frozen=True)

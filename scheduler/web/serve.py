@@ -1,4 +1,4 @@
-"""The bodies of ``cronchain serve`` and ``cronchain health`` (``scheduler.cli`` wires
+"""The bodies of ``cronchain serve`` and ``cronchain health`` (``scheduler.cli.main`` wires
 their arguments).
 
 ``serve`` runs the web app on waitress: a pure-Python, multi-threaded WSGI server meant

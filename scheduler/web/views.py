@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 
 from cronchain.scheduler.api import EARLIEST, LATEST, MAX_ID
 from cronchain.scheduler.errors import CronchainError
-from cronchain.scheduler.specmodel import NAME
+from cronchain.scheduler.spec.model import NAME
 from cronchain.scheduler.storage import alert_store, job_store, pages
 from cronchain.scheduler.web import csrf, jobview, links
 from cronchain.scheduler.web.context import context

@@ -16,10 +16,10 @@ from typing import Any
 
 from celery import Celery
 
-from cronchain.scheduler import gates
+from cronchain.scheduler.core.recording import patiently, textless_if_refused
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.recording import patiently, textless_if_refused
 from cronchain.scheduler.workers.work import make_call
+from cronchain.scheduler.workflows import gates
 
 log = logging.getLogger("cronchain.work")
 HEADER = "cronchain_gate"
@@ -48,7 +48,7 @@ def check(
 def record(
     engine: Engine, invocation_id: int, name: str, number: int, job_id: int, yes: bool, said: str
 ) -> None:
-    """Record an answer that exists only in this process (``scheduler.recording``):
+    """Record an answer that exists only in this process (``scheduler.core.recording``):
     through a database restart, and without its text if the database refuses it (a yes
     stays a yes)."""
 

@@ -14,7 +14,7 @@ attempt (its epoch) and the job. On the worker that runs it:
   call :func:`heartbeat` to report progress (and learn that it should stop);
 - when it ends, its success or failure (with the exception text) finishes the attempt.
 
-A ``celery`` gate's task (``scheduler.gates``) comes with a ``cronchain_gate`` header
+A ``celery`` gate's task (``scheduler.workflows.gates``) comes with a ``cronchain_gate`` header
 instead: it runs as it is, and what it returned is recorded as the gate's answer.
 
 cronchain's own Celery app installs this through ``celeryconfig``. A worker built on
@@ -31,13 +31,14 @@ import celery
 from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
-from cronchain.scheduler import gates, outside
+from cronchain.scheduler import outside
+from cronchain.scheduler.core.leases import Lease
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.invokers.celery import HEADER
-from cronchain.scheduler.leases import Lease
 from cronchain.scheduler.workers import gatecheck
 from cronchain.scheduler.workers.gatecheck import HEADER as GATE
 from cronchain.scheduler.workers.runtime import Runtime
+from cronchain.scheduler.workflows import gates
 from cronchain.statemachine import InvocationStatus
 
 log = logging.getLogger("cronchain.worker")

@@ -6,7 +6,7 @@ happened to messages: two per task (``received``, ``succeeded in``), and croncha
 control path sends several tasks per run (ticks, starts, the watchdog). So in
 cronchain's workers, at any level but DEBUG, those loggers (``celery.app.trace``,
 ``celery.worker.strategy``; beat's ``Sending due task`` lines) log warnings only, and each
-run's end is one line (``scheduler.runs``): its job, slot, attempt, status, duration
+run's end is one line (``scheduler.core.runs``): its job, slot, attempt, status, duration
 and error, at WARNING when it failed.
 
 Each line names its path, ``control`` or ``work`` (or ``control+work``, a worker that

@@ -111,7 +111,7 @@ class CeleryPort:
         send_task(self.app, call)
 
     def run_batch(self, calls: list[Call]) -> None:
-        """Calls of one priority (``scheduler.effects.send`` groups them so)."""
+        """Calls of one priority (``scheduler.core.effects.send`` groups them so)."""
         self.app.send_task(
             "cronchain.run_batch",
             args=([[call.invocation_id, call.attempt, call.job_id] for call in calls],),

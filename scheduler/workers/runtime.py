@@ -16,7 +16,7 @@ from kombu.exceptions import OperationalError
 from kombu.utils.url import maybe_sanitize_url
 from sqlalchemy import Engine as SqlEngine
 
-from cronchain.scheduler.effects import Port
+from cronchain.scheduler.core.effects import Port
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import ConfigError, SpecError, TransientError
 from cronchain.scheduler.invokers import Call, default_invokers
@@ -84,7 +84,7 @@ def engine_of(
 ) -> Engine:
     """The engine on ``db`` that sends through ``port``, as ``settings`` configure it:
     every process's (workers, commands, ``cronchain serve``'s controls) alike; a
-    worker's looks again at waiting runs in a thread (``scheduler.rechecks``)."""
+    worker's looks again at waiting runs in a thread (``scheduler.core.rechecks``)."""
     return Engine(
         db,
         port,

@@ -18,10 +18,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from cronchain.scheduler import outside
+from cronchain.scheduler.core.leases import Lease
+from cronchain.scheduler.core.runs import AttemptRef
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import Call, Invoker, Outcome
-from cronchain.scheduler.leases import Lease
-from cronchain.scheduler.runs import AttemptRef
 from cronchain.scheduler.workers import events
 
 log = logging.getLogger("cronchain.work")

@@ -87,7 +87,7 @@ def test_python_statemachine_is_installed_beside_cronchain(tmp_path: Path):
     the repository's generic names is imported by cronchain's app or CLI."""
     script = (
         "import json, sys\n"
-        "import cronchain.tasks, cronchain.scheduler.cli, cronchain.migrations\n"
+        "import cronchain.tasks, cronchain.scheduler.cli.main, cronchain.migrations\n"
         "import statemachine\n"
         "from statemachine import StateMachine\n"
         f"tops = {{m: getattr(sys.modules[m], '__file__', None) for m in sys.modules\n"
@@ -129,7 +129,7 @@ def test_the_wheel_installs_everything_beneath_cronchain(tmp_path: Path):
     assert "cronchain/scheduler/web/templates/job.html" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert re.search(r"^cronchain = cronchain\.scheduler\.cli:main$", text, re.M)
+    assert re.search(r"^cronchain = cronchain\.scheduler\.cli\.main:main$", text, re.M)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     checked = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", str(wheel)],

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
-from cronchain.scheduler.supervise import Supervisor
+from cronchain.scheduler.cli.supervise import Supervisor
 from tests.e2e.harness import Cluster
 from tests.support import services
 from tests.support.jobs import noop_job_file

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-import cronchain.scheduler.cli
+import cronchain.scheduler.cli.main
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
@@ -27,8 +27,10 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  #
     """``cronchain ARGV`` on a test's engine: (exit status, stdout, stderr)."""
 
     def run(engine: Engine, *argv: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(cronchain.scheduler.cli, "_scheduler", lambda args: Scheduler(engine))
-        code = cronchain.scheduler.cli.main(list(argv))
+        monkeypatch.setattr(
+            cronchain.scheduler.cli.main, "_scheduler", lambda args: Scheduler(engine)
+        )
+        code = cronchain.scheduler.cli.main.main(list(argv))
         out, err = capsys.readouterr()
         return code, out, err
 

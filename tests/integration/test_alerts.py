@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.alerts import delivery
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import SpecError
+from cronchain.scheduler.maintenance import watchdog
 from cronchain.scheduler.settings import AlertDelivery
-from cronchain.scheduler.spec import load_job_file
+from cronchain.scheduler.spec.jobspec import load_job_file
 from cronchain.scheduler.storage import alert_store
 from tests.support.deliver import deliver_runs, deliver_ticks_and_starts
 from tests.support.engine import Clock, RecordingPort

@@ -13,13 +13,14 @@ import pytest
 import sqlalchemy
 from sqlalchemy import update
 
-from cronchain.scheduler import declarative, watchdog
 from cronchain.scheduler.api import Scheduler
-from cronchain.scheduler.declarative import reconcile_folder
+from cronchain.scheduler.declare import apply as declarative
+from cronchain.scheduler.declare.apply import reconcile_folder
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.invokers import Call, Outcome
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.maintenance import watchdog
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage.models import jobs
 from tests.support.deliver import deliver_starts, deliver_ticks
 from tests.support.engine import Clock, RecordingPort

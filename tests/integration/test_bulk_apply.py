@@ -20,10 +20,10 @@ import sqlalchemy
 from sqlalchemy import select
 
 from cronchain.migrations import upgrade
-from cronchain.scheduler import declarative
+from cronchain.scheduler.declare import apply as declarative
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import job_store
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.job_batch import CHUNK, JobBatch

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cronchain.scheduler import cli as cronchain_cli
+from cronchain.scheduler.cli import main as cronchain_cli
 from cronchain.scheduler.version import VERSION
 from tests.support.cli import DEMO_FILE, process_cli
 

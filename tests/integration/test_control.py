@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 import sqlalchemy
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.maintenance import watchdog
 from cronchain.statemachine import InvocationStatus
 from tests.support.deliver import claim_tasks, deliver, deliver_ticks
 from tests.support.engine import Clock, RecordingPort, Scripted, engine_with
@@ -202,7 +202,7 @@ def test_the_runner_renews_its_lease_and_learns_when_it_is_over(
     apply(engine, spec(lease="30s"))
     inv = Scheduler(engine).trigger("p/a")["invocation"]
     deliver(engine, port)
-    from cronchain.scheduler.leases import Lease
+    from cronchain.scheduler.core.leases import Lease
 
     lease = Lease(inv, 1, timedelta(seconds=30))
     clock.advance(20)

@@ -14,7 +14,7 @@ from cronchain.migrations import upgrade
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import Call, Outcome
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.statemachine import InvocationStatus
 from tests.support.deliver import deliver_runs

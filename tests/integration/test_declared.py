@@ -20,12 +20,12 @@ from celery.signals import beat_init
 from sqlalchemy import select
 
 from cronchain.scheduler import periodic
-from cronchain.scheduler.declared import declared_jobs
+from cronchain.scheduler.declare.periodic import declared_jobs
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import ConfigError, SpecError
 from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.settings import Settings
-from cronchain.scheduler.spec import load_job_file
+from cronchain.scheduler.spec.jobspec import load_job_file
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import jobs
 from cronchain.scheduler.workers import runtime

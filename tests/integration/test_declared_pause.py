@@ -8,7 +8,7 @@ import pytest
 
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 
 pytestmark = pytest.mark.postgres
 

@@ -10,11 +10,11 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select, update
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Call, Outcome, default_invokers
+from cronchain.scheduler.maintenance import watchdog
 from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.statemachine import InvalidTransition, InvocationStatus

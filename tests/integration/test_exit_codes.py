@@ -27,7 +27,7 @@ from celery import Celery
 from kombu.exceptions import EncodeError
 
 from cronchain.scheduler.api import Scheduler
-from cronchain.scheduler.cli import main
+from cronchain.scheduler.cli.main import main
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import NotFound, SpecError, TransientError
 from cronchain.scheduler.invokers import default_invokers

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from cronchain.scheduler import gates, recording, watchdog
 from cronchain.scheduler.api import Scheduler
-from cronchain.scheduler.cli import _with_wait
-from cronchain.scheduler.clitext import invocation_text
+from cronchain.scheduler.cli.main import _with_wait
+from cronchain.scheduler.cli.text import invocation_text
+from cronchain.scheduler.core import recording
 from cronchain.scheduler.errors import SpecError, TransientError
+from cronchain.scheduler.maintenance import watchdog
+from cronchain.scheduler.workflows import gates
 from cronchain.statemachine import InvocationStatus
 from tests.support.deliver import ask_due, run_now, settle
 from tests.support.engine import Clock, RecordingPort, http_engine

@@ -17,7 +17,7 @@ import pytest
 from cronchain.scheduler.invokers import Call
 from cronchain.scheduler.invokers.http import HttpInvoker, origin
 from cronchain.scheduler.invokers.netguard import parse_allow
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 
 SECRET = "s3cr3t-Tok/en+="
 LOOPBACK = parse_allow("127.0.0.1/32")

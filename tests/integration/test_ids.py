@@ -34,7 +34,7 @@ from cronchain.scheduler.invokers import SUCCEEDED, Call, Outcome, default_invok
 from cronchain.scheduler.invokers import celery as celery_kind
 from cronchain.scheduler.invokers.call import ERROR_LIMIT, bounded_error
 from cronchain.scheduler.settings import Settings
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.scheduler.workers import hooks, runtime, work

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cronchain.scheduler.cli import main
+from cronchain.scheduler.cli.main import main
 
 APP = """
 from datetime import datetime, timedelta, timezone

@@ -24,8 +24,8 @@ import yaml
 from celery.schedules import crontab
 
 from cronchain.scheduler.api import Scheduler
-from cronchain.scheduler.beatimport import djangobeat
-from cronchain.scheduler.cli import main
+from cronchain.scheduler.cli.main import main
+from cronchain.scheduler.declare.beatimport import djangobeat
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import SpecError, TransientError
 from cronchain.scheduler.invokers import default_invokers
@@ -436,7 +436,7 @@ def test_the_importer_needs_no_django(djbeat: DjBeatDatabase):
     it, ``django.utils.functional``, for any Celery import: no settings, no models.)"""
     script = (
         "import sys; sys.modules['django'] = sys.modules['django_celery_beat'] = None;"
-        " from scheduler.beatimport.djangobeat import read_entries;"
+        " from scheduler.declare.beatimport.djangobeat import read_entries;"
         " print(*map(len, read_entries(sys.argv[1])))"
     )
     done = subprocess.run(

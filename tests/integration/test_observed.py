@@ -12,13 +12,13 @@ import pytest
 import sqlalchemy
 from celery import Celery
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.invokers.call import SUCCEEDED
+from cronchain.scheduler.maintenance import watchdog
 from cronchain.scheduler.settings import Settings
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import observed
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import JOB_STATES

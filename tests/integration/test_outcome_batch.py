@@ -1,4 +1,4 @@
-"""Outcomes reported together are recorded in one transaction (``scheduler.outcome_batch``),
+"""Outcomes reported together are recorded in one transaction (``scheduler.core.outcome_batch``),
 with the rows the one-outcome path writes, and one bad row fails alone."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import sqlalchemy
 from sqlalchemy import Connection, select, update
 
 from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.core.outcome_batch import GroupCommit, Report, finish_together
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Call, Outcome, default_invokers
-from cronchain.scheduler.outcome_batch import GroupCommit, Report, finish_together
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import jobs
 from cronchain.statemachine import InvocationStatus

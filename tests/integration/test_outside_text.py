@@ -15,16 +15,17 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from cronchain.scheduler import outside, watchdog
+from cronchain.scheduler import outside
 from cronchain.scheduler.alerts import channels
 from cronchain.scheduler.alerts.channels import Alert
 from cronchain.scheduler.api import Scheduler
-from cronchain.scheduler.clitext import invocation_text
+from cronchain.scheduler.cli.text import invocation_text
+from cronchain.scheduler.core.leases import Lease
 from cronchain.scheduler.errors import SpecError
-from cronchain.scheduler.explain import _with_alerts
 from cronchain.scheduler.invokers import Outcome
-from cronchain.scheduler.leases import Lease
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.maintenance import watchdog
+from cronchain.scheduler.queries.explain import _with_alerts
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage.alert_store import AlertRow
 from cronchain.scheduler.workers import gatecheck, work
 from cronchain.statemachine import InvocationStatus

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from cronchain.scheduler import outside
 from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.core.leases import Lease
 from cronchain.scheduler.invokers import Outcome
-from cronchain.scheduler.leases import Lease
 from tests.support.deliver import ask_due, settle, started_celery_run
 from tests.support.engine import Clock, http_engine
 from tests.support.jobs import apply, spec

@@ -12,7 +12,7 @@ import sqlalchemy
 from sqlalchemy import func, select
 
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.retention import LOCK_KEY, HistoryReport, run_once
+from cronchain.scheduler.maintenance.retention import LOCK_KEY, HistoryReport, run_once
 from cronchain.scheduler.storage import partitions, run_store
 from cronchain.scheduler.storage.models import invocations, jobs
 from tests.support.engine import Clock
@@ -153,7 +153,7 @@ def test_db_upgrade_makes_the_current_months(pg_engine: Engine, clock: Clock):
 
 def test_the_watchdog_sweep_makes_the_months_ahead(pg_engine: Engine, clock: Clock):
     """Beat drives the history pass through the watchdog: no task of its own to lose."""
-    from cronchain.scheduler.watchdog import sweep
+    from cronchain.scheduler.maintenance.watchdog import sweep
 
     clock.now = datetime(2034, 2, 10, tzinfo=UTC)
     sweep(pg_engine, budget=1.0, retention=RETENTION)

@@ -10,11 +10,11 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.invokers import Outcome
-from cronchain.scheduler.spec import parse_job_file
+from cronchain.scheduler.maintenance import watchdog
+from cronchain.scheduler.spec.jobspec import parse_job_file
 from cronchain.scheduler.storage.models import invocations
 from cronchain.statemachine import InvocationStatus
 from tests.support.deliver import deliver, settle

@@ -14,9 +14,9 @@ from sqlalchemy import func, select
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import SpecError
-from cronchain.scheduler.explain import explain
 from cronchain.scheduler.invokers.call import SUCCEEDED
-from cronchain.scheduler.retention import HistoryReport, run_once
+from cronchain.scheduler.maintenance.retention import HistoryReport, run_once
+from cronchain.scheduler.queries.explain import explain
 from cronchain.scheduler.storage import partitions, run_store, statistics
 from cronchain.scheduler.storage.models import invocation_days, invocations, jobs
 from tests.support.deliver import deliver_runs

@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import SUCCEEDED, default_invokers
+from cronchain.scheduler.maintenance import watchdog
 from cronchain.scheduler.storage.models import revokes
 from tests.support.deliver import claim_tasks, deliver
 from tests.support.engine import Clock, RecordingPort

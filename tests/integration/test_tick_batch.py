@@ -1,4 +1,4 @@
-"""A tick batch is one transaction (``scheduler.tick_batch``): exactly once per slot
+"""A tick batch is one transaction (``scheduler.core.tick_batch``): exactly once per slot
 still holds for every job in it, one job's bad row does not fail the others, and the
 rows written are those of the one-job path."""
 
@@ -16,7 +16,7 @@ from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import default_invokers
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import jobs

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.maintenance import watchdog
+from cronchain.scheduler.spec.jobspec import JobSpec
 from tests.support.deliver import deliver_runs, deliver_starts, deliver_ticks
 from tests.support.engine import Clock, RecordingPort
 from tests.support.rows import job, rows
@@ -248,7 +248,7 @@ def test_days_both_moves_the_tick_fires_its_own_days_and_is_explained(
 
 
 def test_a_jobs_folder_is_reconciled_file_by_file(engine: Engine, tmp_path):  # type: ignore[no-untyped-def]
-    from cronchain.scheduler.declarative import reconcile_folder
+    from cronchain.scheduler.declare.apply import reconcile_folder
 
     (tmp_path / "a.yaml").write_text(
         "project: p\njobs:\n  - {name: a, schedule: every 10s, noop: {}}\n"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.invokers import SUCCEEDED
+from cronchain.scheduler.maintenance import watchdog
 from cronchain.scheduler.storage import run_store
 from tests.support.deliver import deliver, deliver_runs
 from tests.support.engine import Clock, engine_with

@@ -12,12 +12,12 @@ import pytest
 import sqlalchemy
 import yaml
 
-from cronchain.scheduler import watchdog
 from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.core.outcome_batch import Report, finish_together
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.invokers import Outcome
-from cronchain.scheduler.outcome_batch import Report, finish_together
-from cronchain.scheduler.spec import JobSpec, load_job_file
+from cronchain.scheduler.maintenance import watchdog
+from cronchain.scheduler.spec.jobspec import JobSpec, load_job_file
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.statemachine import InvocationStatus
 from tests.support.deliver import deliver, run_now, settle

@@ -8,13 +8,13 @@ import threading
 
 import pytest
 
-from cronchain.scheduler import upstream
 from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.core.outcome_batch import Report, finish_together
+from cronchain.scheduler.core.rechecks import Rechecks
 from cronchain.scheduler.invokers import Outcome
-from cronchain.scheduler.outcome_batch import Report, finish_together
-from cronchain.scheduler.rechecks import Rechecks
 from cronchain.scheduler.storage import job_store
 from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.workflows import upstream
 from cronchain.statemachine import InvocationStatus
 from tests.support.deliver import deliver
 from tests.support.engine import Clock, Scripted, engine_with
@@ -208,7 +208,7 @@ def test_a_worker_s_tick_does_not_wait_for_an_upstream_s_success_under_way(
 ):
     """d is triggered while a's success is being recorded (a's row held): d waits, and
     its trigger returns at once; a thread of the process looks again once a's
-    transaction commits, and starts d (``scheduler.rechecks``)."""
+    transaction commits, and starts d (``scheduler.core.rechecks``)."""
     db = make_engine(pg_url)
     engine, port = engine_with(db, clock, Scripted(None))
     engine.rechecks = Rechecks(engine)  # as a worker's engine has

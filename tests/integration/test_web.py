@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import pages
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.web import csrf

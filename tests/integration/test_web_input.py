@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import CronchainError
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.web import csrf
 from cronchain.statemachine import InvalidTransition
 from tests.support.engine import Clock

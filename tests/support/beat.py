@@ -12,7 +12,7 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab, maybe_schedule, schedule
 
-from cronchain.scheduler import cli
+from cronchain.scheduler.cli import main as cli
 
 COUNT = 20
 JAN = datetime(2026, 1, 1, tzinfo=UTC)

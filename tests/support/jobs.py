@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from cronchain.scheduler.api import Scheduler
-from cronchain.scheduler.declarative import apply as declare
+from cronchain.scheduler.declare.apply import apply as declare
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 
 
 def make(schedule: str = "every 10s", name: str = "a", kind: str = "noop", **options: Any):
@@ -35,7 +35,7 @@ def apply(engine: Engine, *specs: JobSpec, dry_run: bool = False):  # type: igno
 
 def apply_with_pools(engine, *specs, pools: dict[str, int] | None = None) -> None:  # type: ignore[no-untyped-def]
     """Project ``p`` is ``specs``, with the pools of these sizes, as a declared project
-    is applied (:func:`cronchain.scheduler.declarative.apply`)."""
+    is applied (:func:`cronchain.scheduler.declare.apply.apply`)."""
     declare(engine, "p", list(specs), pool_sizes=pools)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from celery.schedules import crontab, maybe_schedule, schedule
 
-from cronchain.scheduler.beatimport.entries import BeatEntry, convert
+from cronchain.scheduler.declare.beatimport.entries import BeatEntry, convert
 from tests.support.beat import (
     JAN,
     beat_fires,

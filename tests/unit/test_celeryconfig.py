@@ -9,7 +9,7 @@ def test_watchdog_runs_expire_behind_a_queue_deeper_than_an_interval() -> None:
     """Without the expiry, an overloaded worker's watchdog took late ticks for lost ones
     and resent them with new nonces: bench.fire_rate at 10k jobs every 50 s fell to 131
     fires/s at 5.2 transactions per fire; runs of that load with it kept 2.0. The expiry
-    is also how a run knows how long it waited (``scheduler.watchdog.waited``)."""
+    is also how a run knows how long it waited (``scheduler.maintenance.watchdog.waited``)."""
     config = importlib.import_module("cronchain.celeryconfig")
     entry = config.beat_schedule["cronchain-watchdog"]
     assert entry["task"] == "cronchain.watchdog"

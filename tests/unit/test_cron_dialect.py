@@ -15,7 +15,7 @@ import pytest
 from cronsim.cronsim import CronSimError, Field
 
 from cronchain.scheduler.errors import SpecError
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.timing.cron import DAY, HOUR, MINUTE, MONTH, SECOND, WEEKDAY, parse_cron
 from cronchain.scheduler.timing.schedules import parse_schedule
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cronchain.scheduler.effects import SendRun, send
+from cronchain.scheduler.core.effects import SendRun, send
 from cronchain.scheduler.invokers import Call
 from cronchain.scheduler.invokers.call import redis_priority
 from tests.support.engine import RecordingPort

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from cronchain.scheduler.controls import Controls
-from cronchain.scheduler.declarative import first_enable
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.declare.apply import first_enable
+from cronchain.scheduler.spec.controls import Controls
+from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.timing.schedules import parse_schedule, stored_schedule
 from cronchain.statemachine import Enable, JobSnapshot, JobState, TickLater, step
 

@@ -76,8 +76,8 @@ def test_the_engine_is_what_its_features_take_it_for(tmp_path) -> None:  # type:
     fail them only at run time."""
     from datetime import timedelta
 
+    from cronchain.scheduler.core.host import CoreHost, Host, RunEnds
     from cronchain.scheduler.engine import Engine
-    from cronchain.scheduler.host import CoreHost, Host, RunEnds
     from cronchain.scheduler.storage.db import make_engine
     from tests.support.engine import RecordingPort
 

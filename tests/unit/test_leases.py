@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from datetime import timedelta
 
-from cronchain.scheduler.leases import Lease, Leases, retry_delay
+from cronchain.scheduler.core.leases import Lease, Leases, retry_delay
 from cronchain.scheduler.storage.db import make_engine
 from tests.support.engine import Clock
 

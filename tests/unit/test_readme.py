@@ -19,14 +19,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from cronchain.scheduler import controls, specmodel
 from cronchain.scheduler.errors import SpecError
-from cronchain.scheduler.spec import KINDS, JobSpec
+from cronchain.scheduler.spec import controls
+from cronchain.scheduler.spec import model as specmodel
+from cronchain.scheduler.spec.jobspec import KINDS, JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # Where the names the validator might accept are spelled; the probe decides which it does.
-SPEC_SOURCES = tuple(ROOT / "scheduler" / f for f in ("spec.py", "specmodel.py", "controls.py"))
+SPEC_SOURCES = tuple(
+    ROOT / "scheduler" / "spec" / f for f in ("jobspec.py", "model.py", "controls.py")
+)
 SETTINGS = ROOT / "scheduler" / "settings.py"
 
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
@@ -80,7 +83,7 @@ def _accepts(entry: Mapping[str, Any], field: str) -> bool:
 def accepted_job_fields() -> set[str]:
     """The top-level keys of a job entry that ``JobSpec.from_dict`` accepts.
 
-    spec.py keeps its allowed set inline (name, schedule, timezone, the kinds and
+    spec/jobspec.py keeps its allowed set inline (name, schedule, timezone, the kinds and
     ``controls.KEYS``), so it is probed: each candidate is added to a valid entry, and
     the one answer that means "not a field" is an unknown-field error naming it. A
     control the code gains later (as ``schedule_to_start`` was) is picked up by itself.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from cronchain.scheduler.rechecks import Rechecks
+from cronchain.scheduler.core.rechecks import Rechecks
 from cronchain.scheduler.workers.runtime import Runtime
 
 

@@ -193,7 +193,7 @@ def test_cronchain_next_and_apply_refuse_a_bad_schedule(
 ) -> None:
     """One line naming the field, exit status 2, no traceback (until issue 14 the first
     two crashed ``next`` and ``apply`` with one), and ``apply`` writes nothing."""
-    from cronchain.scheduler.cli import main
+    from cronchain.scheduler.cli.main import main
 
     assert main(["next", schedule, "--after", "2026-01-01T00:00Z"]) == 2
     err = capsys.readouterr().err

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from cronchain.scheduler.errors import SpecError
-from cronchain.scheduler.spec import MAX_SPEC_BYTES, JobSpec, load_job_file
+from cronchain.scheduler.spec.jobspec import MAX_SPEC_BYTES, JobSpec, load_job_file
 
 GOOD = """
 project: demo
@@ -126,7 +126,7 @@ def test_controls_are_validated_and_only_non_defaults_kept():
 
 
 def test_misfire_controls_reach_the_policy():
-    from cronchain.scheduler.controls import Controls
+    from cronchain.scheduler.spec.controls import Controls
     from cronchain.statemachine import Misfire
 
     spec = JobSpec(
@@ -144,7 +144,7 @@ def test_misfire_controls_reach_the_policy():
 
 
 def test_the_three_timeouts_have_their_own_names_and_defaults():
-    from cronchain.scheduler.controls import Controls
+    from cronchain.scheduler.spec.controls import Controls
 
     spec = JobSpec("p", "j", "every 5s", controls={"schedule_to_start": "10m", "lease": "20s"})
     assert spec.controls == {"schedule_to_start": 600.0, "lease": 20.0}

@@ -25,11 +25,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cronchain.scheduler.controls import Controls
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.invokers import Call, HttpInvoker, NoopInvoker, Outcome
 from cronchain.scheduler.invokers.netguard import parse_allow
-from cronchain.scheduler.spec import JobSpec, load_job_file
+from cronchain.scheduler.spec.controls import Controls
+from cronchain.scheduler.spec.jobspec import JobSpec, load_job_file
 
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
 OVER = "noop: stopped, the attempt is no longer current"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cronchain.scheduler.spec import JobSpec
+from cronchain.scheduler.spec.jobspec import JobSpec
 
 CASES: list[tuple[str, dict[str, Any], str]] = [
     ("noop-default", {"schedule": "every 5s"}, "3b72696965498830"),

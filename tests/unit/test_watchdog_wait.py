@@ -3,7 +3,7 @@ watchdog interval, celeryconfig)."""
 
 from datetime import UTC, datetime, timedelta
 
-from cronchain.scheduler.watchdog import waited
+from cronchain.scheduler.maintenance.watchdog import waited
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 

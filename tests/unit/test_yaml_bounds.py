@@ -22,9 +22,9 @@ from unittest import mock
 import pytest
 import yaml
 
-from cronchain.scheduler import yamlfile
 from cronchain.scheduler.errors import SpecError
-from cronchain.scheduler.yamlfile import (
+from cronchain.scheduler.spec import yamlfile
+from cronchain.scheduler.spec.yamlfile import (
     EXPANSION_FACTOR,
     MAX_DEPTH,
     MAX_FILE_BYTES,

@@ -1,0 +1,1 @@
+"""The ``cronchain`` command line."""

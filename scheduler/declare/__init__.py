@@ -1,0 +1,2 @@
+"""Declaring jobs: ``apply``, the jobs folder, ``@periodic``, a user's Celery app, and
+``import-beat``."""

@@ -1,0 +1,1 @@
+"""The watchdog's budgeted pass and the history's upkeep."""

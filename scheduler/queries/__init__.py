@@ -1,0 +1,1 @@
+"""Answers read from the records: ``explain``."""

@@ -1,0 +1,37 @@
+"""``on_unmet``: what becomes of a slot that may wait for its upstreams or its gates no
+longer (``scheduler.workflows.upstream``, ``scheduler.workflows.gates``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from cronchain.scheduler import debuglog
+from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.spec.controls import controls_of
+from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.statemachine import InvocationStatus as S
+
+
+def settle(
+    job: JobRow, inv: InvocationRow, reason: str, error: str, now: datetime
+) -> tuple[dict[str, Any], Outcome | None]:
+    """The columns to write (its log; or its end, SKIPPED or FAILED with ``reason`` and
+    ``error``) and how the run ends: None if it starts all the same (``on_unmet:
+    run``). Its end is the caller's to hand to ``runs.finished``, which raises what
+    alerts it raises."""
+    on_unmet = controls_of(job).on_unmet
+    if on_unmet == "run":
+        return {
+            "log": debuglog.append(inv.log, now, f"starts anyway (on_unmet: run): {error}")
+        }, None
+    status = S.FAILED if on_unmet == "fail" else S.SKIPPED
+    ended = dict(
+        status=status.value,
+        reason=reason,
+        error=error,
+        finished_at=now,
+        deadline=None,
+        log=debuglog.append(inv.log, now, f"{status.value}: {error}"),
+    )
+    return ended, Outcome(status, error, reason)
