@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Test processes: the end-to-end and fault tests mostly wait on real workers and their
-# own servers, so they run side by side (tests/conftest.py keeps the rest on one).
-TEST_WORKERS ?= 3
+# own servers, so they run side by side; tests/conftest.py puts the rest in two groups,
+# each on one process.
+TEST_WORKERS ?= 4
 
 .PHONY: run test lint
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +13,6 @@ from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.storage.db import make_engine
 from tests.faults.rig import SUMMARY
 from tests.support import services
-
-# The tests import these from tests.support.engine; bench/ and test_layers.py from here.
 from tests.support.engine import GRACE, Clock, RecordingPort
 
 
@@ -69,15 +68,18 @@ def engine(db: sqlalchemy.Engine, port: RecordingPort, clock: Clock) -> Engine:
 
 # ``make test`` runs pytest-xdist's ``--dist loadgroup``. The tests that start real
 # worker and beat processes (``e2e``, ``faults``) each own their folder, databases and
-# Redis and mostly wait on those processes, so xdist spreads them over its workers; every
-# other test stays in one group, run by one worker in file order as before.
-IN_PROCESS = "in_process"
+# Redis and mostly wait on those processes, so xdist spreads them over its workers. The
+# others (each on a database of its own) keep their modules whole, in two groups of
+# modules, each run by one worker in file order: two of them use the two cores while the
+# end-to-end tests wait.
+IN_PROCESS_GROUPS = 2
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("e2e") is None:
-            item.add_marker(pytest.mark.xdist_group(IN_PROCESS))
+            group = zlib.crc32(item.nodeid.split("::")[0].encode()) % IN_PROCESS_GROUPS
+            item.add_marker(pytest.mark.xdist_group(f"in_process_{group}"))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
