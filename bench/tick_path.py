@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
                 short = [m.removeprefix("cronchain.scheduler.") for m in sequence]
                 collapsed = [m for i, m in enumerate(short) if i == 0 or m != short[i - 1]]
                 print(" > ".join(collapsed))
+                for a, b in sorted({(a, b) for a, b in calls if layer(a) < layer(b)}):
+                    print(f"climb: {a} -> {b}")
 
 
 if __name__ == "__main__":
