@@ -346,7 +346,7 @@ class Core:
                 )
                 if inv_id is not None:
                     fed.messages += self.runs.skipped(
-                        conn, job, inv_id, slot, reason, now, trigger_id
+                        conn, job, inv_id, slot, reason, now, trigger_id, revision
                     )
             case _:
                 raise AssertionError(f"unknown action {action!r}")

@@ -175,7 +175,8 @@ class Hold(Protocol):
         self, host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime
     ) -> Stepped:
         """The run may wait for this hold no longer (its deadline passed; both rows
-        locked): it goes on, or ends as the job's ``on_unmet`` says."""
+        locked): it goes on, or ends as the job's ``on_unmet`` says. A hold whose wait
+        has no deadline (a pool's) is never asked."""
         ...
 
 

@@ -2,8 +2,9 @@
 claim it, record its outcome, retry after a backoff, abort; and the one place a run's
 end is decided (``Runs.finished``), which its listeners hear (``host.RunEnd``).
 
-``Runs`` belongs to an :class:`scheduler.engine.Engine` (``engine.runs``), which hosts
-the job machine; the watchdog's repairs of lapsed runs are in :mod:`scheduler.maintenance.watchdog`.
+``Runs`` belongs to the core that hosts the job machine (``engine.runs``), which it sees
+as a ``host.CoreHost``; the watchdog's repairs of lapsed runs are in
+:mod:`scheduler.maintenance.watchdog`.
 """
 
 from __future__ import annotations
@@ -463,15 +464,18 @@ class Runs:
         reason: str,
         now: datetime,
         trigger_id: str | None = None,
+        revision: str | None = None,
     ) -> list[Message]:
-        """A run the machine recorded SKIPPED as it was filed, heard as any end is (the
-        machine has counted it already)."""
+        """A run the machine recorded SKIPPED as it was filed (under ``revision``, the
+        job's unless given), heard as any end is (the machine has counted it already).
+        A skip starts nothing and leaves nothing for after: a listener that asked for
+        either would be lost, so it fails here."""
         inv = InvocationRow(
             id=invocation_id,
             job_id=job.id,
             slot=slot,
             trigger_id=trigger_id,
-            revision=job.revision,
+            revision=revision or job.revision,
             status=SKIPPED,
             attempt=0,
             deadline=None,
@@ -485,7 +489,10 @@ class Runs:
             reason=reason,
             filed_at=slot or now,
         )
-        return self._hear(conn, Ended(job, inv, Outcome(S.SKIPPED, None, reason), now))
+        end = Ended(job, inv, Outcome(S.SKIPPED, None, reason), now)
+        heard = self._hear(conn, end)
+        assert not end.released and not end.later, f"a listener of skip {invocation_id}"
+        return heard
 
     def reads(self, job: JobRow, inv: InvocationRow, outcome: Outcome) -> bool:
         """Whether a listener of this end reads or writes rows beyond the run and its job

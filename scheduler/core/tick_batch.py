@@ -60,7 +60,7 @@ class _Held:
     changed: bool
     rows: list[dict[str, Any]] = field(default_factory=list)
     slot: datetime | None = None  # the slot of the run it starts, if it starts one
-    held: Held | None = None  # what holds that run, if a hold of the chain does
+    hold: Held | None = None  # what holds that run, if a hold of the chain does
     skips: list[tuple[datetime, str]] = field(default_factory=list)  # (slot, reason)
 
 
@@ -76,16 +76,18 @@ def feed_ticks(
     messages: list[Message] = []
     saves = []
     for job_id, step in held.items():
+        # The skips are written whatever becomes of the start: heard as any end is
+        # (alerts, say), here, since the one-job way would find their rows written.
+        for slot, reason in step.skips:
+            skipped = inserted.get((job_id, slot))
+            if skipped is not None:
+                messages += engine.runs.skipped(conn, step.job, skipped, slot, reason, now)
         if step.slot is not None:
             inv_id = inserted.get((job_id, step.slot))
             if inv_id is None:  # that slot has its run already: the one-job way abandons
                 later.append((job_id, step.nonce))
                 continue
             _started(engine, conn, step, inv_id, now, start_here)
-        for slot, reason in step.skips:  # heard as any end is: alerts, say
-            skipped = inserted.get((job_id, slot))
-            if skipped is not None:
-                step.fed.messages += engine.runs.skipped(conn, step.job, skipped, slot, reason, now)
         watchdog_at = engine.settle_tick(step.job, Tick(step.nonce), step.fed)
         values = job_store.saved_values(
             step.job, step.fed.snapshot, watchdog_at=watchdog_at, now=now
@@ -144,7 +146,7 @@ def _hold(
             case StartInvocation(slot=slot, trigger_id=None) if step.slot is None:
                 said = engine.admit(conn, job, slot, now)
                 if isinstance(said, Held):
-                    columns, step.held = said.columns, said
+                    columns, step.hold = said.columns, said
                 elif start_here:
                     columns = engine.runs.attempt_columns(job, 1, None, now) | said
                 else:
@@ -169,8 +171,8 @@ def _started(
     ``start_here`` send it to its worker, as ``Core.feed`` does; unless a hold holds
     it: then what the hold sends once its row is written."""
     step.fed.snapshot.invocation_id = inv_id
-    if step.held is not None:
-        step.fed.messages += step.held.then(inv_id)
+    if step.hold is not None:
+        step.fed.messages += step.hold.then(inv_id)
         return
     step.fed.started = inv_id
     if not start_here:

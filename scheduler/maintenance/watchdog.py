@@ -147,18 +147,18 @@ def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)
         # Revokes not sent yet: the send forgets each that goes out.
         due = revokes.claim_due(conn, now, limit, again_at=now + engine.grace)
         messages += [SendRevoke(task_id) for task_id in due]
+    engine.send(messages)  # committed: sent before any sweeper may fail
     done: Counter[str] = Counter()
     for sweeper in engine.plugins.sweepers:  # the features' duties, each on its own
         try:
             counts, sent = sweeper.sweep(engine, now, limit, backlog)
         except TransientError:
-            raise  # the database is gone: the pass is retried whole
+            raise  # the database is gone: Celery retries the pass
         except Exception:
             log.exception("%s failed; the next pass tries again", type(sweeper).__name__)
             continue
         done.update(counts)
-        messages += sent
-    engine.send(messages)
+        engine.send(sent)
     # A lease (or timeout) that lapsed ends its attempt, an unclaimed one is sent again;
     # each locks its own job first.
     repaired = Counter(_repair_one(engine, inv_id) for inv_id in lapsed)

@@ -73,7 +73,7 @@ def waiting_columns(
 def fill(conn: Connection, pool: str, now: datetime, grace: timedelta) -> list[Message]:
     """Hand ``pool``'s free places to its waiters, under the pool's lock, in a
     transaction that holds no job: ``Fill`` messages bring each run that waits for a
-    place or ends one here, once its own transaction has committed (``Engine.send``),
+    place or ends one here, once its own transaction has committed (``Core.send``),
     so that no lock is ever taken after a pool's. A waiter left waiting records, the
     first time, how full the pool was and who held it (for ``explain``). A chosen run
     starts within ``grace``."""
@@ -186,8 +186,5 @@ class WaitersFilled:
     ) -> tuple[dict[str, int], list[Message]]:
         with host.transaction() as conn:
             names = pool_store.with_waiters(conn, REASON)
-        messages: list[Message] = []
-        for name in names:
-            with host.transaction() as conn:
-                messages += fill(conn, name, host.clock(), host.grace)
-        return {}, messages
+        fill_pools(host, [Fill(name) for name in names])  # each sends what it starts
+        return {}, []

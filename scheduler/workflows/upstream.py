@@ -289,7 +289,8 @@ class RequirementsMet:
     def ended(self, host: Host, conn: Connection, end: Ended) -> list[Message]:
         if end.status != S.SUCCEEDED.value or not end.job.downstream:
             return []
-        end.fresh[end.job.ref] = end.was.filed_at  # type: ignore[assignment]
+        assert end.was.filed_at is not None  # a run is filed at its slot or its trigger
+        end.fresh[end.job.ref] = end.was.filed_at
         end.release(release_after(host, conn, end.job, end.now, end.fresh))
         return []
 
@@ -358,7 +359,7 @@ def _look_again(
 
 def wait_for_upstreams(conn: Connection, job: JobRow) -> None:
     """Wait, holding no other lock, until no transaction holds a row of ``job``'s
-    upstreams: a success of theirs under way has then committed (``Engine.recheck``)."""
+    upstreams: a success of theirs under way has then committed (``look_again``)."""
     refs = [_pair(target_ref(job.ref, up.job)) for up in controls_of(job).requires]
     if refs:
         upstream_store.wait_for_upstreams(conn, refs, WAIT_MOST)

@@ -170,9 +170,9 @@ def test_the_spec_refuses_what_cannot_be_sent(tmp_path: Path):
 def test_skips_alert_in_a_tick_batch_and_explain_and_health_say_so(
     engine: Engine, port: RecordingPort, clock: Clock, tmp_path: Path, monkeypatch: Any
 ):
-    """A herd's tick batch holds back a job whose skip raises an alert (``feed`` writes
-    it); a pause's skips raise none; explain names the alert; health names a channel
-    that gave up."""
+    """A herd's tick batch raises the alert of a skip it writes (``Runs.skipped``); a
+    pause's skips raise none; explain names the alert; health names a channel that
+    gave up."""
     monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
     path = alerting_job_file(tmp_path / "jobs.yaml", fail=False, on="[skipped]")
     text = path.read_text()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +24,8 @@ from cronchain.scheduler.storage.models import jobs
 from cronchain.scheduler.workers import work
 from tests.support.deliver import sent
 from tests.support.engine import GRACE, Clock, RecordingPort
-from tests.support.jobs import apply, make
-from tests.support.rows import described, job, rows
+from tests.support.jobs import alerting_job_file, apply, make
+from tests.support.rows import alert_rows, described, job, rows
 
 pytestmark = pytest.mark.postgres
 
@@ -209,3 +210,31 @@ def test_a_full_batch_writes_without_a_temporary_table(pg_url: str, clock: Clock
     assert [r["status"] for r in rows(engine)] == ["RUNNING"] * 150
     assert len(port.runs) == len(port.ticks) == 150
     db.dispose()
+
+
+def test_a_late_tick_s_skips_alert_though_its_start_s_slot_has_its_run(
+    db: sqlalchemy.Engine, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """flaky's tick comes 30 s late (``misfire: latest``): the batch writes its three
+    missed slots SKIPPED, and would start the latest, whose run exists already, so the
+    one-job path takes that start. The skips it wrote raise their alerts all the same."""
+    monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    path = alerting_job_file(tmp_path / "jobs.yaml", fail=False, on="[skipped]")
+    text = path.read_text().replace("    alerts:", "    misfire: latest\n    alerts:")
+    path.write_text(text + "  - name: other\n    schedule: every 10s\n    noop: {}\n")
+    Scheduler(engine).apply(path)
+    flaky = job(engine, "p/flaky")
+    ticks = sent(port)
+    clock.advance(40)
+    with engine.transaction() as conn:
+        run_store.insert_invocation(
+            conn, flaky.id, slot=clock.now, trigger_id=None, revision=flaky.revision,
+            status="SKIPPED", reason="test", now=clock.now,
+        )  # fmt: skip
+    engine.tick_many(ticks, start_here=True)
+    skips = [r for r in rows(engine) if r["job_id"] == flaky.id and r["reason"] != "test"]
+    assert [r["status"] for r in skips] == ["SKIPPED"] * 3
+    alerted = sorted(r["invocation_id"] for r in alert_rows(engine) if r["event"] == "skipped")
+    assert alerted == sorted(r["id"] for r in skips)
