@@ -207,11 +207,6 @@ class Ended:
     def status(self) -> str:
         return self.outcome.status.value
 
-    @property
-    def queued(self) -> bool:
-        """It waited for its turn (buffered, a backfill's), never begun nor held."""
-        return self.was.status == "WAITING" and not self.was.held
-
     def release(self, messages: list[Message]) -> None:
         self.released += messages
 

@@ -415,8 +415,7 @@ class Runs:
             deadline=None,
             log=debuglog.append(inv.log, now, f"{outcome.status.value}: {outcome.error}"),
         )
-        queued = inv.status == WAITING and not inv.held  # waiting its turn, not in flight
-        return self.finished(conn, job, inv, outcome, now, Unbuffer() if queued else None)
+        return self.finished(conn, job, inv, outcome, now, Unbuffer() if inv.queued else None)
 
     def finished(
         self,

@@ -97,6 +97,12 @@ class InvocationRow:
         a run that waits for its turn (buffered, backfill)."""
         return self.status == "WAITING" and self.reason in HOLDS
 
+    @property
+    def queued(self) -> bool:
+        """WAITING for its turn (buffered, a backfill's), never begun nor held: the
+        machine has not counted it as started."""
+        return self.status == "WAITING" and not self.held
+
     @classmethod
     def from_row(cls, row: Row[Any], prefix: str = "") -> InvocationRow:
         m = row._mapping

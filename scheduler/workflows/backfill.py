@@ -80,7 +80,7 @@ class NextSlot:
         return was.backfill
 
     def ended(self, host: Host, conn: Connection, end: Ended) -> list[Message]:
-        if not end.was.backfill or not end.final or end.queued:
+        if not end.was.backfill or not end.final or end.was.queued:
             return []
         return promote(host, conn, end.job, end.now)
 
