@@ -2,12 +2,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Test processes: the end-to-end and fault tests mostly wait on real workers and their
-# own servers, so they run side by side; tests/conftest.py puts the rest in two groups,
-# each on one process.
+# Test processes, each taking the next test when it is free: the end-to-end and fault
+# tests mostly wait on real workers and their own servers, and six processes on two
+# cores keep the cores busy through those waits (tests/conftest.py keeps a module whose
+# tests share a module-scoped fixture in one process).
 TEST_WORKERS ?= 4
 
-.PHONY: run test lint
+.PHONY: run test lint docs
 
 # Running needs cronchain and what it depends on; the tests need the dev extras too
 # (Django, selenium, hypothesis, ...). Each stamp says what the venv holds.
@@ -20,6 +21,15 @@ $(VENV)/.run: pyproject.toml
 $(VENV)/.dev: $(VENV)/.run
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+$(VENV)/.docs: $(VENV)/.run
+	$(BIN)/pip install --quiet -e '.[docs]'
+	touch $@
+
+# The site, built strictly: a broken link, a missing page or a reference entry the code
+# has and the pages lack is an error. It opens at docs/_build/html/index.html.
+docs: $(VENV)/.docs
+	$(BIN)/sphinx-build -W --keep-going -n -E -q -b html docs docs/_build/html
 
 run: $(VENV)/.run
 	$(BIN)/cronchain up examples/demo.yaml

@@ -136,7 +136,7 @@ class Load:
         takes seconds to drain by nature. A spread load in its steady state starts every
         fire within about 0.1 s, and a second is not yet steady: a fleet of dependent
         jobs ends its first period with a burst of released runs, and its ticks start
-        110-300 ms late for some 6 s after its lags are under a second (bench/RESULTS.md,
+        110-300 ms late for some 6 s after its lags are under a second (docs/benchmarks-archive.md,
         twelfth round)."""
         return 1.0 if self.step else 0.25
 

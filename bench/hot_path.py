@@ -1,7 +1,7 @@
 """The engine's cost per fire, in this process, with no broker: where the time goes, on
 each of the two paths.
 
-    python -m bench.hot_path [--jobs 1000] [--rounds 3] [--profile]
+    python -m bench.hot_path [--jobs 1000] [--rounds 3] [--per-task 1] [--profile]
 
 N no-op jobs on PostgreSQL; each round moves a fake clock to the next slot and then:
 
@@ -16,6 +16,9 @@ Figures, for each path and for both: engine CPU and wall time per fire, database
 transactions per fire (PostgreSQL's count: a new connection is one more), and connections
 the engine's pool opened per fire. ``--profile`` prints pyinstrument's profile of each
 path's part of the rounds (``pip install -e .[bench]``).
+
+``--per-task 1`` delivers each tick alone (a task of its own), as the ticks of jobs
+whose slots are spread reach the control path: the cost of a lone tick.
 
 ``--alerts`` gives every job alerts (none raised, as its runs succeed on time): run it
 beside the plain load for what a job's alerts cost each fire.
@@ -107,10 +110,18 @@ def history_partitions(db: Any, now: datetime, before: int) -> None:
 
 
 def rounds(
-    engine: Engine, port: RecordingPort, clock: Clock, n: int, costs: dict, strict: bool = True
+    engine: Engine,
+    port: RecordingPort,
+    clock: Clock,
+    n: int,
+    costs: dict,
+    strict: bool = True,
+    per_task: int | None = None,
 ) -> int:
     """``n`` rounds of every job's slot, each path's part timed in ``costs``; the fires.
-    ``strict``: every fire's run must be claimed and recorded within its round."""
+    ``strict``: every fire's run must be claimed and recorded within its round.
+    ``per_task``: the ticks a task delivers together (the engine's batch unless given)."""
+    per_task = per_task or engine.batch
     fires = claimed = 0
     for _ in range(n):
         clock.advance(10)
@@ -118,11 +129,11 @@ def rounds(
         port.clear()
 
         def tick(ticks: list[tuple[int, int]] = ticks) -> None:
-            for i in range(0, len(ticks), engine.batch):  # as the tasks do, by batch
-                engine.tick_many(ticks[i : i + engine.batch], start_here=True)
+            for i in range(0, len(ticks), per_task):  # as the tasks do, by batch
+                engine.tick_many(ticks[i : i + per_task], start_here=True)
             starts, port.starts[:] = list(port.starts), []
             for invocation_id in starts:  # none expected: runs begin in their tick
-                engine.runs.start_invocation(invocation_id)
+                engine.attempts.start_invocation(invocation_id)
 
         costs["control"].add(engine.db, tick)
         # What was sent: runs begun together as one cronchain.run_batch, others alone.
@@ -153,7 +164,7 @@ def warm_up(engine: Engine, port: RecordingPort, clock: Clock, overhead: tuple) 
     while port.starts or port.runs:
         starts, port.starts[:] = list(port.starts), []
         for invocation_id in starts:
-            engine.runs.start_invocation(invocation_id)
+            engine.attempts.start_invocation(invocation_id)
         calls, port.runs[:], port.run_batches[:] = list(port.runs), [], []
         for call in calls:
             work.execute(engine, call.invocation_id, call.attempt, "bench")
@@ -202,6 +213,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
+        "--per-task",
+        type=int,
+        default=None,
+        help="ticks delivered together (the engine's batch, 100, unless given); 1: each"
+        " tick alone, as jobs whose slots are spread reach the control path",
+    )
+    parser.add_argument(
         "--counters",
         choices=("on", "both"),
         default="on",
@@ -245,7 +263,8 @@ def specs_of(args: argparse.Namespace) -> list[JobSpec]:
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     kinds = "".join(f",{k}" for k in ("alerts", "requires") if getattr(args, k))
-    name = f"hot_path[jobs={args.jobs}{kinds}]"
+    per_task = f",per_task={args.per_task}" if args.per_task else ""
+    name = f"hot_path[jobs={args.jobs}{kinds}{per_task}]"
     with database() as (_, db):
         clock, port = Clock(), RecordingPort()
         engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
@@ -270,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
             for arm in arms:
                 if len(arms) > 1:
                     counting(db, arm == "on")
-                fires[arm] += rounds(engine, port, clock, 1, costs[arm])
+                fires[arm] += rounds(engine, port, clock, 1, costs[arm], per_task=args.per_task)
         walls = {}
         for arm in arms:
             label = name if len(arms) == 1 else f"{name[:-1]},counters={arm}]"

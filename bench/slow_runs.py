@@ -62,8 +62,8 @@ from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.scheduler.timing.schedules import parse_schedule
 from tests.e2e.harness import Endpoint
 
-# The debug log's line of a claim (scheduler.core.runs.Runs.claim): how long the attempt had
-# waited for a work-path worker since it was sent.
+# The debug log's line of a claim (scheduler.core.attempts.Attempts.claim): how long the
+# attempt had waited for a work-path worker since it was sent.
 CLAIMED = re.compile(r"claimed by \S+ after ([\d.]+)s")
 DRAIN = 5.0  # s the deployment runs on after the window, for its last slots to start
 GROUPS = ("fast", "slow")

@@ -16,16 +16,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from sqlalchemy.exc import DBAPIError
+
 from cronchain.scheduler import outside
 from cronchain.scheduler.declare.apply import ApplyReport, apply
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.errors import NotFound, SpecError
+from cronchain.scheduler.errors import NotFound, SpecError, TransientError
 from cronchain.scheduler.queries.explain import explain
 from cronchain.scheduler.settings import history_retention
 from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.spec.jobspec import JobSpec, load_job_file, validate_pools
 from cronchain.scheduler.storage import alert_store, job_store, pool_store, run_store
-from cronchain.scheduler.storage.db import explained_failures
+from cronchain.scheduler.storage.db import (
+    described,
+    explain_failure,
+    explained_failures,
+    first_line,
+)
 from cronchain.scheduler.storage.rows import HOLDS
 from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.workflows.backfill import backfill
@@ -90,6 +97,8 @@ class Scheduler:
 
     @classmethod
     def from_env(cls) -> Scheduler:
+        """The scheduler of the database that the ``CRONCHAIN_*`` settings name (the
+        embedded default with none set)."""
         from cronchain.scheduler.workers.runtime import Runtime
 
         return cls(Runtime.from_env().engine)
@@ -108,7 +117,13 @@ class Scheduler:
         from cronchain.migrations import upgrade
         from cronchain.scheduler.maintenance.retention import ensure_partitions
 
-        upgrade(self.engine.db)
+        try:
+            upgrade(self.engine.db)
+        except DBAPIError as err:  # a statement the database refused (a table in the way)
+            if explain_failure(self.engine.db, err) is not None:
+                raise  # unreachable, or a lock: said by explained_failures
+            where, why = described(self.engine.db), first_line(err.orig or err)
+            raise TransientError(f"{where} could not be migrated: {why}") from err
         ensure_partitions(self.engine.db, self.engine.clock())
 
     @_explained
@@ -165,6 +180,8 @@ class Scheduler:
 
     @_explained
     def jobs(self) -> list[dict[str, Any]]:
+        """Every job, with its state, schedule and next tick (``cronchain jobs --json``
+        prints the same fields)."""
         with self.engine.db.connect() as conn:
             rows = job_store.list_jobs(conn)
         return [
@@ -292,6 +309,8 @@ class Scheduler:
 
     @_explained
     def pause(self, job: str, reason: str | None = None) -> None:
+        """Stop the job's ticks until it is resumed; a running invocation finishes.
+        ``reason`` is kept with the pause, for ``jobs`` and ``explain`` to show."""
         if reason is not None and outside.unstorable(reason) is not None:
             raise SpecError("reason", outside.UNSTORABLE_WHY)
         self.engine.command(job, Pause(reason), paused=True, pause_reason=reason)

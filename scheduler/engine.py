@@ -10,7 +10,7 @@ from cronchain.scheduler.alerts.delivery import AlertsDue
 from cronchain.scheduler.alerts.raising import Raised
 from cronchain.scheduler.core.engine import Core
 from cronchain.scheduler.core.host import Plugins
-from cronchain.scheduler.workflows import backfill, gates, pools, triggers, upstream
+from cronchain.scheduler.workflows import backfill, gates, pools, triggers, upstream, upstream_waits
 
 ALERTS = Raised()
 
@@ -33,9 +33,12 @@ PLUGINS = Plugins(
         gates.OverdueChecks(),
         AlertsDue(),
         pools.WaitersFilled(),
-        upstream.WaitingLookedAt(),
+        upstream_waits.WaitingLookedAt(),
     ),
-    in_process={upstream.Recheck: upstream.look_again_soon, pools.Fill: pools.fill_pools},
+    in_process={
+        upstream.Recheck: upstream_waits.look_again_soon,
+        pools.Fill: pools.fill_pools,
+    },
 )
 
 

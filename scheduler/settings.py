@@ -1,4 +1,5 @@
-"""Settings from the environment: one place that knows every ``CRONCHAIN_*`` variable.
+"""Settings from the environment: every ``CRONCHAIN_*`` variable but the alert channels'
+(``CRONCHAIN_CHANNELS`` and ``CRONCHAIN_SMTP_URL``, which ``spec/channels.py`` reads).
 
 With nothing set, cronchain runs embedded: SQLite (WAL) and Celery's filesystem
 transport under ``CRONCHAIN_HOME`` (default ``./.cronchain``), so that ``cronchain up``

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Start the machine's PostgreSQL and Redis if they are not running (the commands of the
-# python-svc machines this project is developed and tested on). Tests start private
+# Start the machine's PostgreSQL, Redis and RabbitMQ if they are not running (the commands
+# of the python-svc machines this project is developed and tested on). Tests start private
 # servers of their own where they kill one; these shared ones are only ever read and
-# written through fresh databases and a private Redis.
+# written through fresh databases, a private Redis and virtual hosts of their own.
 set -u
 
 if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
@@ -22,6 +22,17 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
       --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
   else
     echo "Redis is not running on 127.0.0.1:6379 and redis-server is not installed" >&2
+  fi
+fi
+
+rabbit_up() { python3 -c 'import socket; socket.create_connection(("127.0.0.1", 5672), 1)' 2>/dev/null; }
+if ! rabbit_up; then
+  if command -v rabbitmq-server >/dev/null; then
+    echo "starting RabbitMQ"
+    (rabbitmq-server >/dev/null 2>&1 &)
+    for _ in $(seq 120); do rabbit_up && break; sleep 0.5; done
+  else
+    echo "RabbitMQ is not running on 127.0.0.1:5672 and rabbitmq-server is not installed" >&2
   fi
 fi
 

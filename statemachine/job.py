@@ -13,6 +13,7 @@ next slot is computed from the slot just handled, never from the time the worker
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,11 @@ from cronchain.statemachine.policy import MisfirePolicy, OverlapPolicy
 from cronchain.statemachine.snapshot import Context, JobSnapshot, JobState, Schedule, Step
 
 __all__ = ["InvalidTransition", "JobSnapshot", "JobState", "Schedule", "Step", "step"]
+
+# transitions logs every callback at INFO, three lines per state change: in any worker
+# that steps a machine (cronchain's, or a project's own through install(app)) they would
+# drown the log. Its warnings still show.
+logging.getLogger("transitions").setLevel(logging.WARNING)
 
 DEFAULT_POLICY = OverlapPolicy()
 DEFAULT_MISFIRE = MisfirePolicy()

@@ -1,16 +1,12 @@
 """The Celery app, configured from ``celeryconfig`` (the environment), logging as
 ``scheduler.workers.logs`` says."""
 
-import logging
-
 from celery import Celery
 
-from cronchain.scheduler.workers import events, logs
+from cronchain.scheduler.workers import clocks, events, logs
 
-# transitions logs every callback at INFO: one line per state change drowns the worker log.
-logging.getLogger("transitions").setLevel(logging.WARNING)
 logs.install()
 events.install()
 
-app = Celery("cronchain")
+app = clocks.use_database_clock(Celery("cronchain", task_cls=clocks.Task))
 app.config_from_object("cronchain.celeryconfig")

@@ -18,7 +18,7 @@ from celery.signals import beat_init, worker_process_init, worker_ready
 
 from cronchain.scheduler.alerts.delivery import deliver as deliver_alert
 from cronchain.scheduler.cli.up import STARTED_BY_UP
-from cronchain.scheduler.core.runs import AttemptRef
+from cronchain.scheduler.core.attempts import AttemptRef
 from cronchain.scheduler.declare.apply import ApplyReport, reconcile_folder
 from cronchain.scheduler.declare.apps import reconcile_apps
 from cronchain.scheduler.errors import TransientError
@@ -73,7 +73,7 @@ def start_invocation(invocation_id: int, attempt: int | None = None) -> None:
     if not _ints(invocation_id) or not (attempt is None or _ints(attempt)):
         log.error("malformed start_invocation message dropped: %r %r", invocation_id, attempt)
         return
-    runtime().engine.runs.start_invocation(invocation_id, attempt)
+    runtime().engine.attempts.start_invocation(invocation_id, attempt)
 
 
 @app.task(name="cronchain.run", bind=True, **RETRY)

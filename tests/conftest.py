@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,20 +65,24 @@ def engine(db: sqlalchemy.Engine, port: RecordingPort, clock: Clock) -> Engine:
     return Engine(db, port, default_invokers(), grace=GRACE, clock=clock)
 
 
-# ``make test`` runs pytest-xdist's ``--dist loadgroup``. The tests that start real
-# worker and beat processes (``e2e``, ``faults``) each own their folder, databases and
-# Redis and mostly wait on those processes, so xdist spreads them over its workers. The
-# others (each on a database of its own) keep their modules whole, in two groups of
-# modules, each run by one worker in file order: two of them use the two cores while the
-# end-to-end tests wait.
-IN_PROCESS_GROUPS = 2
-
-
+# ``make test`` runs pytest-xdist's ``--dist loadgroup``: tests go to whichever worker is
+# free, one by one, so that the end-to-end tests' waits and the in-process tests' CPU
+# overlap. A module whose tests share a module-scoped fixture (a cluster of real
+# processes, a database built once) is one group, run whole by one worker: spread, each
+# worker would build that fixture again. This runs before xdist's own hook, which reads
+# the groups.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("e2e") is None:
-            group = zlib.crc32(item.nodeid.split("::")[0].encode()) % IN_PROCESS_GROUPS
-            item.add_marker(pytest.mark.xdist_group(f"in_process_{group}"))
+        if _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

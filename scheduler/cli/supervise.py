@@ -1,6 +1,6 @@
 """``cronchain up``'s child processes: start them, pass a stop on, stop all when one ends.
 
-``cronchain up`` runs two Celery workers, one per path (README.md, "Two paths"), so it can
+``cronchain up`` runs two Celery workers, one per path (docs/concepts/two-paths.md), so it can
 no longer become its worker by ``exec``: it stays as their parent and supervises them, as
 a process manager would. Stopping is what matters most, and it has to work however the
 signal arrives: to ``up`` alone (``kill PID``, ``docker stop``) or to its whole process

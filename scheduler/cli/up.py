@@ -1,6 +1,6 @@
 """``cronchain up``: one command that runs cronchain whole, for a laptop or a small host.
 
-It migrates, applies the given job files, then runs both paths (README.md, "Two paths")
+It migrates, applies the given job files, then runs both paths (docs/concepts/two-paths.md)
 as child processes until stopped: the control path (a prefork worker with beat
 embedded) and the work path (a worker of threads). :mod:`scheduler.cli.supervise` starts,
 stops and watches them.

@@ -6,92 +6,54 @@ loses at most a message; the ``watchdog_at`` (job) and ``deadline`` (invocation)
 written in the same commit are the durable promise that the watchdog keeps.
 
 Locks are always taken job first, then its invocations, so that two steps of one job
-never wait on each other in opposite orders. The invocation life cycle (attempts,
-outcomes, retries, abort) is in :mod:`scheduler.core.runs`.
+never wait on each other in opposite orders. What a step's actions write is in
+:mod:`scheduler.core.actions`; an attempt's beginning and claim in
+:mod:`scheduler.core.attempts`; its end (outcomes, retries, abort) in
+:mod:`scheduler.core.runs`.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import secrets
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache, partial
 from typing import Any
 
 import sqlalchemy.exc
 from sqlalchemy import Connection
 from sqlalchemy import Engine as Database
 
-from cronchain.scheduler import debuglog
-from cronchain.scheduler.core import admission, tick_batch
+from cronchain.scheduler.core import actions, admission, tick_batch
+from cronchain.scheduler.core.attempts import Attempts
 from cronchain.scheduler.core.effects import (
     InProcess,
     Message,
     Port,
-    SendRun,
-    SendStart,
-    SendTick,
     Stepped,
     send,
 )
-from cronchain.scheduler.core.host import Admitting, Held, Plugins
+from cronchain.scheduler.core.host import Plugins
 from cronchain.scheduler.core.leases import Leases
 from cronchain.scheduler.core.rechecks import Rechecks, Work
-from cronchain.scheduler.core.runs import RUNNING, STARTING, WAITING, Runs
+from cronchain.scheduler.core.runs import Runs
+from cronchain.scheduler.core.stepping import Stepper, random_nonce
 from cronchain.scheduler.errors import TransientError
-from cronchain.scheduler.invokers import Invoker, Outcome
+from cronchain.scheduler.invokers import Invoker
 from cronchain.scheduler.settings import ETA_HORIZON, TICK_BATCH, TICK_SLACK
-from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import job_store, revokes, run_store
 from cronchain.scheduler.storage.db import unreachable, write_transaction
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
-from cronchain.scheduler.timing.eta import tick_eta
-from cronchain.scheduler.timing.schedules import Schedule, stored_schedule
-from cronchain.statemachine import (
-    Abandon,
-    AbortActive,
-    Action,
-    BufferInvocation,
-    Event,
-    InvocationStarted,
-    InvocationStatus,
-    JobSnapshot,
-    RecordSkipped,
-    Repair,
-    StartBuffered,
-    StartInvocation,
-    Step,
-    Tick,
-    TickLater,
-    Trigger,
-    Unbuffer,
-    step,
-)
+from cronchain.statemachine import Event, Tick, TickLater, Trigger
 
 log = logging.getLogger("cronchain.engine")
-S = InvocationStatus
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def random_nonce() -> int:
-    return secrets.randbits(62) + 1
-
-
-def _is_tick(message: Message, nonce: int | None) -> bool:
-    return isinstance(message, SendTick) and message.nonce == nonce
-
-
-@lru_cache(maxsize=8192)
-def schedule_of(text: str, timezone: str, days: str | None = None) -> Schedule:
-    return stored_schedule(text, timezone, days)
 
 
 class Core:
@@ -123,14 +85,15 @@ class Core:
         self.plugins = plugins
         self.port = port
         self.invokers = invokers
-        self.grace = grace
-        self.horizon = horizon
+        # How a job's machine is stepped: the grace, horizon, slack and nonces are the
+        # stepper's alone (the properties below read two of them), so that each has
+        # one value.
+        self.stepper = Stepper(grace, horizon, slack, nonces)
         self.batch = batch
-        self.slack = slack
         self.clock = clock
-        self.nonces = nonces
         self.rand = rand
         self.leases = Leases(db, clock)
+        self.attempts = Attempts(self)
         self.runs = Runs(self)
         # A worker does work on jobs that may wait (``soon``: looking again at waiting
         # runs) in a thread (``scheduler.core.rechecks``); a command, which exits when it is
@@ -138,13 +101,17 @@ class Core:
         self.rechecks = Rechecks(self) if background_rechecks else None
 
     @property
+    def grace(self) -> timedelta:
+        """How long a step may take to arrive before the watchdog repeats it."""
+        return self.stepper.grace
+
+    @property
     def repair_grace(self) -> timedelta:
-        """How long a step the watchdog repaired may take: an interval more than any
-        other (grace is half an interval). A mass repair (Redis flushed under 10,000
-        jobs) sends thousands of ticks at once; if the next pass repaired the slowest of
-        them again, each time with a new nonce and at the back of the queue, the queue
-        would never drain."""
-        return 3 * self.grace
+        return self.stepper.repair_grace
+
+    @property
+    def horizon(self) -> timedelta:
+        return self.stepper.horizon
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -179,33 +146,38 @@ class Core:
         """Feed each tick to its job, then send what they all asked for together: the
         next ticks of jobs that share an instant travel in one message again.
 
-        The ticks of a batch are fed in one transaction (``scheduler.core.tick_batch``). If
-        that fails for any reason but the database's absence (a row no statement
-        expected, a bug one job's step meets), nothing of it was written: the ticks
-        are fed again one job per transaction, so that the job at fault fails alone
-        and is repaired by the watchdog, and the others fire.
+        The ticks are fed in one transaction (``scheduler.core.tick_batch``), a lone
+        tick as a herd's: one path. If that fails for any reason but the database's
+        absence (a row no statement expected, a bug one job's step meets), nothing of
+        it was written: each tick is fed again in a transaction of its own, through
+        ``Core.feed`` (the path of every other event), so that the job at fault fails
+        alone and is repaired by the watchdog, the others fire, and a fault of the
+        batch's own code stops no job. A lone tick that fails there too is raised.
 
         With ``start_here``, a run that is due at once is begun in its tick's own
         transaction, and its attempt sent straight to the worker that will claim it: no
         start message, no second task. The tick never waits for the run."""
-        if len(ticks) > 1:
-            try:
-                with self.transaction() as conn:
-                    outgoing = tick_batch.feed_ticks(self, conn, ticks, start_here=start_here)
-            except TransientError:
-                raise  # nothing committed: Celery retries the whole batch
-            except Exception:
-                log.exception("a batch of %s ticks failed; feeding them one by one", len(ticks))
+        if not ticks:
+            return
+        try:
+            with self.transaction() as conn:
+                outgoing = tick_batch.feed_ticks(self, conn, ticks, start_here=start_here)
+        except TransientError:
+            raise  # nothing committed: Celery retries the whole batch
+        except Exception:
+            if len(ticks) == 1:
+                log.exception("the tick of job %s failed; feeding it alone", ticks[0][0])
             else:
-                self.send(outgoing)
-                return
-        self._tick_each(ticks, start_here)
+                log.exception("a batch of %s ticks failed; feeding them one by one", len(ticks))
+            self._tick_each(ticks, start_here)
+        else:
+            self.send(outgoing)
 
     def _tick_each(self, ticks: Sequence[tuple[int, int]], start_here: bool) -> None:
-        """One transaction per tick. A job whose step fails is logged and left to the
-        watchdog; if the database fails part way, what was committed is still sent
-        before the error is raised, and a retry of the whole batch finds the committed
-        ticks' nonces stale and ignores them."""
+        """One transaction per tick, through ``feed``. A job whose step fails is logged
+        and left to the watchdog; if the database fails part way, what was committed is
+        still sent before the error is raised, and a retry of the whole batch finds the
+        committed ticks' nonces stale and ignores them."""
         outgoing: list[Message] = []
         try:
             for job_id, nonce in ticks:
@@ -266,15 +238,17 @@ class Core:
         """Step the machine for ``job`` and write the result in ``conn``'s transaction.
         With ``start_here``, a run the step creates is created RUNNING and sent to its
         worker, rather than STARTING with a start message to send."""
-        result = self._step(job, job.snapshot, event, now, self._schedule(job, spec))
+        result = self.stepper.step(job, job.snapshot, event, now, spec)
         fed = Stepped(result.snapshot)
         if not result.changed and spec is None and not flags:
             return fed
         revision = spec.revision if spec else job.revision
         pending = deque(result.actions)
         while pending:  # a follow-up step's actions join the queue
-            pending += self.perform(conn, job, pending.popleft(), fed, now, revision, start_here)
-        watchdog_at = self.settle_tick(job, event, fed)
+            pending += actions.perform(
+                self, conn, job, pending.popleft(), fed, now, revision, start_here
+            )
+        watchdog_at = self.stepper.settle_tick(job, event, fed)
         job_store.save_job(
             conn, job, fed.snapshot, watchdog_at=watchdog_at, now=now, spec=spec, **flags
         )
@@ -287,86 +261,12 @@ class Core:
         written, for a caller that saves many jobs at once (``apply``, through
         ``job_batch``). None for a step that asks for more than a tick (a run to start,
         buffer, abort or record): only ``feed`` carries that out."""
-        result = self._step(job, job.snapshot, event, now, self._schedule(job, spec))
+        result = self.stepper.step(job, job.snapshot, event, now, spec)
         if not all(isinstance(action, TickLater) for action in result.actions):
             return None
-        fed = Stepped(
-            result.snapshot, [self.tick_message(job, a.when, a.nonce, now) for a in result.actions]
-        )
-        return fed, self.settle_tick(job, event, fed)
-
-    def settle_tick(self, job: JobRow, event: Event, fed: Stepped) -> datetime | None:
-        """Keep the current nonce's tick alone (a follow-up may have replaced the tick)
-        and return the watchdog deadline that goes with it."""
-        tick = next((m for m in fed.messages if _is_tick(m, fed.snapshot.tick_nonce)), None)
-        fed.messages = [m for m in fed.messages if not isinstance(m, SendTick) or m is tick]
-        if fed.snapshot.tick_nonce is None:
-            return None
-        # A tick due in the past (a repair, a late slot) is sent to run now: its grace
-        # counts from then, or the next sweep would repair it again.
-        grace = self.repair_grace if isinstance(event, Repair) else self.grace
-        return job.watchdog_at if tick is None else tick.eta + grace
-
-    def _schedule(self, job: JobRow, spec: JobSpec | None) -> Schedule:
-        declared = spec or job  # a new spec's schedule, or the job's own
-        return schedule_of(declared.schedule, declared.timezone, declared.days)
-
-    def tick_message(self, job: JobRow, when: datetime, nonce: int, now: datetime) -> SendTick:
-        return SendTick(job.id, nonce, tick_eta(when, now, slack=self.slack, horizon=self.horizon))
-
-    def perform(
-        self,
-        conn: Connection,
-        job: JobRow,
-        action: Any,
-        fed: Stepped,
-        now: datetime,
-        revision: str,
-        start_here: bool = False,
-    ) -> list[Action]:
-        """Carry out one of a step's actions in the step's transaction; returns the
-        actions of the follow-up step it fed, if any, to be carried out in turn."""
-        insert = partial(run_store.insert_invocation, conn, job.id, revision=revision, now=now)
-        match action:
-            case TickLater(when=when, nonce=nonce):
-                fed.messages.append(self.tick_message(job, when, nonce, now))
-            case StartInvocation(slot=slot, trigger_id=trigger_id):
-                return self._start_new(conn, job, slot, trigger_id, fed, now, insert, start_here)
-            case BufferInvocation(slot=slot, trigger_id=trigger_id):
-                inv_id = insert(slot=slot, trigger_id=trigger_id, status=WAITING)
-                if inv_id is None:
-                    return self._follow_up(job, fed, Unbuffer(), now)
-            case StartBuffered():
-                return self._start_buffered(conn, job, fed, now)
-            case AbortActive(reason=reason):
-                fed.messages += self._abort_active(conn, job, reason, now)
-            case RecordSkipped(slot=slot, reason=reason, trigger_id=trigger_id):
-                inv_id = insert(
-                    slot=slot, trigger_id=trigger_id, status=S.SKIPPED.value, reason=reason
-                )
-                if inv_id is not None:
-                    fed.messages += self.runs.skipped(
-                        conn, job, inv_id, slot, reason, now, trigger_id, revision
-                    )
-            case _:
-                raise AssertionError(f"unknown action {action!r}")
-        return []
-
-    def _start_buffered(
-        self, conn: Connection, job: JobRow, fed: Stepped, now: datetime
-    ) -> list[Action]:
-        """The run that waited longest for its turn has it: it goes through the
-        admission chain, and starts or waits at the first hold that holds it."""
-        waiting = next(iter(run_store.oldest_waiting(conn, job.id)), None)
-        if waiting is None:
-            log.error("job %s counted a waiting run it does not have", job.ref)
-            return self._follow_up(job, fed, Abandon(), now)
-        fed.snapshot.invocation_id = waiting.id
-        messages = self.go_on(conn, job, waiting, {}, now, None)
-        if any(isinstance(m, SendStart) and m.invocation_id == waiting.id for m in messages):
-            fed.started = waiting.id
-        fed.messages += messages
-        return []
+        tick = self.stepper.tick_message
+        fed = Stepped(result.snapshot, [tick(job, a.when, a.nonce, now) for a in result.actions])
+        return fed, self.stepper.settle_tick(job, event, fed)
 
     def go_on(
         self,
@@ -380,105 +280,6 @@ class Core:
         """Hand a locked run on through the admission chain from the hold ``after``
         (``admission.resume``)."""
         return admission.resume(self.plugins.holds, conn, job, inv, columns, now, self.grace, after)
-
-    def admit(
-        self, conn: Connection, job: JobRow, reference: datetime, now: datetime
-    ) -> Held | dict[str, Any]:
-        """What the admission chain says of a new run of ``job`` filed at ``reference``
-        (``admission.admit``): ``Held``, or the columns it starts with."""
-        return admission.admit(self.plugins.holds, conn, Admitting(job, reference), now)
-
-    def _start_new(
-        self,
-        conn: Connection,
-        job: JobRow,
-        slot: datetime | None,
-        trigger_id: str | None,
-        fed: Stepped,
-        now: datetime,
-        insert: Callable[..., int | None],
-        start_here: bool,
-    ) -> list[Action]:
-        """Create the run a step started. Started here, it is written once, RUNNING and
-        not yet claimed, and sent to its worker; else STARTING, for a start message to
-        begin it. A run a hold of the admission chain holds is written WAITING for it:
-        the machine counts it as started all the same."""
-        said = self.admit(conn, job, slot or now, now)
-        if isinstance(said, Held):
-            values = said.columns
-        elif start_here:
-            values = self.runs.attempt_columns(job, 1, None, now) | said
-        else:
-            values = dict(status=STARTING, deadline=now + self.grace, **said)
-        inv_id = insert(slot=slot, trigger_id=trigger_id, **values)
-        if inv_id is None:  # that slot has its invocation already
-            log.warning("job %s: slot %s already fired", job.ref, slot or trigger_id)
-            return self._follow_up(job, fed, Abandon(), now)
-        fed.snapshot.invocation_id = inv_id
-        if isinstance(said, Held):
-            fed.messages += said.then(inv_id)
-            return []
-        fed.started = inv_id
-        if not start_here:
-            fed.messages.append(SendStart(inv_id))
-            return []
-        fed.messages.append(SendRun(self.runs.call_of(job, inv_id, 1, slot)))
-        return self._follow_up(job, fed, InvocationStarted(inv_id), now)
-
-    def _follow_up(self, job: JobRow, fed: Stepped, event: Event, now: datetime) -> list[Action]:
-        """Feed the snapshot being built an event that follows from the step's own writes
-        (a row that could not be written, so the count is undone; a run begun here), and
-        return that step's actions for the caller to carry out like any other."""
-        schedule = schedule_of(job.schedule, job.timezone, job.days)
-        result = self._step(job, fed.snapshot, event, now, schedule)
-        fed.snapshot = result.snapshot
-        return list(result.actions)
-
-    def step_of(self, job: JobRow, snapshot: JobSnapshot, event: Event, now: datetime) -> Step:
-        """One step of ``job``'s machine under its own schedule and policies, from
-        ``snapshot``: what a caller that writes the step itself needs."""
-        return self._step(job, snapshot, event, now, self._schedule(job, None))
-
-    def _step(
-        self, job: JobRow, snapshot: JobSnapshot, event: Event, now: datetime, schedule: Schedule
-    ) -> Step:
-        """One step of the machine under the job's policies."""
-        controls = controls_of(job)
-        return step(
-            snapshot,
-            event,
-            now=now,
-            schedule=schedule,
-            nonce=self.nonces(),
-            policy=controls.overlap,
-            misfire=controls.misfire,
-        )
-
-    def _abort_active(
-        self, conn: Connection, job: JobRow, reason: str, now: datetime
-    ) -> list[Message]:
-        """``cancel_other``: end the job's active invocations; the machine has already
-        counted them out, so no event is fed for them."""
-        messages: list[Message] = []
-        ended = run_store.lock_started(conn, job.id)
-        error = f"aborted: a newer run replaced it (overlap: {reason})"
-        for inv in ended:
-            run_store.update_invocation(
-                conn,
-                inv.id,
-                status=S.ABORTED.value,
-                error=error,
-                reason=reason,
-                finished_at=now,
-                deadline=None,
-                log=debuglog.append(inv.log, now, error),
-            )
-            if inv.status == RUNNING and job.kind == "celery" and inv.worker is not None:
-                messages.append(self.runs.revoke(conn, inv, now))
-        outcome = Outcome(S.ABORTED, error, reason)
-        for inv in ended:  # heard once every row is written: a pool's places among them
-            messages += self.runs.finished(conn, job, inv, outcome, now, counted=False).messages
-        return messages
 
     def soon(self, work: Work, job_ids: list[int]) -> None:
         """``work`` on ``job_ids``, in this process's thread for it, if it has one, else

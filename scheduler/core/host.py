@@ -16,10 +16,11 @@ registers cronchain's own, in order, as :class:`Plugins`:
 
 A plug-in sees the core as a :class:`Host`: a clock, the grace within which a run must
 begin, transactions with a run's rows locked, a job's machine to feed, the one place
-that decides what follows a run's end (``runs.finished``) and the sending of what was
-committed. Nothing more of the engine is its own, and it is typed against this, never
-against the engine, so that the engine imports no feature (``pyproject.toml``'s
-import-linter contracts, ``tests/unit/test_layers.py``).
+that decides what follows a run's end (``runs.finished``), the start of the runs that
+end released (``attempts.begin_released``) and the sending of what was committed.
+Nothing more of the engine is its own, and it is typed against this, never against the
+engine, so that the engine imports no feature (``pyproject.toml``'s import-linter
+contracts, ``tests/unit/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -34,19 +35,23 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from cronchain.scheduler.core.effects import Message, Stepped
+    from cronchain.scheduler.core.stepping import Stepper
     from cronchain.scheduler.invokers import Outcome
     from cronchain.scheduler.storage.rows import InvocationRow, JobRow
     from cronchain.statemachine import Event
 
 
 @runtime_checkable
-class RunEnds(Protocol):
+class RunStarts(Protocol):
     def begin_released(
         self, conn: Connection, messages: list[Message], held: Any = None
     ) -> list[Message]:
         """The runs ``messages`` ask to start, begun in this transaction."""
         ...
 
+
+@runtime_checkable
+class RunEnds(Protocol):
     def finished(
         self,
         conn: Connection,
@@ -68,6 +73,9 @@ class Host(Protocol):
 
     @property
     def repair_grace(self) -> timedelta: ...
+
+    @property
+    def attempts(self) -> RunStarts: ...
 
     @property
     def runs(self) -> RunEnds: ...
@@ -98,37 +106,17 @@ class Host(Protocol):
 @runtime_checkable
 class CoreHost(Host, Protocol):
     """What the core's own parts (a run's life, tick batches, the group commit) use of
-    the engine that holds them: a Host, and the machine's steps. They are typed against
-    this, never against the engine, so that no import of the core loops back."""
+    the engine that holds them: a Host, and how it steps a job's machine (its
+    ``stepper``, which also holds its grace and horizon). They are typed against this,
+    never against the engine, so that no import of the core loops back."""
 
-    horizon: timedelta
     leases: Any
     plugins: Plugins
+    stepper: Stepper
 
     def feed(  # type: ignore[override]
         self, conn: Connection, job: JobRow, event: Event, now: datetime, **flags: Any
     ) -> Stepped: ...
-
-    def step_of(self, job: JobRow, snapshot: Any, event: Event, now: datetime) -> Any: ...
-
-    def settle_tick(self, job: JobRow, event: Event, fed: Stepped) -> datetime | None: ...
-
-    def tick_message(self, job: JobRow, when: datetime, nonce: int, now: datetime) -> Any: ...
-
-    def admit(
-        self, conn: Connection, job: JobRow, reference: datetime, now: datetime
-    ) -> Held | dict[str, Any]: ...
-
-    def perform(
-        self,
-        conn: Connection,
-        job: JobRow,
-        action: Any,
-        fed: Stepped,
-        now: datetime,
-        revision: str,
-        start_here: bool = False,
-    ) -> list[Any]: ...
 
 
 # --- the admission chain ----------------------------------------------------------------
@@ -191,7 +179,7 @@ class Ended:
     ``fresh``: the successes this transaction records and has not written yet (a group
     of outcomes holds its writes), by job ref and where each is filed; this one's
     among them. ``release`` takes runs a listener let start, begun in this transaction
-    once every listener has heard (``Runs.begin_released``); ``after`` takes work that
+    once every listener has heard (``Attempts.begin_released``); ``after`` takes work that
     must wait until the run's own job has heard the end."""
 
     job: JobRow

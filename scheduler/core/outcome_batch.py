@@ -151,13 +151,13 @@ class HeldWrites:
         self, engine: CoreHost, conn: Connection, job: JobRow, event: Event, now: datetime
     ) -> Stepped:
         """``Core.feed``, with the job's save held if the step asks for nothing more."""
-        result = engine.step_of(job, job.snapshot, event, now)
+        result = engine.stepper.step(job, job.snapshot, event, now)
         if result.actions:
             self.write(conn)
             return engine.feed(conn, job, event, now)
         fed = Stepped(result.snapshot)
         if result.changed:
-            watchdog_at = engine.settle_tick(job, event, fed)
+            watchdog_at = engine.stepper.settle_tick(job, event, fed)
             values = job_store.saved_values(job, fed.snapshot, watchdog_at=watchdog_at, now=now)
             self._jobs.append(values | {"b_id": job.id, "b_generation": job.generation})
         return fed

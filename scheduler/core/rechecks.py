@@ -2,10 +2,10 @@
 
 A run found waiting for an upstream whose row another transaction held (a success may
 be under way) is looked at again once its own transaction has committed, first waiting
-for that other transaction (``upstream.look_again``). That wait lasts as long as the other
-transaction: under load, an outcome group on the work path holds its jobs for tens or
+for that other transaction (``upstream_waits.look_again``). That wait lasts as long as
+the other transaction: under load, an outcome group on the work path holds its jobs for tens or
 hundreds of milliseconds. Done in the task that asked (a tick, or the watchdog's pass),
-it held up every tick queued behind that task on the worker (see bench/RESULTS.md);
+it held up every tick queued behind that task on the worker (see docs/benchmarks-archive.md);
 here a thread of the same process waits, and the task goes on.
 
 A recheck still queued when the process exits is lost, as one interrupted by a crash

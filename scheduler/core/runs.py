@@ -1,6 +1,6 @@
-"""The life of an invocation once its row exists: begin each attempt, let a worker
-claim it, record its outcome, retry after a backoff, abort; and the one place a run's
-end is decided (``Runs.finished``), which its listeners hear (``host.RunEnd``).
+"""How a run's attempts end: record an outcome, retry after a backoff, abort; and the
+one place a run's end is decided (``Runs.finished``), which its listeners hear
+(``host.RunEnd``). An attempt's beginning and claim are in :mod:`scheduler.core.attempts`.
 
 ``Runs`` belongs to the core that hosts the job machine (``engine.runs``), which it sees
 as a ``host.CoreHost``; the watchdog's repairs of lapsed runs are in
@@ -12,17 +12,25 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
 from cronchain.scheduler import debuglog, outside
-from cronchain.scheduler.core.effects import Message, SendRevoke, SendRun, SendStart, Stepped
+from cronchain.scheduler.core.attempts import (
+    ACTIVE,
+    RUNNING,
+    SKIPPED,
+    STARTING,
+    WAITING,
+    log_other_job,
+)
+from cronchain.scheduler.core.effects import Message, SendRevoke, SendStart, Stepped
 from cronchain.scheduler.core.host import Ended
 from cronchain.scheduler.core.outcome_batch import GroupCommit, HeldWrites, Report
 from cronchain.scheduler.core.recording import patiently, textless_if_refused
 from cronchain.scheduler.errors import NotFound
-from cronchain.scheduler.invokers import Call, Outcome, celery_task_id
+from cronchain.scheduler.invokers import Outcome, celery_task_id
 from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.storage import job_store, revokes, run_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
@@ -30,7 +38,6 @@ from cronchain.scheduler.timing.iso import iso
 from cronchain.statemachine import (
     Event,
     InvocationFinished,
-    InvocationStarted,
     InvocationStatus,
     Unbuffer,
     check_move,
@@ -38,17 +45,10 @@ from cronchain.statemachine import (
 
 log = logging.getLogger("cronchain.engine")
 S = InvocationStatus
-STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
-SKIPPED = S.SKIPPED.value
-ACTIVE = (STARTING, RUNNING)
-WORKER_LIMIT = 200  # characters of a worker's name kept (invocations.worker)
 
 if TYPE_CHECKING:
     from cronchain.scheduler.core.host import CoreHost
     from cronchain.scheduler.core.leases import Lease
-# An attempt as a worker names it: (invocation, attempt), or with its job as the
-# engine's messages carry it, (invocation, attempt, job).
-AttemptRef = tuple[int, int] | tuple[int, int, int | None]
 # Why an attempt that cronchain ended (not its worker) may still run: a ``celery`` task
 # is revoked for these.
 ENDED_HERE = ("timeout", "lease expired", "aborted")
@@ -58,153 +58,12 @@ NOT_RETRIED = ("schedule_to_start",)
 
 
 class Runs:
-    """The life of a job's runs (attempts, outcomes, retries, abort), hosted by an engine:
+    """The end of a job's runs (outcomes, retries, abort), hosted by an engine:
     its transactions, its machine steps and its sends. ``engine.runs``."""
 
     def __init__(self, engine: CoreHost):
         self.engine = engine
         self.together = GroupCommit(self)
-
-    def start_invocation(
-        self, invocation_id: int, attempt: int | None = None, *, job_id: int | None = None
-    ) -> None:
-        """Record the next attempt RUNNING and commit, then send it to the worker that
-        will claim it. A start for any other attempt (a repeated or stale message) does
-        nothing: the attempt number is the fencing epoch."""
-        with self.engine.transaction() as conn:
-            messages = self.begin_attempt(conn, invocation_id, attempt, job_id=job_id)
-        self.engine.send(messages)
-
-    def begin_attempt(
-        self, conn: Connection, invocation_id: int, attempt: int | None, *, job_id: int | None
-    ) -> list[Message]:
-        """Within ``conn``'s transaction: record the next attempt RUNNING, not yet
-        claimed. What it returns is to be sent once that transaction has committed."""
-        locked = self.engine.lock(conn, invocation_id, job_id)
-        return [] if locked is None else self._begin(conn, *locked, attempt)
-
-    def _begin(
-        self, conn: Connection, inv: InvocationRow, job: JobRow, attempt: int | None
-    ) -> list[Message]:
-        """``begin_attempt`` of a run and job this transaction has locked."""
-        number = inv.attempt + 1
-        if inv.status != STARTING or attempt not in (None, number):
-            return []  # already started, or a message from an older attempt
-        now = self.engine.clock()
-        if inv.start_at is not None and inv.start_at > now:  # early: a retry's backoff
-            return [SendStart(inv.id, number, min(inv.start_at, now + self.engine.horizon))]
-        run_store.update_invocation(conn, inv.id, **self.attempt_columns(job, number, inv.log, now))
-        fed = (
-            Stepped(job.snapshot)  # the machine does not count backfill runs
-            if inv.backfill
-            else self.engine.feed(conn, job, InvocationStarted(inv.id), now)
-        )
-        return [*fed.messages, SendRun(self.call_of(job, inv.id, number, inv.slot))]
-
-    def begin_released(
-        self, conn: Connection, messages: list[Message], held: HeldWrites | None = None
-    ) -> list[Message]:
-        """``messages``, the runs they ask the control path to start begun here instead,
-        in this transaction (which holds their rows: it has just released them), where
-        no other transaction holds their job: their attempts go straight to the work
-        path, with no start message and no transaction of their own. A run whose job is
-        held is started as asked: waiting for that lock here could close a cycle of
-        waits (the releasing transaction holds an upstream, or a gate's run).
-
-        ``held``: a group's writes, written first so that the jobs are read as they now
-        are. A job changed here whose own run the group records later meets the
-        generation check, and the group is recorded one outcome at a time."""
-        wanted = {m.invocation_id for m in messages if _first_start(m)}
-        if not wanted:
-            return messages
-        if held is not None:
-            held.write(conn)
-        locked = run_store.lock_runs(conn, sorted(wanted))  # skips what others hold
-        changed: set[int] = set()
-        kept: list[Message] = []
-        for message in messages:
-            found = locked.get(message.invocation_id) if _first_start(message) else None
-            if found is None:
-                kept.append(message)
-                continue
-            inv, job = found
-            if job.id in changed:  # read again: an earlier start here changed it
-                found = run_store.lock_run(conn, job.id, inv.id)
-                assert found is not None  # locked by this transaction
-                inv, job = found
-            kept += self._begin(conn, inv, job, 1)
-            changed.add(job.id)
-        return kept
-
-    def attempt_columns(
-        self, job: JobRow, number: int, log_text: str | None, now: datetime
-    ) -> dict[str, Any]:
-        """The columns of attempt ``number`` of one of ``job``'s runs, sent now and not
-        yet claimed: to update a run that waited, or to insert one that starts as it is
-        created. Until a worker claims it, ``timeout_at`` is when schedule-to-start runs
-        out, and ``deadline`` when the watchdog sends it again."""
-        return dict(
-            status=RUNNING,
-            attempt=number,
-            started_at=now,
-            start_at=None,
-            deadline=now + self.engine.grace,
-            timeout_at=now + controls_of(job).schedule_to_start,
-            worker=None,
-            error=None,
-            reason=None,
-            log=debuglog.append(log_text, now, f"attempt {number} sent"),
-        )
-
-    def call_of(self, job: JobRow, invocation_id: int, number: int, slot: datetime | None) -> Call:
-        """The call of an attempt that ``attempt_columns`` recorded."""
-        controls = controls_of(job)
-        return Call(
-            invocation_id,
-            number,
-            job.ref,
-            slot,
-            job.spec[job.kind],
-            controls.lease,
-            controls.timeout,
-            kind=job.kind,
-            job_id=job.id,
-            priority=controls.priority,
-        )
-
-    def claim(
-        self, invocation_id: int, attempt: int, worker: str, *, job_id: int | None = None
-    ) -> Call | None:
-        """Take an attempt for ``worker``, before its work begins: only the current
-        attempt, and only one delivery of it, can be claimed. From now on its lease and
-        its timeout count. None: it is not current, or was claimed already, or (with
-        ``job_id``, which the engine's messages carry) it is not that job's run."""
-        return next(iter(self.claim_many([(invocation_id, attempt, job_id)], worker)), None)
-
-    def claim_many(self, attempts: list[AttemptRef], worker: str) -> list[Call]:
-        """``claim`` for attempts sent together, in one transaction: the calls of those
-        that could be claimed. Each is ``(invocation, attempt)`` or ``(invocation,
-        attempt, job)``."""
-        wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
-        worker = outside.storable(worker)[:WORKER_LIMIT]  # a host's name, as its worker says
-        calls, claims, alerts = [], [], []
-        with self.engine.transaction() as conn:
-            now = self.engine.clock()
-            for inv, job in run_store.lock_attempts(conn, list(wanted)):
-                attempt, job_id = wanted[inv.id]
-                if job_id is not None and job_id != job.id:
-                    _log_other_job("claim", inv.id, attempt, job_id, job.id)
-                    continue
-                if inv.status != RUNNING or inv.attempt != attempt or inv.worker:
-                    continue
-                call = self.call_of(job, inv.id, inv.attempt, inv.slot)
-                claims.append(_claim_columns(inv, call, worker, now) | {"b_id": inv.id})
-                calls.append(call)
-                for hook in self.engine.plugins.claims:
-                    alerts += hook.claimed(conn, job, inv, now)
-            run_store.update_invocations(conn, claims)
-        self.engine.send(alerts)
-        return calls
 
     def report(self, lease: Lease, outcome: Outcome) -> bool | None:
         """Record the outcome of the attempt that ``lease`` holds, then let the lease go,
@@ -264,7 +123,7 @@ class Runs:
             if locked is None or inv.status != RUNNING or attempt not in (None, inv.attempt):
                 owner = None if locked else run_store.invocation_job(conn, invocation_id)
                 if owner is not None:  # the run is another job's: leave it alone
-                    _log_other_job("outcome", invocation_id, attempt, job_id, owner)
+                    log_other_job("outcome", invocation_id, attempt, job_id, owner)
                     return False
                 if attempt is not None:  # that attempt's task has ended: no need to stop it
                     revokes.forget(conn, [celery_task_id(invocation_id, attempt)])
@@ -326,7 +185,7 @@ class Runs:
                 inv.id,
                 status=STARTING,
                 start_at=start_at,
-                deadline=start_at + self.engine.grace,
+                deadline=start_at + self.engine.stepper.grace,
                 timeout_at=None,
                 worker=None,
                 attempts=earlier,
@@ -340,7 +199,7 @@ class Runs:
                 ),
             )
             _log_outcome(job, inv, outcome, now, f"; retry in {delay.total_seconds():.1f} s")
-            eta = min(start_at, now + self.engine.horizon)
+            eta = min(start_at, now + self.engine.stepper.horizon)
             heard = self._hear(conn, Ended(job, inv, outcome, now, final=False))
             return Stepped(job.snapshot, [*revoke, *heard, SendStart(inv.id, inv.attempt + 1, eta)])
         update(
@@ -362,7 +221,7 @@ class Runs:
         ``conn``'s transaction, so that a revoke that cannot be sent now is sent by the
         watchdog later, until it is sent or the task reports that it has ended."""
         task_id = celery_task_id(inv.id, inv.attempt)
-        revokes.record(conn, task_id, inv.id, now + self.engine.grace)
+        revokes.record(conn, task_id, inv.id, now + self.engine.stepper.grace)
         return SendRevoke(task_id)
 
     def abort(
@@ -451,7 +310,7 @@ class Runs:
             )
         for work in end.later:
             fed.messages += work()
-        fed.messages[:0] = [*heard, *self.begin_released(conn, end.released, held)]
+        fed.messages[:0] = [*heard, *self.engine.attempts.begin_released(conn, end.released, held)]
         return fed
 
     def skipped(
@@ -527,38 +386,6 @@ def _log_outcome(
     log.log(level, text, job.ref, slot, inv.attempt, status, took, why, then, extra=fields)
 
 
-def _log_other_job(
-    what: str, invocation_id: int, attempt: int | None, job_id: int | None, owner: int
-) -> None:
-    """A claim or outcome sent for one job's run that names another job's: ids were
-    handed out again (SQLite before migration 0005) or the message was forged."""
-    log.warning(
-        "%s of invocation %s attempt %s refused: it was sent for job %s, and invocation %s"
-        " is job %s's",
-        what,
-        invocation_id,
-        attempt,
-        job_id,
-        invocation_id,
-        owner,
-    )
-
-
-def _claim_columns(inv: InvocationRow, call: Call, worker: str, now: datetime) -> dict[str, Any]:
-    timeout_at = None if call.timeout is None else now + call.timeout
-    deadline = now + call.lease
-    waited = (now - inv.started_at).total_seconds() if inv.started_at else 0.0
-    return dict(
-        worker=worker,
-        started_at=now,
-        deadline=deadline if timeout_at is None else min(deadline, timeout_at),
-        timeout_at=timeout_at,
-        log=debuglog.append(
-            inv.log, now, f"attempt {inv.attempt} claimed by {worker} after {waited:.3f}s"
-        ),
-    )
-
-
 def _attempt_record(inv: InvocationRow, outcome: Outcome, now: datetime) -> dict[str, Any]:
     return {
         "attempt": inv.attempt,
@@ -569,8 +396,3 @@ def _attempt_record(inv: InvocationRow, outcome: Outcome, now: datetime) -> dict
         "reason": outcome.reason,
         "worker": inv.worker,
     }
-
-
-def _first_start(message: Message) -> TypeGuard[SendStart]:
-    """A message that starts a run's first attempt now (``begin_released``'s)."""
-    return isinstance(message, SendStart) and message.attempt == 1 and message.eta is None

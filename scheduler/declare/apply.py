@@ -151,10 +151,11 @@ class _Steps:
         job = self.batch.add(spec, next(self.ids))
         if job.snapshot != _NEW:  # not the state first_enable is the machine's step of
             return self.feed(job, Enable(), spec=spec, enabled=True)
-        result = first_enable(self.now, spec.parsed_schedule(), self.engine.nonces())
-        ticks = [self.engine.tick_message(job, a.when, a.nonce, self.now) for a in result.actions]
+        stepper = self.engine.stepper
+        result = first_enable(self.now, spec.parsed_schedule(), stepper.nonces())
+        ticks = [stepper.tick_message(job, a.when, a.nonce, self.now) for a in result.actions]
         fed = Stepped(result.snapshot, ticks)
-        watchdog_at = self.engine.settle_tick(job, Enable(), fed)
+        watchdog_at = stepper.settle_tick(job, Enable(), fed)
         self.messages += fed.messages
         return self.batch.save(job, fed.snapshot, watchdog_at=watchdog_at, spec=spec, enabled=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from cronchain.scheduler import outside
@@ -30,6 +30,26 @@ class Call:
     # recorded only on a run of that job (the engine's calls always name it).
     job_id: int | None = None
     priority: int = DEFAULT_PRIORITY  # the job's: that of the attempt's Celery messages
+    trigger_id: str | None = None  # a triggered run's, which has no slot
+
+    @property
+    def key(self) -> str:
+        """The run as a receiver should know it, the same on every attempt: its job and
+        slot, or its job and trigger. Not its invocation id: a database that lost its last
+        transactions (an asynchronous replica promoted, a backup restored) hands those ids
+        out again, and fires the lost slots again; this key names one run, and names a
+        slot fired again as before, so the receiver can drop the second."""
+        if self.slot is not None:
+            if self.slot.tzinfo is None:
+                raise ValueError(f"a slot without a time zone: {self.slot}")
+            slot = self.slot.astimezone(UTC)
+            spelled = slot.strftime(
+                "%Y-%m-%dT%H:%M:%S.%fZ" if slot.microsecond else "%Y-%m-%dT%H:%M:%SZ"
+            )
+            return f"cronchain/{self.job}/{spelled}"
+        if self.trigger_id is not None:
+            return f"cronchain/{self.job}/trigger-{self.trigger_id}"
+        return f"cronchain/{self.job}/run-{self.invocation_id}"  # neither: not the engine's
 
     @property
     def task_id(self) -> str:
@@ -37,12 +57,14 @@ class Call:
         return celery_task_id(self.invocation_id, self.attempt)
 
 
-def redis_priority(priority: int) -> int:
-    """A job's priority (9 first) as Redis's transport reads a message's (0 first).
-    kombu's default steps (0, 3, 6, 9) keep a list for each of 0-2, 3-5, 6-8 and 9: a
-    job's priorities 9-7, then 6-4, then 3-1, then 0 are taken first, each group in the
-    order sent."""
-    return 9 - priority
+def message_priority(priority: int, broker_url: str | None) -> int:
+    """A job's priority (9 first) as the broker reads a message's. Redis's transport
+    takes 0 first: kombu's default steps (0, 3, 6, 9) keep a list for each of 0-2, 3-5,
+    6-8 and 9, so a job's priorities 9-7, then 6-4, then 3-1, then 0 are taken first,
+    each group in the order sent. RabbitMQ takes the highest first (in a queue declared
+    with ``x-max-priority``), as the job's own number says; so does any other broker."""
+    scheme = (broker_url or "amqp://").split("://", 1)[0].lower()
+    return 9 - priority if scheme.startswith(("redis", "sentinel")) else priority
 
 
 def celery_task_id(invocation_id: int, attempt: int) -> str:

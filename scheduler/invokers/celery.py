@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery
 
-from cronchain.scheduler.invokers.call import Call, redis_priority
+from cronchain.scheduler.invokers.call import Call, message_priority
 from cronchain.scheduler.spec.model import DEFAULT_PRIORITY
 
 HEADER = "cronchain"
@@ -26,6 +26,7 @@ def send_task(app: Celery, call: Call) -> None:
         "invocation": call.invocation_id,
         "attempt": call.attempt,
         "job": call.job_id,
+        "key": call.key,  # for the task's own idempotency: ids can be handed out again
         "lease": call.lease.total_seconds(),  # read by workers of cronchain 0.1
     }
     app.send_task(
@@ -39,13 +40,13 @@ def send_task(app: Celery, call: Call) -> None:
         # Only when the job sets them: a task's own defaults and routes apply otherwise;
         # ``celery: {priority}`` is the broker's own number, the job's is cronchain's.
         **{key: o[key] for key in ("priority", "expires") if key in o},
-        **_priority(o, call),
+        **_priority(o, call, app.conf.broker_url),
     )
 
 
-def _priority(options: dict[str, Any], call: Call) -> dict[str, int]:
+def _priority(options: dict[str, Any], call: Call, broker_url: str | None) -> dict[str, int]:
     """The job's priority, unless its ``celery:`` sets the broker's own number or the
     job keeps the default (the task's own default or route applies then)."""
     if "priority" in options or call.priority == DEFAULT_PRIORITY:
         return {}
-    return {"priority": redis_priority(call.priority)}
+    return {"priority": message_priority(call.priority, broker_url)}

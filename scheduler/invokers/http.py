@@ -224,7 +224,7 @@ class HttpInvoker:
         request = urllib.request.Request(o["url"], data=body, method=o["method"])
         for name, value in headers.items():
             request.add_header(name, value)
-        request.add_header("Idempotency-Key", f"cronchain-{call.invocation_id}")
+        request.add_header("Idempotency-Key", call.key)
         request.add_header("X-Cronchain-Invocation", str(call.invocation_id))
         request.add_header("X-Cronchain-Attempt", str(call.attempt))
         secret_names = {n for n, v in o["headers"].items() if not isinstance(v, str)}

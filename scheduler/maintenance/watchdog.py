@@ -17,9 +17,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
+from cronchain.scheduler.core.attempts import RUNNING
 from cronchain.scheduler.core.effects import Message, SendRevoke, SendRun, SendStart
 from cronchain.scheduler.core.engine import Core
-from cronchain.scheduler.core.runs import RUNNING
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.maintenance.retention import run_once as retention_pass
@@ -259,7 +259,7 @@ def _resend(
         waited.total_seconds(),
         where,
     )
-    return [SendRun(engine.runs.call_of(job, inv.id, inv.attempt, inv.slot))]
+    return [SendRun(engine.attempts.call_of(job, inv.id, inv.attempt, inv.slot, inv.trigger_id))]
 
 
 def _lapsed(inv: InvocationRow, job: JobRow, now: datetime) -> Outcome | None:

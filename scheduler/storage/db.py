@@ -128,13 +128,18 @@ def explained_failures(engine: Engine) -> Iterator[None]:
         raise explained from cause
 
 
-def explain_failure(engine: Engine, err: DBAPIError) -> TransientError | None:
-    """What ``err`` means to whoever ran the command, in one line; None for an error that
-    is neither an unreachable database nor a missing schema (a bug, or a constraint)."""
+def described(engine: Engine) -> str:
+    """``database URL`` as the user wrote it, without its password."""
     url = engine.url
     if url.drivername == "postgresql+psycopg":  # as the user wrote it (normalize_url)
         url = url.set(drivername="postgresql")
-    where = f"database {url.render_as_string(hide_password=True)}"
+    return f"database {url.render_as_string(hide_password=True)}"
+
+
+def explain_failure(engine: Engine, err: DBAPIError) -> TransientError | None:
+    """What ``err`` means to whoever ran the command, in one line; None for an error that
+    is neither an unreachable database nor a missing schema (a bug, or a constraint)."""
+    where = described(engine)
     first = first_line(err.orig or err)
     code = getattr(err.orig, "sqlstate", None) or ""
     if code in _NOT_MIGRATED or first.startswith(("no such table", "no such column")):

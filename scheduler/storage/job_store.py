@@ -124,7 +124,12 @@ def heads_of_project(conn: Connection, project: str) -> dict[str, JobHead]:
 
 
 def lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
-    """Jobs ``job_ids``, locked in id order (as every batch locks), by id."""
+    """Jobs ``job_ids``, locked in id order (as every batch locks), by id. One job (a
+    lone tick) is locked by ``lock_job``'s statement: the same text every time, it is
+    prepared once, where the array's costs as much Python again as the lock itself."""
+    if len(job_ids) == 1:
+        job = lock_job(conn, job_ids[0])
+        return {} if job is None else {job.id: job}
     found: dict[int, JobRow] = {}
     ordered = sorted(job_ids)
     for i in range(0, len(ordered), _IDS_PER_STATEMENT):
@@ -209,7 +214,9 @@ def save_jobs(conn: Connection, saves: list[dict[str, Any]], *, copy: bool = Tru
     catalog at every batch."""
     if not saves:
         return
-    if copy:
+    if len(saves) == 1:  # a lone tick's: save_job's statement, prepared once
+        updated = conn.execute(_SAVE_JOB, saves[0]).rowcount
+    elif copy:
         updated = bulk.update(conn, jobs, saves, _SAVED_MATCH)
     else:
         updated = bulk.update_joined(conn, jobs, saves, _SAVED_MATCH)

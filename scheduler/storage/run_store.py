@@ -97,7 +97,7 @@ def invocation_values(
 ) -> dict[str, Any]:
     """The row of a new invocation for a slot or trigger id, as every insert writes it.
     ``attempt`` holds the columns of a first attempt that starts as the row is created
-    (``Runs.attempt_columns``)."""
+    (``Attempts.attempt_columns``)."""
     values = dict(
         job_id=job_id,
         slot=slot,
@@ -130,7 +130,12 @@ def insert_invocations(
 ) -> dict[tuple[int, datetime], int]:
     """Insert the runs of many slots (``invocation_values``'s rows): one statement per
     set of columns. Returns the id of each (job, slot) inserted; a slot that had its run
-    already is not among them."""
+    already is not among them. One row (a lone tick's run) is inserted by
+    ``insert_invocation``'s statement, prepared once, not by arrays."""
+    if len(rows) == 1:
+        (row,) = rows
+        id_ = conn.execute(_INSERT_INVOCATION[conn.dialect.name], row).scalar_one_or_none()
+        return {} if id_ is None else {(row["job_id"], row["slot"]): id_}
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(tuple(sorted(row)), []).append(row)

@@ -70,7 +70,10 @@ def _act(action: str, ref: str) -> dict[str, Any]:
             return {"done": "resumed"}
         case "trigger":
             made = scheduler.trigger(ref)
-            return {"done": made["result"], "n": made["invocation"]}
+            done = made["result"]
+            if done == "waiting":  # for its upstreams, its gates or its pool: say which
+                done = f"waiting_{made['waiting']}"
+            return {"done": done, "n": made["invocation"]}
         case "abort":
             aborted = scheduler.abort(ref)
             return {"done": "aborted", "n": sum(len(ids) for ids in aborted.values())}

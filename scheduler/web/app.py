@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from celery import Celery
 from flask import Flask, Response, jsonify, request
@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.storage.clock import database_clock
 from cronchain.scheduler.web import actions, views
 from cronchain.scheduler.web.context import WebContext
 from cronchain.scheduler.web.health import WorkerWatch, check_health
@@ -49,7 +50,7 @@ def create_app(
     without it, each request asks them (a second)."""
     app = Flask("cronchain.scheduler.web")
     app.extensions["cronchain"] = WebContext(
-        db, scheduler, settings.web_basic_auth, now or (lambda: datetime.now(UTC))
+        db, scheduler, settings.web_basic_auth, now or database_clock(db)
     )
     metrics = DatabaseCollector(db, settings)
     credentials = settings.web_basic_auth

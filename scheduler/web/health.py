@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery
@@ -38,6 +38,7 @@ from sqlalchemy import Engine, text
 
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.storage import alert_store, observed
+from cronchain.scheduler.storage.clock import database_clock
 from cronchain.scheduler.storage.db import first_line
 from cronchain.scheduler.web import CHECKS
 
@@ -88,7 +89,7 @@ def check_health(
 ) -> Health:
     """Every check, run at once (see the module's docstring); with ``watch``, the broker
     and the workers as it last found them."""
-    clock = now or (lambda: datetime.now(UTC))
+    clock = now or database_clock(db)
     probes: dict[str, Callable[[], list[Check]]] = {
         "database": lambda: _database_checks(db, settings, clock)
     }

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prometheus_client import generate_latest
 from prometheus_client.core import (
@@ -55,6 +55,7 @@ from sqlalchemy import Engine
 
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.storage import observed
+from cronchain.scheduler.storage.clock import database_clock
 from cronchain.scheduler.storage.models import JOB_STATES
 from cronchain.scheduler.version import VERSION
 
@@ -103,7 +104,7 @@ class DatabaseCollector(Collector):
     ) -> None:
         self.db = db
         self.settings = settings
-        self.now = now or (lambda: datetime.now(UTC))
+        self.now = now or database_clock(db)
 
     def read(self) -> Observed:
         now = self.now()

@@ -157,7 +157,9 @@ DONE = {
     "aborted": "aborted {n} run(s)",
     "started": "triggered: invocation {n} started",
     "buffered": "triggered: invocation {n} is WAITING for the active run",
-    "waiting": "triggered: invocation {n} is WAITING for its upstreams",
+    "waiting_upstream": "triggered: invocation {n} is WAITING for its upstreams",
+    "waiting_gate": "triggered: invocation {n} is WAITING for its gates",
+    "waiting_pool": "triggered: invocation {n} is WAITING for a place in its pool",
     "skipped": "triggered: recorded SKIPPED as invocation {n}",
 }
 

@@ -4,7 +4,7 @@ A full collection (generation 2) walks every container object the process tracks
 stops every thread of the process meanwhile. In a worker under load (10,000 jobs at 200
 fires/s, a third with upstreams) those pauses were measured at 100-200 ms, every ~8 s in
 the work path's process (its claims wait) and now and then in the control path's (the
-ticks queued behind wait): the long tail of the fire lag (bench/RESULTS.md, twelfth
+ticks queued behind wait): the long tail of the fire lag (docs/benchmarks-archive.md, twelfth
 round). Most of what they walked lives as long as the process: modules, Celery's app,
 SQLAlchemy's tables and engine, the compiled statements. Frozen (``gc.freeze``) once
 made, they are never walked again; what a task makes and drops is collected as before.

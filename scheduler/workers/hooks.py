@@ -99,7 +99,7 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
         return False
     engine = Runtime.current(task.app).engine
     worker = f"{task.request.hostname or 'worker'}:{os.getpid()}"
-    call = engine.runs.claim(invocation_id, attempt, worker, job_id=job_id)
+    call = engine.attempts.claim(invocation_id, attempt, worker, job_id=job_id)
     if call is None:
         log.warning(
             "invocation %s attempt %s (job %s) is not current or was claimed already, or"

@@ -18,7 +18,7 @@ import kombu.exceptions
 from celery import Celery
 
 from cronchain.scheduler.invokers import Call
-from cronchain.scheduler.invokers.call import redis_priority
+from cronchain.scheduler.invokers.call import message_priority
 from cronchain.scheduler.invokers.celery import send_task
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class CeleryPort:
                 args=(call.invocation_id, call.attempt, call.job_id),
                 queue=self.work_queue,
                 task_id=f"{call.task_id}-work",
-                priority=redis_priority(call.priority),
+                priority=message_priority(call.priority, self.app.conf.broker_url),
             )
             return
         send_task(self.app, call)
@@ -116,7 +116,7 @@ class CeleryPort:
             "cronchain.run_batch",
             args=([[call.invocation_id, call.attempt, call.job_id] for call in calls],),
             queue=self.work_queue,
-            priority=redis_priority(calls[0].priority),
+            priority=message_priority(calls[0].priority, self.app.conf.broker_url),
         )
 
     def revoke(self, task_id: str) -> None:

@@ -21,7 +21,9 @@ from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import ConfigError, SpecError, TransientError
 from cronchain.scheduler.invokers import Call, default_invokers
 from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.storage.clock import database_clock
 from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.workers import clocks
 from cronchain.scheduler.workers.port import CeleryPort
 
 # How long a process that only sends (the CLI, a script) waits for a broker that does
@@ -92,6 +94,7 @@ def engine_of(
         grace=settings.watchdog_grace,
         batch=settings.tick_batch,
         slack=settings.tick_slack,
+        clock=database_clock(db),
         background_rechecks=background_rechecks,
     )
 
@@ -99,9 +102,9 @@ def engine_of(
 def sending_app() -> Celery:
     """The Celery app of a process that only sends: configured as the workers' is
     (celeryconfig), but with ``patience_of_a_command``."""
-    app = Celery("cronchain")
+    app = Celery("cronchain", task_cls=clocks.Task)
     app.config_from_object("cronchain.celeryconfig")
-    return patience_of_a_command(app)
+    return patience_of_a_command(clocks.use_database_clock(app))
 
 
 def patience_of_a_command(app: Celery) -> Celery:

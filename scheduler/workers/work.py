@@ -18,8 +18,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from cronchain.scheduler import outside
+from cronchain.scheduler.core.attempts import AttemptRef
 from cronchain.scheduler.core.leases import Lease
-from cronchain.scheduler.core.runs import AttemptRef
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import Call, Invoker, Outcome
 from cronchain.scheduler.workers import events
@@ -32,7 +32,7 @@ def execute(
 ) -> Outcome | None:
     """Claim the attempt, make its call and record its outcome; None if the attempt
     could not be claimed (not current, claimed by another delivery, or not ``job_id``'s)."""
-    call = engine.runs.claim(invocation_id, attempt, worker, job_id=job_id)
+    call = engine.attempts.claim(invocation_id, attempt, worker, job_id=job_id)
     if call is None:
         log.info(
             "invocation %s attempt %s (job %s): not current, claimed already or gone",
@@ -52,7 +52,7 @@ def execute_batch(
     (one slow endpoint must not hold up the others) and record each outcome as it
     comes; returns once all are recorded, so that the message is acknowledged only
     then."""
-    calls = engine.runs.claim_many(attempts, worker)
+    calls = engine.attempts.claim_many(attempts, worker)
     for call in calls:
         events.started(call)
     if len(calls) < len(attempts):

@@ -213,7 +213,7 @@ def answer(
             messages += lapse(host, conn, replace(inv, log=log), job, now).messages
         else:
             messages += _record(host, conn, inv, job, log, now)
-        messages = host.runs.begin_released(conn, messages)  # the runs this answer starts
+        messages = host.attempts.begin_released(conn, messages)  # the runs this answer starts
     host.send(messages)
 
 

@@ -58,7 +58,7 @@ S = InvocationStatus
 class Recheck(InProcess):
     """Look again at a job's runs that wait for their upstreams: a success could not
     release them in its own transaction, because another held the job. Carried out in
-    this process, once that transaction has committed (``look_again_soon``)."""
+    this process, once that transaction has committed (``upstream_waits.look_again_soon``)."""
 
     job_id: int
 
@@ -154,7 +154,7 @@ def _checked(
     fresh: Mapping[str, datetime],
     lock: Literal["skip"] | None = None,
 ) -> list[Check]:
-    refs = [_pair(ref) for ref, _, _ in wanted]
+    refs = [pair(ref) for ref, _, _ in wanted]
     found = {f"{r.project}/{r.name}": r for r in upstream_store.upstreams(conn, refs, lock)}
     checks = []
     for ref, since, until in wanted:
@@ -176,7 +176,7 @@ def _checked(
     return checks
 
 
-def _pair(ref: str) -> tuple[str, str]:
+def pair(ref: str) -> tuple[str, str]:
     project, _, name = ref.rpartition("/")
     return project, name
 
@@ -274,7 +274,7 @@ def release_after(
     jobs_of = {job.id: job for job in job_store.read_jobs(conn, {i.job_id for i in waiting})}
     messages: list[Message] = [Fill(pool) for pool in sorted(fills)]  # type: ignore[type-var]
     for inv in waiting:
-        messages += _look_again(host, conn, jobs_of[inv.job_id], inv, now, fresh)
+        messages += look_at(host, conn, jobs_of[inv.job_id], inv, now, fresh)
     return messages
 
 
@@ -295,50 +295,16 @@ class RequirementsMet:
         return []
 
 
-def look_again_soon(host: Host, messages: list[Recheck]) -> None:
-    """Look again, soon, at the jobs ``messages`` name (``look_again``)."""
-    host.soon(look_again, sorted({m.job_id for m in messages}))
-
-
-def look_again(host: Host, job_ids: list[int], *, again: bool = True) -> None:
-    """Look again at the runs of ``job_ids`` that wait for their upstreams, each job in
-    transactions of its own: first wait, holding nothing, for any transaction that
-    holds one of its upstreams (a success may be under way), then lock the job and
-    look. An upstream held again by then is looked at once more (``again``), then left
-    to the watchdog's pass, as is a failure."""
-    for job_id in job_ids:
-        try:
-            with host.transaction() as conn:
-                job = job_store.read_jobs(conn, {job_id})
-                if job:
-                    wait_for_upstreams(conn, job[0])
-            with host.transaction() as conn:
-                locked = job_store.lock_job(conn, job_id)
-                now = host.clock()
-                found = [] if locked is None else recheck(host, conn, locked, now)
-                messages = host.runs.begin_released(conn, found)
-        except Exception:
-            log.exception("job %s: its waiting runs could not be looked at again", job_id)
-            continue
-        pool = None if locked is None else controls_of(locked).pool
-        if pool is not None:  # a waiter's lock this held kept a fill from starting it
-            messages.append(Fill(pool))
-        busy = [m for m in messages if isinstance(m, Recheck)]
-        host.send([m for m in messages if not isinstance(m, Recheck)])
-        if busy and again:
-            look_again(host, [job_id], again=False)
-
-
 def recheck(host: Host, conn: Connection, job: JobRow, now: datetime) -> list[Message]:
     """Start each of ``job``'s runs that wait for their upstreams and now have them met;
     record what the others wait for now."""
     messages: list[Message] = []
     for inv in run_store.held_runs(conn, [job.id], REASON):
-        messages += _look_again(host, conn, job, inv, now)
+        messages += look_at(host, conn, job, inv, now)
     return messages
 
 
-def _look_again(
+def look_at(
     host: Host,
     conn: Connection,
     job: JobRow,
@@ -355,14 +321,6 @@ def _look_again(
         "log": debuglog.append(inv.log, now, "upstreams met"),
     }
     return host.go_on(conn, job, inv, met, now, REASON)
-
-
-def wait_for_upstreams(conn: Connection, job: JobRow) -> None:
-    """Wait, holding no other lock, until no transaction holds a row of ``job``'s
-    upstreams: a success of theirs under way has then committed (``look_again``)."""
-    refs = [_pair(target_ref(job.ref, up.job)) for up in controls_of(job).requires]
-    if refs:
-        upstream_store.wait_for_upstreams(conn, refs, WAIT_MOST)
 
 
 def lapse(host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: datetime) -> Stepped:
@@ -441,17 +399,3 @@ def write_requirements(
 def declared_upstreams(job_ref: str, controls: Mapping[str, Any]) -> list[str]:
     """The refs (``project/name``) a job's normalized controls require."""
     return [target_ref(job_ref, r["job"]) for r in controls.get("requires", ())]
-
-
-class WaitingLookedAt:
-    """The watchdog's duty for ``requires``: look again, soon, at the jobs with runs
-    waiting for their upstreams (a success that could not release them, a recheck lost
-    with its process)."""
-
-    def sweep(
-        self, host: Host, now: datetime, limit: int, backlog: timedelta
-    ) -> tuple[dict[str, int], list[Message]]:
-        with host.transaction() as conn:
-            waiting = upstream_store.waiting_jobs(conn, limit)
-        host.soon(look_again, waiting)
-        return {}, []

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import Cluster
+from tests.support.cli import Cli
 from tests.support.repo import ROOT
 from tests.support.services import RedisServer, redis_server
 
@@ -39,3 +40,12 @@ def tasks_cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[C
     )
     yield c
     c.stop_all()
+
+
+@pytest.fixture
+def cli(cluster: Cluster) -> Iterator[Cli]:
+    """The ``cronchain`` command on the test's cluster (its environment and folder), each
+    command a process of its own, as ``cluster.cronchain`` runs it, but forked from one
+    process that imported cronchain once rather than a new interpreter each time."""
+    with Cli(cluster.env, cluster.folder, timeout=120) as run:
+        yield run

@@ -5,7 +5,8 @@ with their next ticks, a job's page shows a skipped slot with its reason, a visi
 without credentials gets no controls, and a signed-in operator pauses a job with the
 form and then sees it paused, as ``cronchain jobs`` does.
 
-``CRONCHAIN_SCREENSHOTS=DIR`` saves the two pages there (the README's screenshots).
+``CRONCHAIN_SCREENSHOTS=DIR`` saves the two pages there: the site's screenshots
+(``docs/screenshots``) are taken so, never by hand.
 """
 
 from __future__ import annotations

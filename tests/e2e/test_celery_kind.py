@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import Cluster
+from tests.support.cli import Cli
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
@@ -30,16 +31,16 @@ def cluster(tasks_cluster: Cluster) -> Cluster:
     return tasks_cluster
 
 
-def test_the_task_outcome_finishes_the_invocation(cluster: Cluster, tmp_path: Path):
+def test_the_task_outcome_finishes_the_invocation(cluster: Cluster, cli: Cli, tmp_path: Path):
     cluster.start_worker(queues="cronchain,etl")
     cluster.wait_ready()
     (tmp_path / "etl.yaml").write_text(FILE)
-    cluster.cronchain("apply", str(tmp_path / "etl.yaml"))
-    cluster.cronchain("trigger", "etl/add")
-    cluster.cronchain("trigger", "etl/boom")
+    cli("apply", str(tmp_path / "etl.yaml"))
+    cli("trigger", "etl/add")
+    cli("trigger", "etl/boom")
 
     def finished():  # type: ignore[no-untyped-def]
-        rows = json.loads(cluster.cronchain("history", "--json"))
+        rows = json.loads(cli("history", "--json").stdout)
         done = {r["job"]: r for r in rows if r["status"] not in ("STARTING", "RUNNING")}
         return done if len(done) == 2 else None
 
@@ -47,7 +48,7 @@ def test_the_task_outcome_finishes_the_invocation(cluster: Cluster, tmp_path: Pa
     assert done["etl/add"]["status"] == "SUCCEEDED"
     assert done["etl/boom"]["status"] == "FAILED"
     assert done["etl/boom"]["error"] == "RuntimeError: boom"  # the exception, not just an id
-    jobs = {j["id"]: j["state"] for j in json.loads(cluster.cronchain("jobs", "--json"))}
+    jobs = {j["id"]: j["state"] for j in json.loads(cli("jobs", "--json").stdout)}
     assert jobs == {"etl/add": "SCHEDULED", "etl/boom": "SCHEDULED"}
 
 
@@ -64,7 +65,7 @@ jobs:
 
 
 def test_a_task_error_no_database_stores_fails_the_run_and_blocks_nothing(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, cli: Cli, tmp_path: Path
 ):
     """A task that raises NUL text, or an exception whose text cannot be read: its run
     ends FAILED once, its lease is let go, and the next trigger runs (it is not skipped
@@ -72,12 +73,12 @@ def test_a_task_error_no_database_stores_fails_the_run_and_blocks_nothing(
     cluster.start_worker(queues="cronchain,etl")
     cluster.wait_ready()
     (tmp_path / "etl.yaml").write_text(OUTSIDE)
-    cluster.cronchain("apply", str(tmp_path / "etl.yaml"))
+    cli("apply", str(tmp_path / "etl.yaml"))
     for job in ("etl/nul", "etl/unprintable"):
-        cluster.cronchain("trigger", job)
+        cli("trigger", job)
 
     def ended(count: int):  # type: ignore[no-untyped-def]
-        rows = json.loads(cluster.cronchain("history", "--json"))
+        rows = json.loads(cli("history", "--json").stdout)
         done = [r for r in rows if r["status"] not in ("STARTING", "RUNNING")]
         return rows if len(done) == count else None
 
@@ -95,5 +96,5 @@ def test_a_task_error_no_database_stores_fails_the_run_and_blocks_nothing(
         "_Unprintable (its message could not be read: RuntimeError)",
     )
     for job in ("etl/nul", "etl/unprintable"):
-        assert cluster.cronchain("trigger", job).strip().endswith("started")
+        assert cli("trigger", job).stdout.strip().endswith("started")
     wait_until(lambda: ended(4), 30, "the next runs to end")

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Cluster
+from tests.support.cli import Cli
 from tests.support.receivers import GateEndpoint, gate_endpoint
 from tests.support.rows import first_slot, slot_rows
-from tests.support.wait import wait_until
+from tests.support.wait import every_soon, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -40,23 +41,30 @@ def silent() -> Iterator[GateEndpoint]:
 
 def test_gates_say_no_twice_then_yes_and_a_silent_gate_skips_its_slot(
     cluster: Cluster,
+    cli: Cli,
     ready: GateEndpoint,
     silent: GateEndpoint,
     pg_url: str,
     tmp_path: Path,
 ):
+    cli("db", "upgrade")
+    cluster.start_worker(queues="cronchain,etl")
+    cluster.start_work_worker()
+    cluster.start_beat()
+    cluster.wait_ready()
+    every = every_soon(30, lead=5)  # every 30 s, the first slot 5 s after this
     path = tmp_path / "jobs.yaml"
     path.write_text(
         f"""
 project: p
 jobs:
   - name: web
-    schedule: every 30s
+    schedule: {every}
     noop: {{}}
     gates: [{{name: cluster, http: "{ready.url}", every: 2s}}]
     max_wait: 1m
   - name: task
-    schedule: every 30s
+    schedule: {every}
     noop: {{}}
     gates:
       - name: capacity
@@ -64,18 +72,13 @@ jobs:
         every: 2s
     max_wait: 1m
   - name: silent
-    schedule: every 30s
+    schedule: {every}
     noop: {{}}
     gates: [{{http: {{url: "{silent.url}", timeout: 1s}}, every: 2s}}]
     max_wait: 5s
 """
     )
-    cluster.cronchain("db", "upgrade")
-    cluster.start_worker(queues="cronchain,etl")
-    cluster.start_work_worker()
-    cluster.start_beat()
-    cluster.wait_ready()
-    cluster.cronchain("apply", str(path))
+    cli("apply", str(path))
     slot = first_slot(pg_url)
 
     def done() -> dict[str, dict[str, Any]] | None:
@@ -114,10 +117,10 @@ jobs:
     assert 5 <= held_for < 12, held_for
 
     at = slot.isoformat().replace("+00:00", "Z")
-    explained = json.loads(cluster.cronchain("explain", "p/web", "--at", at, "--json"))
+    explained = json.loads(cli("explain", "p/web", "--at", at, "--json").stdout)
     assert explained["answer"] == "ran" and "gate cluster said yes at check 3" in explained["text"]
-    skipped = json.loads(cluster.cronchain("explain", "p/silent", "--at", at, "--json"))
+    skipped = json.loads(cli("explain", "p/silent", "--at", at, "--json").stdout)
     assert skipped["answer"] == "skipped" and "no answer within 1s" in skipped["text"]
-    assert "gate (waited until" in cluster.cronchain("history", "p/web")
-    history = json.loads(cluster.cronchain("history", "p/silent", "--json", "--limit", "50"))
+    assert "gate (waited until" in cli("history", "p/web").stdout
+    history = json.loads(cli("history", "p/silent", "--json", "--limit", "50").stdout)
     assert [r["status"] for r in history if r["slot"] == at] == ["SKIPPED"]

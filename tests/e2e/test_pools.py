@@ -13,22 +13,16 @@ from sqlalchemy import func, select
 
 from cronchain.scheduler.storage.models import invocations, jobs
 from tests.e2e.harness import Cluster, database
-from tests.support.wait import wait_until
+from tests.support.cli import Cli
+from tests.support.wait import every_soon, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
 
 def test_a_pool_of_3_never_holds_more_and_serves_high_priorities_first(
-    cluster: Cluster, pg_url: str, tmp_path: Path
+    cluster: Cluster, cli: Cli, pg_url: str, tmp_path: Path
 ):
-    entries = [
-        f"  - {{name: j{i:02}, schedule: every 20s, pool: gpu, priority: {9 if i % 2 else 1},"
-        " noop: {sleep: 1s}}"
-        for i in range(20)
-    ]
-    path = tmp_path / "jobs.yaml"
-    path.write_text("project: p\npools: {gpu: 3}\njobs:\n" + "\n".join(entries) + "\n")
-    cluster.cronchain("db", "upgrade")
+    cli("db", "upgrade")
     for n in (1, 2):
         cluster.start_worker(f"worker{n}")
         cluster.start_work_worker(f"work{n}")
@@ -52,7 +46,15 @@ def test_a_pool_of_3_never_holds_more_and_serves_high_priorities_first(
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    cluster.cronchain("apply", str(path))
+    every = every_soon(20, lead=5)  # every 20 s, the first slot 5 s after this
+    entries = [
+        f"  - {{name: j{i:02}, schedule: {every}, pool: gpu, priority: {9 if i % 2 else 1},"
+        " noop: {sleep: 1s}}"
+        for i in range(20)
+    ]
+    path = tmp_path / "jobs.yaml"
+    path.write_text("project: p\npools: {gpu: 3}\njobs:\n" + "\n".join(entries) + "\n")
+    cli("apply", str(path))
     first = select(func.min(invocations.c.slot))
 
     def first_slot_done():  # type: ignore[no-untyped-def]

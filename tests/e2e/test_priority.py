@@ -11,13 +11,14 @@ from sqlalchemy import select
 
 from cronchain.scheduler.storage.models import invocations, jobs
 from tests.e2e.harness import Cluster, database
+from tests.support.cli import Cli
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
 
 def test_higher_priorities_are_claimed_first_from_a_backed_up_queue(
-    cluster: Cluster, pg_url: str, tmp_path: Path
+    cluster: Cluster, cli: Cli, pg_url: str, tmp_path: Path
 ):
     entries = [
         f"  - {{name: {level}-{i}, schedule: triggered, priority: {priority}, noop: {{}}}}"
@@ -26,12 +27,9 @@ def test_higher_priorities_are_claimed_first_from_a_backed_up_queue(
     ]
     path = tmp_path / "jobs.yaml"
     path.write_text("project: p\njobs:\n" + "\n".join(entries) + "\n")
-    cluster.cronchain("db", "upgrade")
-    cluster.cronchain("apply", str(path))
+    cli("db", "upgrade")
+    cli("apply", str(path))
     cluster.start_worker()  # the control path alone: runs wait in the work queue
-    for level in ("low", "high"):  # the low ones queued first
-        for i in range(5):
-            cluster.cronchain("trigger", f"p/{level}-{i}")
     db = database(pg_url)
 
     def runs() -> list[tuple[str, str | None, object]]:
@@ -43,7 +41,14 @@ def test_higher_priorities_are_claimed_first_from_a_backed_up_queue(
         with db.connect() as conn:
             return [tuple(r) for r in conn.execute(query)]
 
-    wait_until(lambda: len(runs()) == 10, 60, "ten runs sent to the work path")
+    cluster.wait_ready()
+    for level in ("low", "high"):  # the low ones queued first, one after another
+        for i in range(5):
+            cli("trigger", f"p/{level}-{i}")
+            sent = 5 * (level == "high") + i + 1
+            wait_until(
+                lambda n=sent: len(runs()) == n, 60, f"{sent} runs sent to the work path", 0.05
+            )
     assert all(worker is None for _, worker, _ in runs())  # none claimed yet
     cluster.start(
         "work",

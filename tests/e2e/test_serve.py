@@ -21,7 +21,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import WATCHDOG_INTERVAL, Cluster
-from tests.support.repo import ROOT, readme_block
+from tests.support.cli import Cli
+from tests.support.repo import ROOT, manual_block
 from tests.support.services import free_port, unavailable
 from tests.support.wait import wait_until
 
@@ -56,22 +57,15 @@ def metrics(base: str) -> dict[tuple[str, tuple[Any, ...]], float]:
     }
 
 
-def health(cluster: Cluster) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "cronchain.scheduler.cli", "health", "--json"],
-        env=cluster.env,
-        cwd=cluster.folder,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+def health(cli: Cli) -> tuple[int, dict[str, Any]]:
+    done = cli("health", "--json", code=None)
     return done.returncode, json.loads(done.stdout)
 
 
-def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Cluster):
-    cluster.cronchain("db", "upgrade")
+def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Cluster, cli: Cli):
+    cli("db", "upgrade")
     (cluster.folder / "jobs.yaml").write_text(JOBS)
-    cluster.cronchain("apply", "jobs.yaml")
+    cli("apply", "jobs.yaml")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     cluster.start(
@@ -82,7 +76,7 @@ def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Clust
     status, body = wait_until(lambda: (r := get(f"{base}/healthz"))[0] and r, 30, "serve")
     assert status == 503, body
     assert {"watchdog", "control_path", "work_path"} <= set(json.loads(body)["failed"])
-    code, report = health(cluster)
+    code, report = health(cli)
     assert code == 1 and not report["checks"]["work_path"]["ok"], report
     assert "no worker consumes queue cronchain.work" in report["checks"]["work_path"]["detail"]
 
@@ -105,7 +99,7 @@ def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Clust
     cluster.start_beat()
     status, body = wait_until(lambda: (r := get(f"{base}/healthz"))[0] == 200 and r, 60, "health")
     assert json.loads(body)["ok"]
-    assert health(cluster)[0] == 0
+    assert health(cli)[0] == 0
     found = metrics(base)
     assert found["cronchain_watchdog_last_pass_timestamp_seconds", ()] > 0
     succeeded = [
@@ -117,12 +111,12 @@ def test_serve_is_unhealthy_without_workers_and_healthy_with_them(cluster: Clust
     # back, it passes again.
     cluster.kill("beat")
     code, report = wait_until(
-        lambda: (r := health(cluster))[0] == 1 and r, 4 * WATCHDOG_INTERVAL, "health to fail"
+        lambda: (r := health(cli))[0] == 1 and r, 4 * WATCHDOG_INTERVAL, "health to fail"
     )
     assert report["failed"] == ["watchdog"], report
     assert "is beat running" in report["checks"]["watchdog"]["detail"], report
     cluster.start_beat()
-    wait_until(lambda: health(cluster)[0] == 0, 60, "health to pass again")
+    wait_until(lambda: health(cli)[0] == 0, 60, "health to pass again")
 
 
 def test_serve_refuses_other_addresses_without_credentials(tmp_path: Path):
@@ -156,7 +150,7 @@ def test_a_real_prometheus_scrapes_serve_and_keeps_the_job_s_labels(
     cluster.start(
         "serve", sys.executable, "-m", "cronchain.scheduler.cli", "serve", "--port", str(port)
     )
-    config = yaml.safe_load(readme_block("# prometheus.yml"))
+    config = yaml.safe_load(manual_block("# prometheus.yml"))
     config["global"] = {"scrape_interval": "1s"}
     config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))

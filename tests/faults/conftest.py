@@ -7,19 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.rig import Rig
-from tests.support.services import RedisServer, postgres_server
+from tests.faults.rig import Rig, running
+from tests.support.services import postgres_server
 
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    with postgres_server() as pg:
-        redis = RedisServer(tmp_path)
-        redis.start()
-        rig = Rig(tmp_path, pg, redis)
-        try:
-            rig.up()
-            yield rig
-        finally:
-            rig.down()
-            redis.stop()
+    with postgres_server() as pg, running(tmp_path, pg) as rig:
+        yield rig

@@ -1,7 +1,8 @@
 """The slow ``celery`` job of the fault suite (imported by workers via CRONCHAIN_IMPORTS).
 
-Each run of its body appends ``invocation attempt`` to a file, so the ledger can tell a
-body that ran twice for the same attempt (a fencing failure) from a retry."""
+Each run of its body appends ``invocation attempt time`` to a file, so the ledger can
+tell a body that ran twice for the same attempt (a fencing failure) from a retry, and
+when it ran."""
 
 import os
 import time
@@ -12,7 +13,7 @@ from cronchain.tasks import app
 @app.task(name="faults.slow", bind=True)
 def slow(self, log: str, seconds: float) -> None:  # type: ignore[no-untyped-def]
     header = getattr(self.request, "cronchain", None) or {}
-    line = f"{header.get('invocation')} {header.get('attempt')}\n"
+    line = f"{header.get('invocation')} {header.get('attempt')} {time.time()}\n"
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

@@ -18,10 +18,12 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import redis
 import sqlalchemy
@@ -35,6 +37,7 @@ from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
 from cronchain.scheduler.timing.schedules import parse_schedule
 from tests.e2e.harness import Cluster, HitCounter
 from tests.support.jobs import write_job_file
+from tests.support.netns import Namespace
 from tests.support.repo import ROOT
 from tests.support.services import PostgresServer, RedisServer
 from tests.support.wait import now, wait_until
@@ -45,7 +48,7 @@ HTTP_JOBS = 3  # http runs of 1.5 s against an endpoint of the rig's own, on the
 WATCHDOG_INTERVAL = 2.0
 LEASE = 3.0  # seconds; how long the rig must be quiet before nothing may be unfinished
 # cronchain's control path, its work path (noop and http runs, on threads) and the
-# user's slow task run on workers of their own, as the README advises.
+# user's slow task run on workers of their own, as the manual advises (docs/how-to/work-path.md).
 WORKERS = {"worker": "cronchain", "work": "cronchain.work", "tasks": "slow"}
 POOLS = {"work": ("threads", 20)}  # the others: prefork, two processes
 SUMMARY: list[str] = []  # one line per fault, printed at the end of the run
@@ -55,7 +58,8 @@ WITNESSED = ("slow", "http")  # the jobs whose work the rig sees done (name pref
 
 def fault_job_file(path: Path, slow_logs: Path, slow_url: str) -> Path:
     """The rig's jobs: noop ones, celery tasks that take 1.5 s on the ``slow`` queue, and
-    http runs of 1.5 s against ``slow_url``; each with a short lease and five attempts."""
+    http runs of 1.5 s against ``slow_url`` (each on a path of its own name); each with a
+    short lease and five attempts."""
     controls = {"lease": f"{LEASE:g}s", "retries": {"max_attempts": 5, "backoff": "1s"}}
     specs = [
         {"name": f"noop{i:02d}", "schedule": f"every {1 + i % 2}s", "noop": {}, **controls}
@@ -78,7 +82,7 @@ def fault_job_file(path: Path, slow_logs: Path, slow_url: str) -> Path:
         {
             "name": f"http{i}",
             "schedule": "every 2s",
-            "http": {"url": slow_url, "method": "POST", "timeout": "10s"},
+            "http": {"url": f"{slow_url}/http{i}", "method": "POST", "timeout": "10s"},
             **controls,
         }
         for i in range(HTTP_JOBS)
@@ -91,21 +95,43 @@ class Rig:
     folder: Path
     pg: PostgresServer
     redis: RedisServer
+    standby: PostgresServer | None = None  # a streaming replica of pg (the failovers)
+    host: str = "127.0.0.1"  # where the servers and the http jobs' endpoint listen
+    namespace: Namespace | None = None  # where the workers that a partition cuts off run
+    broker: str | None = None  # another broker than the rig's Redis (RabbitMQ's URL)
+    # When the database lost what it committed (a replica promoted without it): work
+    # begun in that window may be done again, as the manual says (``Ledger.redone``).
+    forgotten: tuple[float, float] | None = None
+    # The jobs (``fault_job_file``'s arguments), how long each http call and slow body
+    # takes, and how often the watchdog passes: ``bench.soak`` runs a bigger mix.
+    jobs: Callable[[Path, Path, str], Path] = fault_job_file
+    call_seconds: float = 1.5
+    watchdog_interval: float = WATCHDOG_INTERVAL
     cluster: Cluster = field(init=False)
     db: sqlalchemy.Engine = field(init=False)
+
+    @property
+    def url(self) -> str:
+        """The database cronchain reaches: pg, or with a standby whichever of the two
+        takes writes (a multi-host URL, as a user's failover setup names both)."""
+        if self.standby is None:
+            return self.pg.url
+        hosts = "&".join(f"host=127.0.0.1:{s.port}" for s in (self.pg, self.standby))
+        return f"postgresql+psycopg://postgres@/postgres?{hosts}&target_session_attrs=read-write"
 
     def __post_init__(self) -> None:
         self.slow_logs = self.folder / "slow-runs"  # a file per slow job, named after it
         self.cluster = Cluster.create(
             self.folder,
-            CRONCHAIN_DATABASE_URL=self.pg.url,
-            CRONCHAIN_BROKER_URL=self.redis.url,
-            CRONCHAIN_WATCHDOG_INTERVAL=f"{WATCHDOG_INTERVAL:g}",
+            CRONCHAIN_DATABASE_URL=self.url,
+            CRONCHAIN_BROKER_URL=self.broker or self.redis.url,
+            CRONCHAIN_WATCHDOG_INTERVAL=f"{self.watchdog_interval:g}",
             CRONCHAIN_IMPORTS="tests.faults.fault_tasks",
+            CRONCHAIN_HTTP_ALLOW=self.host,
             PYTHONPATH=str(ROOT),
         )
-        self.db = make_engine(self.pg.url)
-        self.endpoint = HitCounter(delay=1.5)  # the http jobs' calls take 1.5 s
+        self.db = make_engine(self.url)
+        self.endpoint = HitCounter(delay=self.call_seconds, host=self.host)
 
     def up(self) -> None:
         """Migrate, start a worker and beat, apply the jobs, and let them run a while."""
@@ -113,7 +139,7 @@ class Rig:
         self.slow_logs.mkdir()
         self.start_beat()
         self.start_workers()
-        jobs_file = fault_job_file(self.folder / "jobs.yaml", self.slow_logs, self.endpoint.url)
+        jobs_file = self.jobs(self.folder / "jobs.yaml", self.slow_logs, self.endpoint.url)
         self.cluster.cronchain("apply", str(jobs_file))
         self.fired_since(now(), 20)
 
@@ -125,17 +151,18 @@ class Rig:
         for name in WORKERS:
             self.kill(name)
 
-    def start_worker(self, name: str = "worker", queues: str | None = None) -> None:
-        """Start a worker and wait until it consumes (its log says "ready." once more)."""
+    def start_worker(
+        self, name: str = "worker", queues: str | None = None, like: str | None = None
+    ) -> None:
+        """Start a worker (with the pool of the rig's worker ``like``, else its own) and
+        wait until it consumes (its log says "ready." once more)."""
         path = self.folder / f"{name}.log"
         before = path.read_text(errors="replace").count(" ready.") if path.exists() else 0
-        pool, concurrency = POOLS.get(name, ("prefork", 2))
+        pool, concurrency = POOLS.get(like or name, ("prefork", 2))
         self.cluster.start_worker(
             name, queues=queues or WORKERS[name], concurrency=concurrency, pool=pool
         )
-        wait_until(
-            lambda: self.cluster.log(name).count(" ready.") > before, 60, f"{name} to be ready"
-        )
+        self.cluster.wait_ready(name, times=before + 1)
 
     def start_beat(self, name: str = "beat") -> None:
         self.cluster.start_beat(name)
@@ -145,7 +172,6 @@ class Rig:
 
     def fired_since(self, t: datetime, timeout: float) -> float:
         """Seconds from ``t`` until every job had started a run after it."""
-        count = NOOP_JOBS + SLOW_JOBS + HTTP_JOBS
         query = (
             select(invocations.c.job_id, func.min(invocations.c.started_at, type_=UTCDateTime))
             .where(invocations.c.started_at >= t)
@@ -156,6 +182,7 @@ class Rig:
             try:
                 with self.db.connect() as conn:
                     fired = dict(conn.execute(query).all())
+                    count = conn.execute(select(func.count()).select_from(jobs)).scalar_one()
             except sqlalchemy.exc.OperationalError:
                 return None  # the database is still coming back
             return fired if len(fired) == count else None
@@ -167,6 +194,37 @@ class Rig:
         self.cluster.stop_all()
         self.db.dispose()
         self.endpoint.close()
+
+
+@contextmanager
+def running(
+    folder: Path,
+    pg: PostgresServer,
+    before: Callable[[Rig], None] = lambda rig: None,
+    **options: Any,
+) -> Iterator[Rig]:
+    """A rig on ``pg`` and a Redis of its own (started unless ``options`` give another
+    broker; on ``broker_host`` if they give one, else on ``host``), up until the block
+    ends; ``before`` sets it up further before it starts."""
+    broker_host = options.pop("broker_host", None)
+    redis = RedisServer(folder, broker_host or options.get("host", "127.0.0.1"))
+    if options.get("broker") is None:
+        redis.start()
+    rig = Rig(folder, pg, redis, **options)
+    try:
+        before(rig)
+        rig.up()
+        yield rig
+    finally:
+        rig.down()
+        redis.stop()
+
+
+def lapsed_leases(rig: Rig) -> list[dict[str, Any]]:
+    """Every attempt the watchdog ended because its lease lapsed."""
+    with rig.db.connect() as conn:
+        attempts = conn.execute(select(invocations.c.attempts)).scalars().all()
+    return [a for run in attempts for a in run or [] if a["reason"] == "lease expired"]
 
 
 def fault_seed() -> int:
@@ -315,14 +373,15 @@ def malformed_messages(rig: Rig, rng: random.Random) -> datetime:
     return now()
 
 
-# A process killed and started again, or every message flushed: the README promises
+# A process killed and started again, or every message flushed: the manual promises
 # every job fires again within two watchdog intervals of the restart.
 WITHIN_TWO_INTERVALS = {"kill_worker", "kill_beat", "kill_both", "redis_flushall"}
 # Otherwise Celery's own reconnection comes first: it retries Redis after 2, 4, 6 s...,
 # and a psycopg pool notices a restarted PostgreSQL on its next checkout.
 RECOVERY_BOUND = 15.0
 
-FAULTS: dict[str, Callable[[Rig, random.Random], datetime]] = {
+Fault = Callable[[Rig, random.Random], datetime]
+FAULTS: dict[str, Fault] = {
     f.__name__: f
     for f in (
         kill_worker,
@@ -353,6 +412,8 @@ class Ledger:
     unexpected: list[tuple[str, datetime]] = field(default_factory=list)
     duplicates: int = 0
     crossed: int = 0  # work done or outcomes recorded on another job's run
+    redone: int = 0  # work begun while the database forgot it, done again or recorded nowhere
+    detail: list[str] = field(default_factory=list)  # what each duplicate and crossing was
     unfinished: int = 0
     recover: float = 0.0
 
@@ -364,6 +425,7 @@ class Ledger:
             f"skipped {sum(self.skipped.values()):>3} ({skipped})  failed {failed}  "
             f"duplicates {self.duplicates}  crossed {self.crossed}  lost {len(self.lost)}  "
             f"recovered in {self.recover:.1f} s"
+            + (f"  redone {self.redone}" if self.redone else "")
         )
 
     @property
@@ -377,8 +439,7 @@ def check_ledger(rig: Rig, end: datetime) -> Ledger:
     http call made twice for one attempt; no outcome recorded on another job's run."""
     ledger = Ledger()
     witnessed_at = now()  # the work done is read first: every run it names exists
-    bodies = {p.name: p.read_text().split("\n") for p in rig.slow_logs.iterdir()}
-    calls = Counter(rig.endpoint.calls)
+    work = witnessed(rig)
     with rig.db.connect() as conn:
         job_rows = conn.execute(
             select(jobs.c.id, jobs.c.name, jobs.c.schedule, jobs.c.created_at)
@@ -393,6 +454,9 @@ def check_ledger(rig: Rig, end: datetime) -> Ledger:
     for row in rows:
         by_slot.setdefault((row.job_id, row.slot), []).append(row)
     ledger.duplicates = sum(len(v) - 1 for v in by_slot.values())
+    ledger.detail += [
+        f"slot {key} recorded {len(v)} times" for key, v in by_slot.items() if len(v) > 1
+    ]
     for job in job_rows:
         schedule = parse_schedule(job.schedule)
         slots, slot = set(), schedule.next_after(job.created_at)
@@ -411,60 +475,111 @@ def check_ledger(rig: Rig, end: datetime) -> Ledger:
             ledger.failed[f"{row.status}: {row.error or row.reason}"] += 1
         else:
             ledger.unfinished += 1
-    for lines in bodies.values():
-        runs = Counter(line for line in lines if line)
-        ledger.duplicates += sum(n - 1 for n in runs.values() if n > 1)
-    ledger.duplicates += sum(n - 1 for n in calls.values() if n > 1)
     with rig.db.connect() as conn:
-        ledger.crossed = crossed_runs(conn, bodies, calls, witnessed_at)
+        owner = owners(conn)
+        ended = ended_by_a_body(conn, owner, witnessed_at)
+    check_work(ledger, work, owner, ended, rig.forgotten)
     return ledger
 
 
-def crossed_runs(
-    conn: sqlalchemy.Connection,
-    bodies: dict[str, list[str]],
-    calls: Counter[tuple[int, int]],
-    witnessed_at: datetime,
-) -> int:
-    """How many times a run and the work done for it belong to different jobs: a slow
-    job's task body that ran under another job's run; a run's attempt that ended by its
-    task (SUCCEEDED, or FAILED with the task's ``error``) before ``witnessed_at`` while no
-    body of its own job ran for that attempt (the outcome came from another job's task);
-    an http call for a run that is not an http job's. Each is a claim or an outcome
-    matched by an id that named another job's run."""
+@dataclass(frozen=True)
+class Work:
+    """A slow job's task body or an http job's call, as the job saw it done."""
+
+    job: str
+    invocation: int
+    attempt: int
+    at: float  # time.time() when it began
+    key: str | None = None  # an http call's Idempotency-Key
+
+
+def witnessed(rig: Rig) -> list[Work]:
+    work = [
+        Work(path.name, int(inv), int(attempt), float(at))
+        for path in rig.slow_logs.iterdir()
+        for inv, attempt, at in (line.split() for line in path.read_text().splitlines())
+    ]
+    return work + [
+        Work(call.path.rsplit("/", 1)[-1], call.invocation, call.attempt, call.at, call.key)
+        for call in list(rig.endpoint.received)
+    ]
+
+
+def owners(conn: sqlalchemy.Connection) -> dict[int, str]:
+    """The job of each run of a witnessed job (slow or http), by the run's id."""
     names = dict(conn.execute(select(jobs.c.id, jobs.c.name)).all())
+    watched = [j for j, n in names.items() if n.startswith(WITNESSED)]
+    ids = conn.execute(select(invocations.c.id, invocations.c.job_id).where(
+        invocations.c.job_id.in_(watched))).all()  # fmt: skip
+    return {inv: names[job_id] for inv, job_id in ids}
+
+
+def ended_by_a_body(
+    conn: sqlalchemy.Connection, owner: dict[int, str], witnessed_at: datetime
+) -> list[tuple[str, int, int]]:
+    """Each attempt of a slow job's run that ended by its task before ``witnessed_at``
+    (SUCCEEDED, or FAILED with the task's ``error``): a body must have run for it."""
+    slow = [inv for inv, name in owner.items() if name.startswith("slow")]
     runs = conn.execute(
         select(
-            invocations.c.id, invocations.c.job_id, invocations.c.status,
-            invocations.c.reason, invocations.c.attempt, invocations.c.finished_at,
-            invocations.c.attempts,
-        ).where(invocations.c.job_id.in_([j for j, n in names.items() if n.startswith(WITNESSED)]))
+            invocations.c.id, invocations.c.status, invocations.c.reason,
+            invocations.c.attempt, invocations.c.finished_at, invocations.c.attempts,
+        ).where(invocations.c.id.in_(slow))
     ).all()  # fmt: skip
-    owner = {run.id: names[run.job_id] for run in runs}
-    seen = {
-        (name, *map(int, line.split()))
-        for name, lines in bodies.items()
-        for line in lines
-        if line.replace(" ", "").isdigit()
-    }
-    crossed = sum(owner.get(inv) != name for name, inv, _attempt in seen)
-    crossed += sum(not owner.get(inv, "").startswith("http") for inv, _attempt in calls)
+    ended = []
     for run in runs:
-        if not owner[run.id].startswith("slow"):
-            continue
-        ended = [
+        attempts = [
             (a["attempt"], datetime.fromisoformat(a["finished_at"]))
             for a in run.attempts or []
             if a["reason"] == "error"
         ]
         if run.finished_at and (run.status == "SUCCEEDED" or run.reason == "error"):
-            ended.append((run.attempt, run.finished_at))
-        crossed += sum(
-            (owner[run.id], run.id, attempt) not in seen
-            for attempt, at in ended
-            if at < witnessed_at
-        )
-    return crossed
+            attempts.append((run.attempt, run.finished_at))
+        ended += [(owner[run.id], run.id, a) for a, at in attempts if at < witnessed_at]
+    return ended
+
+
+def check_work(
+    ledger: Ledger,
+    work: list[Work],
+    owner: dict[int, str],
+    ended: list[tuple[str, int, int]],
+    forgotten: tuple[float, float] | None,
+) -> None:
+    """The work done against the runs recorded. A duplicate: a body run or a call made
+    twice for one attempt. A crossing: work done under another job's run, an attempt
+    ended by a body it never ran (an outcome taken from another job's task), or one
+    Idempotency-Key sent by two jobs. Each is a claim or an outcome matched by an id that
+    named another run. Work begun in the ``forgotten`` window is the exception: its run
+    is no longer recorded, or its id was handed out again, and it may be done again
+    (counted as ``redone``)."""
+
+    def lost_with_the_database(first: Work) -> bool:
+        return forgotten is not None and forgotten[0] <= first.at <= forgotten[1]
+
+    by_attempt: dict[tuple[str, int, int], list[Work]] = {}
+    for done in sorted(work, key=lambda w: w.at):
+        by_attempt.setdefault((done.job, done.invocation, done.attempt), []).append(done)
+    for (job, inv, attempt), done in by_attempt.items():
+        what = f"{job}'s work for run {inv} attempt {attempt}"
+        once_more = len(done) == 2 or (len(done) == 1 and owner.get(inv) != job)
+        if lost_with_the_database(done[0]) and once_more:
+            ledger.redone += 1
+        elif len(done) > 1:
+            ledger.duplicates += len(done) - 1
+            ledger.detail.append(f"{what} done {len(done)} times")
+        elif owner.get(inv) != job:
+            ledger.crossed += 1
+            ledger.detail.append(f"{what}, which is {owner.get(inv)}'s")
+    crossed = [f"run {inv} attempt {a} of {job} ended by a body it never ran"
+               for job, inv, a in ended if (job, inv, a) not in by_attempt]  # fmt: skip
+    keys: dict[str, set[str]] = {}
+    for done in work:
+        if done.key is not None:
+            keys.setdefault(done.key, set()).add(done.job)
+    crossed += [f"Idempotency-Key {k} sent by {sorted(j)}" for k, j in keys.items() if len(j) > 1]
+    ledger.crossed += len(crossed)
+    ledger.detail += crossed
 
 
 def settle(rig: Rig, end: datetime, timeout: float = 30) -> Ledger:
@@ -487,16 +602,35 @@ def recovery_bound(faults: list[str]) -> float:
     return RECOVERY_BOUND
 
 
+def whole_after(rig: Rig, faults: list[Fault], label: str) -> tuple[Ledger, str]:
+    """Run ``faults`` (with a seed printed to replay them), and check that the ledger is
+    whole and nothing unfinished; the ledger, and what a failure should say."""
+    seed = fault_seed()
+    print(f"{label}: seed {seed}")
+    ledger = run_fault(rig, faults, random.Random(seed))
+    detail = account(rig, ledger, label)
+    assert ledger.whole and ledger.unfinished == 0, detail
+    return ledger, detail
+
+
+def account(rig: Rig, ledger: Ledger, label: str) -> str:
+    """Add the ledger's line to the suite's summary; return what a failure should say."""
+    SUMMARY.append(ledger.line(label))
+    detail = f"{ledger.line(label)}\nlost {ledger.lost[:5]} unexpected {ledger.unexpected[:5]} "
+    detail += f"failed {dict(ledger.failed)}\n" + "\n".join(ledger.detail[:20])
+    return f"{detail}\n{logs_tail(rig)}"
+
+
 def logs_tail(rig: Rig) -> str:
     tails = [f"--- {name}\n{rig.cluster.log(name)[-2000:]}" for name in (*WORKERS, "beat")]
     return "\n".join(tails)
 
 
-def run_fault(rig: Rig, faults: list[str], rng: random.Random) -> Ledger:
+def run_fault(rig: Rig, faults: list[Fault], rng: random.Random) -> Ledger:
     """Run ``faults`` one after another on a running rig, then check the whole window."""
     restored = now()
-    for name in faults:
-        restored = FAULTS[name](rig, rng)
+    for fault in faults:
+        restored = fault(rig, rng)
         time.sleep(rng.uniform(0.5, 2.0))
     recover = rig.fired_since(restored, RECOVERY_BOUND + 10)
     time.sleep(2)  # a little steady state after the recovery
@@ -505,5 +639,5 @@ def run_fault(rig: Rig, faults: list[str], rng: random.Random) -> Ledger:
     ledger.recover = recover
     for name, process in rig.cluster.processes.items():
         assert process.poll() is None, f"{name} died:\n{logs_tail(rig)}"
-    print(ledger.line("+".join(faults)), file=sys.stderr)
+    print(ledger.line("+".join(f.__name__ for f in faults)), file=sys.stderr)
     return ledger

@@ -14,11 +14,10 @@ import pytest
 
 from tests.faults.rig import (
     FAULTS,
-    SUMMARY,
     Ledger,
     Rig,
+    account,
     fault_seed,
-    logs_tail,
     recovery_bound,
     run_fault,
 )
@@ -28,9 +27,7 @@ MIXED = 4
 
 
 def check(rig: Rig, ledger: Ledger, faults: list[str], label: str) -> None:
-    SUMMARY.append(ledger.line(label))
-    detail = f"{ledger.line(label)}\nlost {ledger.lost[:5]} unexpected {ledger.unexpected[:5]} "
-    detail += f"failed {dict(ledger.failed)}\n{logs_tail(rig)}"
+    detail = account(rig, ledger, label)
     assert ledger.whole, detail
     assert ledger.unfinished == 0, detail
     assert ledger.recover <= recovery_bound(faults), detail
@@ -40,7 +37,7 @@ def check(rig: Rig, ledger: Ledger, faults: list[str], label: str) -> None:
 def test_fault(rig: Rig, fault: str) -> None:
     seed = fault_seed()
     print(f"{fault}: seed {seed}")
-    check(rig, run_fault(rig, [fault], random.Random(seed)), [fault], fault)
+    check(rig, run_fault(rig, [FAULTS[fault]], random.Random(seed)), [fault], fault)
 
 
 def test_mixed_faults(rig: Rig) -> None:
@@ -48,4 +45,5 @@ def test_mixed_faults(rig: Rig) -> None:
     rng = random.Random(seed)
     faults = rng.choices(sorted(FAULTS), k=MIXED)
     print(f"mixed faults {faults}: replay with CRONCHAIN_FAULT_SEED={seed}")
-    check(rig, run_fault(rig, faults, rng), faults, f"mixed (seed {seed})")
+    ledger = run_fault(rig, [FAULTS[name] for name in faults], rng)
+    check(rig, ledger, faults, f"mixed (seed {seed})")

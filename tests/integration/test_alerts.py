@@ -145,7 +145,7 @@ def test_late_start_and_running_longer_by_the_watchdog(
     watchdog.run_once(engine)  # a second watchdog: the same alert
     assert [r["event"] for r in alert_rows(engine)] == ["late_start>30s"]
     call = port.runs[-1]  # sent again by the watchdog: either copy claims it
-    assert engine.runs.claim(call.invocation_id, call.attempt, "w") is not None
+    assert engine.attempts.claim(call.invocation_id, call.attempt, "w") is not None
     clock.advance(61)
     watchdog.run_once(engine)
     assert [r["event"] for r in alert_rows(engine)] == ["late_start>30s", "running_longer>60s"]

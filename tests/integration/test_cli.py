@@ -19,7 +19,8 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def cli(pg_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    return process_cli(pg_url, tmp_path)
+    with process_cli(pg_url, tmp_path) as run:
+        yield run
 
 
 def test_apply_jobs_history_and_commands(cli, tmp_path: Path):  # type: ignore[no-untyped-def]

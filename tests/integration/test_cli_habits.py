@@ -25,7 +25,8 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def cli(pg_url: str, tmp_path: Path) -> Any:
-    return process_cli(pg_url, tmp_path)
+    with process_cli(pg_url, tmp_path) as run:
+        yield run
 
 
 def applied(cli: Any, tmp_path: Path) -> None:

@@ -72,8 +72,8 @@ def test_an_old_attempt_can_neither_report_nor_start_again(db: sqlalchemy.Engine
     assert (rows(engine)[0]["status"], rows(engine)[0]["attempt"]) == ("RUNNING", 2)
     # The zombie of attempt 1 reports, and its start message is delivered again.
     assert engine.runs.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=1) is False
-    engine.runs.start_invocation(inv, 1)
-    engine.runs.start_invocation(inv, 2)  # a repeated start of the current attempt, too
+    engine.attempts.start_invocation(inv, 1)
+    engine.attempts.start_invocation(inv, 2)  # a repeated start of the current attempt, too
     [row] = rows(engine)
     assert (row["status"], row["attempt"]) == ("RUNNING", 2)
     assert engine.runs.finish_invocation(inv, Outcome(S.SUCCEEDED), attempt=2) is True

@@ -67,7 +67,7 @@ def test_an_outcome_survives_a_database_restart(
     sched = Scheduler(engine)
     sched.apply([JobSpec("p", "a", "triggered")], project="p")
     invocation = sched.trigger("p/a")["invocation"]
-    engine.runs.start_invocation(invocation)
+    engine.attempts.start_invocation(invocation)
     deliver_runs(engine, port)  # the database goes away during the run
     [run] = sched.history("p/a")
     assert (run["id"], run["status"], run["error"]) == (invocation, "SUCCEEDED", None)

@@ -84,7 +84,7 @@ def etl_module(folder: Path, name: str = "etl_tasks", *, hourly: bool = True) ->
 
 
 @pytest.fixture
-def cli(pg_url: str, tmp_path: Path) -> Cli:
+def cli(pg_url: str, tmp_path: Path) -> Iterator[Cli]:
     """``cronchain`` as an operator runs it, in a folder holding the app's module."""
     env = dict(
         os.environ,
@@ -94,7 +94,8 @@ def cli(pg_url: str, tmp_path: Path) -> Cli:
     )
     env.pop("CRONCHAIN_BROKER_URL", None)  # messages go to the embedded filesystem broker
 
-    return cli_runner(env, tmp_path)
+    with cli_runner(env, tmp_path) as run:
+        yield run
 
 
 @pytest.fixture

@@ -81,18 +81,18 @@ def test_a_run_started_here_commits_with_its_tick(
     clock.advance(10)
     [(job_id, nonce, _)] = port.ticks
     port.clear()
-    save_job = job_store.save_job
 
     def database_gone(*_: Any, **__: Any) -> None:
         raise TransientError("database unavailable")
 
-    monkeypatch.setattr(job_store, "save_job", database_gone)  # after the run's insert
-    with pytest.raises(TransientError):
-        engine.tick(job_id, nonce, start_here=True)
+    with monkeypatch.context() as patched:  # the job's save, after the run's insert
+        patched.setattr(job_store, "save_job", database_gone)
+        patched.setattr(job_store, "save_jobs", database_gone)
+        with pytest.raises(TransientError):
+            engine.tick(job_id, nonce, start_here=True)
     assert rows(engine) == [] and port.ticks == []  # the run was rolled back with its tick
     assert job(engine).snapshot.tick_nonce == nonce  # so Celery's retry fires the slot
 
-    monkeypatch.setattr(job_store, "save_job", save_job)
     engine.tick(job_id, nonce, start_here=True)
     deliver_runs(engine, port)
     [inv] = rows(engine)

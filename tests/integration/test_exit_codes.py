@@ -1,8 +1,9 @@
-"""The README's exit codes, command by command: 0 done, 1 the database or the broker
-cannot be reached (or the database is not migrated), 2 bad input. Each failure is one
-line on stderr that names its cause, never a traceback.
+"""The exit codes of the command line's reference (docs/reference/cli.md), command by
+command: 0 done, 1 the database or the broker cannot be reached (or the database is not
+migrated), 2 bad input. Each failure is one line on stderr that names its cause, never a
+traceback.
 
-Each case runs every command of the README's table: in this process where nothing is
+Each case runs every command of that table: in this process where nothing is
 sent (fast), and as real processes, several at a time, for the commands that send (a
 process reads its Celery settings once) and for one command of each case, so that the
 real entry point is seen to print one line too.
@@ -65,7 +66,7 @@ class Done:
 
 
 def commands(folder: Path, invocation: int = 1) -> dict[str, list[str]]:
-    """Each command of the README's table, as the test table runs it."""
+    """Each command of the reference's table, as the test table runs it."""
     (folder / "other.yaml").write_text(OTHER)
     return {
         "db upgrade": ["db", "upgrade"],
@@ -243,6 +244,23 @@ def test_a_database_not_migrated_says_to_upgrade_it(  # type: ignore[no-untyped-
     check("jobs, in a real process", real, 1, *cause)
     check("db upgrade", in_process(upgrade, env, tmp_path, monkeypatch, capsys), 0)
     check("jobs", in_process(["jobs"], env, tmp_path, monkeypatch, capsys), 0)
+
+
+@pytest.mark.postgres
+def test_a_migration_the_database_refuses_is_one_line(  # type: ignore[no-untyped-def]
+    empty_database: str, tmp_path: Path, monkeypatch, capsys
+):
+    """A table of cronchain's name made by someone else: the migration that creates it
+    fails, and ``db upgrade`` says so in one line (exit 1), not with a traceback."""
+    engine = sqlalchemy.create_engine(
+        empty_database.replace("postgresql://", "postgresql+psycopg://")
+    )
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE pools (name text)")
+    engine.dispose()
+    env = {"CRONCHAIN_DATABASE_URL": empty_database}
+    done = in_process(["db", "upgrade"], env, tmp_path, monkeypatch, capsys)
+    check("db upgrade", done, 1, f"database {shown(empty_database)}", "pools")
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -84,7 +84,7 @@ def server() -> Iterator[Server]:
 
 def call(url: str, **options: Any) -> Call:
     spec = JobSpec("p", "h", "triggered", kind="http", options={"url": url, **options})
-    return Call(7, 1, "p/h", None, dict(spec.options))
+    return Call(7, 1, "p/h", None, dict(spec.options), trigger_id="t1")
 
 
 @pytest.mark.parametrize(
@@ -121,8 +121,37 @@ def test_allowed_addresses_are_called_with_an_idempotency_key(server: Server):
     outcome = HttpInvoker(LOOPBACK).invoke(call(f"http://127.0.0.1:{server.port}/x"))
     assert outcome is not None and outcome.status == "SUCCEEDED"
     [(_, headers)] = server.requests
-    assert headers["Idempotency-Key"] == "cronchain-7"
+    assert headers["Idempotency-Key"] == "cronchain/p/h/trigger-t1"
     assert (headers["X-Cronchain-Invocation"], headers["X-Cronchain-Attempt"]) == ("7", "1")
+
+
+def test_the_idempotency_key_names_the_run_not_an_id_a_database_may_hand_out_again(
+    server: Server,
+):
+    """A database that lost its last transactions (an asynchronous replica promoted, a
+    backup restored) hands their invocation ids out again: a key made of the id names two
+    runs, and a receiver that honours it drops the second as a retry of the first. The key
+    is the run's job and slot (or trigger), the same when that slot is fired again."""
+    slot = datetime(2026, 11, 28, 3, 0, tzinfo=UTC)
+    options = dict(call(f"http://127.0.0.1:{server.port}/x").options)
+    for sent in (
+        Call(7, 1, "p/a", slot, options),
+        Call(7, 1, "p/b", slot, options),  # id 7 handed out again, to another job
+        Call(9, 2, "p/a", slot, options),  # p/a's slot fired again, under another id
+        Call(7, 1, "p/a", None, options, trigger_id="5f0c"),
+    ):
+        HttpInvoker(LOOPBACK).invoke(sent)
+    assert Call(7, 1, "p/a", slot.astimezone(timezone(timedelta(hours=2))), options).key == (
+        "cronchain/p/a/2026-11-28T03:00:00Z"  # an instant, in UTC whatever its zone
+    )
+    half = Call(7, 1, "p/a", slot + timedelta(milliseconds=500), options).key
+    assert half == "cronchain/p/a/2026-11-28T03:00:00.500000Z"  # a slot under a second
+    assert [headers["Idempotency-Key"] for _, headers in server.requests] == [
+        "cronchain/p/a/2026-11-28T03:00:00Z",
+        "cronchain/p/b/2026-11-28T03:00:00Z",
+        "cronchain/p/a/2026-11-28T03:00:00Z",
+        "cronchain/p/a/trigger-5f0c",
+    ]
 
 
 def test_a_redirect_to_a_refused_address_is_not_followed(server: Server):

@@ -14,12 +14,12 @@ import logging
 import os
 import re
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -40,8 +40,10 @@ from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.scheduler.workers import hooks, runtime, work
 from cronchain.scheduler.workers.port import CeleryPort
 from tests.support.engine import Clock, RecordingPort
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.postgres
+REDIS = "redis://127.0.0.1:6379/0"  # the broker the fake apps name: its priorities
 
 
 @dataclass
@@ -50,6 +52,7 @@ class CeleryWire(RecordingPort):
     keeps each message (task name, options, headers) as the broker would."""
 
     messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    conf: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(broker_url=REDIS))
 
     def run(self, call: Call) -> None:
         super().run(call)
@@ -77,12 +80,9 @@ class Bodies:
             return self.gates.setdefault(name, threading.Event())
 
 
-def until(condition: Callable[[], Any], what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+def until(condition: Callable[[], Any], what: str) -> None:
+    """In-process threads: asked often, so that the test waits no longer than they do."""
+    wait_until(condition, 10, what, every=0.01)
 
 
 # The user's worker: an app with cronchain's hooks installed, and one task whose body
@@ -133,7 +133,7 @@ class Deliveries:
             invocation_id, attempt, eta = message
             if eta is None or eta <= self.clock.now:
                 self.port.start_messages.remove(message)
-                self.engine.runs.start_invocation(invocation_id, attempt)
+                self.engine.attempts.start_invocation(invocation_id, attempt)
         while self.delivered < len(self.port.messages):
             name, options = self.port.messages[self.delivered]
             self.delivered += 1
@@ -165,7 +165,7 @@ def celery_job(project: str, name: str, **controls: Any) -> JobSpec:
 def start_due(engine: Engine, port: RecordingPort) -> None:
     """Deliver the start messages sent so far (the control path's start_invocation)."""
     for invocation_id, attempt, _eta in port.start_messages:
-        engine.runs.start_invocation(invocation_id, attempt)
+        engine.attempts.start_invocation(invocation_id, attempt)
     port.start_messages.clear()
 
 
@@ -279,8 +279,8 @@ def test_a_claim_heartbeat_or_outcome_naming_another_job_is_refused(
     engine, _port, call, other = sent_run(db, clock)
     inv, attempt = call.invocation_id, call.attempt
     assert call.job_id is not None and call.job_id != other
-    assert engine.runs.claim(inv, attempt, "w@other", job_id=other) is None
-    assert engine.runs.claim(inv, attempt, "w@test", job_id=call.job_id) is not None
+    assert engine.attempts.claim(inv, attempt, "w@other", job_id=other) is None
+    assert engine.attempts.claim(inv, attempt, "w@test", job_id=call.job_id) is not None
     with engine.db.begin() as conn:
         lease = clock.now + timedelta(seconds=60)
         assert not run_store.renew_lease(conn, inv, attempt, lease, job_id=other)
@@ -322,6 +322,7 @@ class SentMessages:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.conf = SimpleNamespace(broker_url=REDIS)
 
     def send_task(self, name: str, **options: Any) -> None:
         self.sent.append((name, options))
@@ -333,7 +334,7 @@ def test_the_job_travels_with_every_attempt_sent():
     port = CeleryPort(app, "cronchain", "cronchain.work")  # type: ignore[arg-type]
     noop = Call(11, 2, "p/a", None, {}, kind="noop", job_id=5)
     options = {"task": "t", "args": [], "kwargs": {}, "queue": "q"}
-    task = Call(12, 1, "p/b", None, options, kind="celery", job_id=6)
+    task = Call(12, 1, "p/b", None, options, kind="celery", job_id=6, trigger_id="t9")
     port.run(noop)
     port.run(task)
     port.run_batch([noop])
@@ -344,6 +345,7 @@ def test_the_job_travels_with_every_attempt_sent():
         "invocation": 12,
         "attempt": 1,
         "job": 6,
+        "key": "cronchain/p/b/trigger-t9",  # the run's, which no other run has (Call.key)
         "lease": None,
     }
     assert (batch_name, batch["args"]) == ("cronchain.run_batch", ([[11, 2, 5]],))
@@ -397,7 +399,7 @@ def test_a_200_kb_exception_is_recorded_bounded(db: sqlalchemy.Engine, clock: Cl
     assert len(huge) > 200_000
     for attempt in (1, 2):
         start_due(engine, port)
-        assert engine.runs.claim(inv, attempt, "w") is not None
+        assert engine.attempts.claim(inv, attempt, "w") is not None
         engine.runs.finish_invocation(inv, Outcome.failed(huge, "error"), attempt=attempt)
         clock.advance(5)
     shown = api.invocation(inv)

@@ -108,7 +108,7 @@ def test_each_job_counts_its_failures_and_its_run_time(
         deliver_ticks_and_starts(engine, port)  # the start, sent to the work path
         [call] = port.runs
         port.runs.clear()
-        assert engine.runs.claim(call.invocation_id, call.attempt, "w") is not None
+        assert engine.attempts.claim(call.invocation_id, call.attempt, "w") is not None
         clock.advance(seconds)
         engine.runs.record_patiently(call.invocation_id, call.attempt, outcome)
     failed_at = clock.now

@@ -45,7 +45,8 @@ def running(engine: Engine, port: RecordingPort, clock: Clock, advance: float = 
     """Tick what is due and claim the runs it sent: their outcomes are for the test."""
     clock.advance(advance)
     engine.tick_many(sent(port), start_here=True)
-    calls = engine.runs.claim_many([(c.invocation_id, c.attempt, c.job_id) for c in port.runs], "w")
+    attempts = [(c.invocation_id, c.attempt, c.job_id) for c in port.runs]
+    calls = engine.attempts.claim_many(attempts, "w")
     port.runs.clear()
     return calls
 
@@ -107,9 +108,9 @@ def test_a_group_writes_the_rows_one_outcome_at_a_time_writes(
     for round_ in range(6):
         calls += running(engine, port, clock)
         for invocation_id in port.starts:  # retries and triggered runs
-            engine.runs.start_invocation(invocation_id)
+            engine.attempts.start_invocation(invocation_id)
         port.starts.clear()
-        calls += engine.runs.claim_many(
+        calls += engine.attempts.claim_many(
             [(c.invocation_id, c.attempt, c.job_id) for c in port.runs], "w"
         )
         port.runs.clear()

@@ -159,7 +159,7 @@ def test_an_outcome_that_cannot_be_recorded_lets_the_lease_lapse(
     apply(engine, spec("n"))
     Scheduler(engine).trigger("p/n")
     [run] = rows(engine, "n")
-    engine.runs.start_invocation(run["id"])  # sent to the work path, not taken yet
+    engine.attempts.start_invocation(run["id"])  # sent to the work path, not taken yet
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the disk is on fire")

@@ -1,7 +1,7 @@
-"""The README's Prometheus configuration and alert rules, read by a real Prometheus's
-``promtool`` (Debian's ``prometheus`` package): the scrape config and the rules are
-valid, and each alert fires on the series cronchain writes (``promtool test rules``),
-with the label names it writes (``job_name``, never ``job``)."""
+"""The manual's Prometheus configuration and alert rules (docs/how-to/prometheus.md),
+read by a real Prometheus's ``promtool`` (Debian's ``prometheus`` package): the scrape
+config and the rules are valid, and each alert fires on the series cronchain writes
+(``promtool test rules``), with the label names it writes (``job_name``, never ``job``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.repo import readme_block
+from tests.support.repo import manual_block
 
 PROMTOOL = shutil.which("promtool")
 
@@ -34,11 +34,11 @@ def run(promtool: str, *args: str, cwd: Path) -> str:
 
 
 def test_the_readme_scrape_config_is_valid(promtool: str, tmp_path: Path):
-    (tmp_path / "prometheus.yml").write_text(readme_block("# prometheus.yml"))
+    (tmp_path / "prometheus.yml").write_text(manual_block("# prometheus.yml"))
     run(promtool, "check", "config", "prometheus.yml", cwd=tmp_path)
 
 
-# For each README alert: series as cronchain writes them (``series`` in promtool's
+# For each alert of the manual: series as cronchain writes them (``series`` in promtool's
 # notation, one sample a minute), and the alert it must raise, and when.
 RULE_TESTS = {
     "CronchainJobStale": {
@@ -131,10 +131,10 @@ RULE_TESTS = {
 def test_the_readme_alert_rules_are_valid_and_each_fires_when_it_should(
     promtool: str, tmp_path: Path
 ):
-    rules = yaml.safe_load(readme_block("# alert rules"))
+    rules = yaml.safe_load(manual_block("# alert rules"))
     names = [rule["alert"] for group in rules["groups"] for rule in group["rules"]]
-    assert sorted(names) == sorted(RULE_TESTS)  # a test for every alert the README gives
-    (tmp_path / "rules.yml").write_text(readme_block("# alert rules"))
+    assert sorted(names) == sorted(RULE_TESTS)  # a test for every alert the manual gives
+    (tmp_path / "rules.yml").write_text(manual_block("# alert rules"))
     run(promtool, "check", "rules", "rules.yml", cwd=tmp_path)
     tests = [{"interval": "1m", **case} for case in RULE_TESTS.values()]
     (tmp_path / "tests.yml").write_text(

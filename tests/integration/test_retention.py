@@ -277,9 +277,9 @@ def test_a_month_with_runs_waiting_or_in_flight_is_kept_until_they_end(
     start, end = JANUARY + timedelta(hours=1), JANUARY + timedelta(hours=6)
     assert len(Scheduler(engine).backfill("p/a", start, end)["slots"]) == 6
     for invocation_id, attempt, _ in port.start_messages:
-        engine.runs.start_invocation(invocation_id, attempt)
+        engine.attempts.start_invocation(invocation_id, attempt)
     [call] = port.runs
-    assert engine.runs.claim(call.invocation_id, call.attempt, "w") is not None  # RUNNING
+    assert engine.attempts.claim(call.invocation_id, call.attempt, "w") is not None  # RUNNING
 
     july = datetime(2029, 7, 31, tzinfo=UTC)
     report = run_once(engine.db, july, RETENTION)
@@ -295,7 +295,7 @@ def test_a_month_with_runs_waiting_or_in_flight_is_kept_until_they_end(
     while port.start_messages:  # the backfill's next slots, one at a time
         messages, port.start_messages[:] = list(port.start_messages), []
         for invocation_id, attempt, _ in messages:
-            engine.runs.start_invocation(invocation_id, attempt)
+            engine.attempts.start_invocation(invocation_id, attempt)
         deliver_runs(engine, port)
     statuses = [r["status"] for r in Scheduler(engine).history("p/a", limit=10)]
     assert statuses == ["SUCCEEDED"] * 6

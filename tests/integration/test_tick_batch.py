@@ -1,11 +1,12 @@
 """A tick batch is one transaction (``scheduler.core.tick_batch``): exactly once per slot
-still holds for every job in it, one job's bad row does not fail the others, and the
-rows written are those of the one-job path."""
+still holds for every job in it, one job's bad row does not fail the others, a lone
+tick is a batch of one, and the rows written are those ``Core.feed`` writes for a tick
+(the path of every other event)."""
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import jobs
+from cronchain.scheduler.storage.rows import JobRow
 from cronchain.scheduler.workers import work
+from cronchain.statemachine import Tick
 from tests.support.deliver import sent
 from tests.support.engine import GRACE, Clock, RecordingPort
 from tests.support.jobs import alerting_job_file, apply, make
@@ -32,6 +35,15 @@ pytestmark = pytest.mark.postgres
 
 def batching_engine(db: sqlalchemy.Engine, clock: Clock, port: RecordingPort) -> Engine:
     return Engine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+
+
+def filed_elsewhere(engine: Engine, job: JobRow, slot: datetime) -> None:
+    """``job``'s ``slot`` gets its row outside the batch (as a repaired tick's would)."""
+    with engine.transaction() as conn:
+        run_store.insert_invocation(
+            conn, job.id, slot=slot, trigger_id=None, revision=job.revision,
+            status="SKIPPED", reason="test", now=slot,
+        )  # fmt: skip
 
 
 def runs_of(engine: Engine) -> dict[int, list[str]]:
@@ -66,7 +78,7 @@ def test_deleted_paused_and_stale_jobs_in_a_batch_leave_the_others_one_run_each(
 
 def test_a_slot_that_has_its_run_is_not_fired_again(db: sqlalchemy.Engine, clock: Clock):
     """A's slot got its row elsewhere (say, a repaired tick raced the original): the
-    batch's insert skips it, a's tick abandons its start as the one-job path does, and
+    batch's insert skips it, a's tick abandons its start as ``Core.feed`` does, and
     b fires."""
     port = RecordingPort()
     engine = batching_engine(db, clock, port)
@@ -74,11 +86,7 @@ def test_a_slot_that_has_its_run_is_not_fired_again(db: sqlalchemy.Engine, clock
     a, b = job(engine, "p/a"), job(engine, "p/b")
     clock.advance(10)
     ticks = sent(port)
-    with engine.transaction() as conn:
-        run_store.insert_invocation(
-            conn, a.id, slot=clock.now, trigger_id=None, revision=a.revision,
-            status="SKIPPED", reason="test", now=clock.now,
-        )  # fmt: skip
+    filed_elsewhere(engine, a, clock.now)
     engine.tick_many(ticks, start_here=True)
     assert runs_of(engine) == {a.id: ["SKIPPED"], b.id: ["RUNNING"]}
     after = job(engine, "p/a").snapshot
@@ -127,13 +135,62 @@ SPECS: dict[str, dict[str, Any]] = {
 }
 
 
+def test_a_lone_ticks_failure_is_raised_and_writes_nothing(db: sqlalchemy.Engine, clock: Clock):
+    """A lone tick is a batch of one: its job's bad row fails the tick's task (logged by
+    Celery), with nothing written or sent and the deadline left for the watchdog."""
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, make(name="b"))
+    b = job(engine, "p/b")
+    with engine.transaction() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == b.id).values(spec={}))
+    clock.advance(10)
+    ((job_id, nonce),) = sent(port)
+    with pytest.raises(KeyError):
+        engine.tick(job_id, nonce, start_here=True)
+    assert rows(engine) == [] and port.runs == port.ticks == []
+    assert job(engine, "p/b").watchdog_at == b.watchdog_at
+
+
+def test_a_fault_of_the_batch_path_stops_no_job(
+    db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    """The batch's own insert fails (a bug of its code, not the database's absence): a
+    lone tick and the ticks of a batch are each fed again through ``Core.feed``, and
+    every job fires its slot once."""
+    port = RecordingPort()
+    engine = batching_engine(db, clock, port)
+    apply(engine, *(make(name=name) for name in "abc"))
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("a bug of the batch path")
+
+    monkeypatch.setattr(run_store, "insert_invocations", broken)
+    clock.advance(10)
+    lone, *batch = sent(port)
+    engine.tick(*lone, start_here=True)
+    engine.tick_many(batch, start_here=True)
+    assert sorted(r["status"] for r in rows(engine)) == ["RUNNING"] * 3
+    assert len(port.runs) == len(port.ticks) == 3
+
+
+def fed_alone(engine: Engine, job_id: int, nonce: int, start_here: bool) -> None:
+    """A tick fed as any other event is, by ``Core.feed`` in a transaction of its own."""
+    with engine.transaction() as conn:
+        locked = job_store.lock_job(conn, job_id)
+        assert locked is not None
+        fed = engine.feed(conn, locked, Tick(nonce), engine.clock(), start_here=start_here)
+    engine.send(fed.messages)
+
+
 @pytest.mark.parametrize("start_here", [True, False])
-def test_a_batch_writes_the_rows_the_one_job_path_writes(
+def test_a_batch_writes_the_rows_that_feed_writes(
     db: sqlalchemy.Engine, clock: Clock, start_here: bool, caplog: pytest.LogCaptureFixture
 ):
     """The same jobs in two projects, through the same rounds: ticks that start runs,
     overlap (skipped, buffered, allowed, cancelled), misfires after a late round, runs
-    finishing. One project's ticks go as batches, the other's one at a time."""
+    finishing. One project's ticks go as batches, the other's through ``Core.feed``,
+    one at a time."""
     port = RecordingPort()
     engine = batching_engine(db, clock, port)
     for project in ("batch", "each"):
@@ -148,9 +205,9 @@ def test_a_batch_writes_the_rows_the_one_job_path_writes(
         port.ticks[:] = [t for t in port.ticks if t[2] > clock.now]
         engine.tick_many([t for t in due if t[0] in batched], start_here=start_here)
         for tick in (t for t in due if t[0] not in batched):
-            engine.tick(*tick, start_here=start_here)
+            fed_alone(engine, *tick, start_here=start_here)
         for invocation_id in port.starts:
-            engine.runs.start_invocation(invocation_id)
+            engine.attempts.start_invocation(invocation_id)
         port.starts.clear()
         if finish:
             for call in port.runs:
@@ -217,7 +274,8 @@ def test_a_late_tick_s_skips_alert_though_its_start_s_slot_has_its_run(
 ):
     """flaky's tick comes 30 s late (``misfire: latest``): the batch writes its three
     missed slots SKIPPED, and would start the latest, whose run exists already, so the
-    one-job path takes that start. The skips it wrote raise their alerts all the same."""
+    tick is fed through ``Core.feed``, which abandons that start. The skips the batch
+    wrote raise their alerts all the same."""
     monkeypatch.setenv("TEST_HOOK_URL", "http://127.0.0.1:9/")
     port = RecordingPort()
     engine = batching_engine(db, clock, port)
@@ -228,11 +286,7 @@ def test_a_late_tick_s_skips_alert_though_its_start_s_slot_has_its_run(
     flaky = job(engine, "p/flaky")
     ticks = sent(port)
     clock.advance(40)
-    with engine.transaction() as conn:
-        run_store.insert_invocation(
-            conn, flaky.id, slot=clock.now, trigger_id=None, revision=flaky.revision,
-            status="SKIPPED", reason="test", now=clock.now,
-        )  # fmt: skip
+    filed_elsewhere(engine, flaky, clock.now)
     engine.tick_many(ticks, start_here=True)
     skips = [r for r in rows(engine) if r["job_id"] == flaky.id and r["reason"] != "test"]
     assert [r["status"] for r in skips] == ["SKIPPED"] * 3

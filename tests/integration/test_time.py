@@ -152,7 +152,7 @@ def test_backfill_keeps_max_concurrent_in_flight(engine: Engine, port: Recording
     in_flight = []
     while port.starts:
         in_flight.append(sum(r["status"] in ("STARTING", "RUNNING") for r in rows(engine)))
-        engine.runs.start_invocation(port.starts.pop(0))
+        engine.attempts.start_invocation(port.starts.pop(0))
         deliver_runs(engine, port)
     assert max(in_flight) == 3 and len(in_flight) == 10
 

@@ -48,7 +48,7 @@ def test_an_attempt_no_worker_takes_is_sent_again_under_the_same_number(
 
     clock.advance(1)
     # A consumer starts at last: the first copy claims the attempt, the others are refused.
-    claims = [engine.runs.claim(c.invocation_id, c.attempt, "celery@test") for c in port.runs]
+    claims = [engine.attempts.claim(c.invocation_id, c.attempt, "celery@test") for c in port.runs]
     assert [c is not None for c in claims] == [True] + [False] * (len(claims) - 1)
     [row] = rows(engine)
     assert row["deadline"] == clock.now + timedelta(seconds=6)  # the lease counts from here
@@ -71,7 +71,7 @@ def test_schedule_to_start_ends_an_attempt_nobody_took_without_a_retry(
     assert (row["status"], row["reason"], row["attempt"]) == ("FAILED", "schedule_to_start", 1)
     assert "within 0:01:00" in row["error"]
     assert port.starts == [] and port.revoked == []  # no retry; no task to stop
-    assert engine.runs.claim(inv, 1, "celery@late") is None  # a late delivery is fenced off
+    assert engine.attempts.claim(inv, 1, "celery@late") is None  # a late delivery is fenced off
 
 
 def test_a_run_claimed_late_has_its_whole_timeout(db: sqlalchemy.Engine, clock: Clock):
@@ -82,7 +82,7 @@ def test_a_run_claimed_late_has_its_whole_timeout(db: sqlalchemy.Engine, clock: 
     clock.advance(40)  # longer than the timeout, waiting in the queue
     assert watchdog.run_once(engine).resent == 1
     clock.advance(1)
-    assert engine.runs.claim(port.runs[0].invocation_id, 1, "celery@test") is not None
+    assert engine.attempts.claim(port.runs[0].invocation_id, 1, "celery@test") is not None
     [row] = rows(engine)
     assert (row["status"], row["timeout_at"]) == ("RUNNING", clock.now + timedelta(seconds=30))
     clock.advance(31)
@@ -97,7 +97,7 @@ def test_a_work_path_run_waits_for_its_worker_too(db: sqlalchemy.Engine, clock: 
     engine, port = engine_with(db, clock)
     apply(engine, spec(lease="5s"))
     Scheduler(engine).trigger("p/a")
-    engine.runs.start_invocation(port.starts.pop())
+    engine.attempts.start_invocation(port.starts.pop())
     for _ in range(12):  # two minutes without a work-path worker
         clock.advance(10)
         watchdog.run_once(engine)

@@ -233,8 +233,8 @@ def test_a_job_made_again_is_an_upstream_again(db: sqlalchemy.Engine, clock: Clo
 
 def test_the_readme_workflow_waits_and_runs_as_the_readme_says(db: sqlalchemy.Engine, clock: Clock):
     example = Path(__file__).parents[2] / "examples" / "workflows.yaml"
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = readme.split("### Workflows", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    page = (Path(__file__).parents[2] / "docs" / "concepts" / "workflows.md").read_text()
+    block = page.split("```yaml\n", 1)[1].split("```", 1)[0]
     assert yaml.safe_load(block) == yaml.safe_load(example.read_text())
     engine, port = engine_with(db, clock, Scripted())  # no sleeps
     declared = load_job_file(example)

@@ -9,12 +9,14 @@ import threading
 import pytest
 
 from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.core import admission
+from cronchain.scheduler.core.host import Admitting
 from cronchain.scheduler.core.outcome_batch import Report, finish_together
 from cronchain.scheduler.core.rechecks import Rechecks
 from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.storage import job_store
 from cronchain.scheduler.storage.db import make_engine
-from cronchain.scheduler.workflows import upstream
+from cronchain.scheduler.workflows import upstream, upstream_waits
 from cronchain.statemachine import InvocationStatus
 from tests.support.deliver import deliver
 from tests.support.engine import Clock, Scripted, engine_with
@@ -26,6 +28,11 @@ from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
+
+
+def admit(engine, conn, job, now):  # type: ignore[no-untyped-def]
+    """What the admission chain says of a run of ``job`` filed now, as a tick asks."""
+    return admission.admit(engine.plugins.holds, conn, Admitting(job, now), now)
 
 
 class HeldSuccess:
@@ -54,7 +61,7 @@ class HeldSuccess:
 
 
 def test_recheck_vs_batch_deadlock(pg_url: str, clock: Clock):
-    """upstream.look_again(d): d's job row, d's waiting run, then unmet v, which a recheck
+    """upstream_waits.look_again(d): d's job row, d's waiting run, then unmet v, which a recheck
     once took FOR SHARE, waiting (now it skips a held upstream and looks again later).
     A tick batch locks its jobs in id order: v, then d. Neither may deadlock."""
     engine, port = engine_with(make_engine(pg_url), clock)
@@ -65,7 +72,7 @@ def test_recheck_vs_batch_deadlock(pg_url: str, clock: Clock):
     assert rows(engine, "d")[0]["status"] == "WAITING"
     through = threading.Event()  # the recheck skips v, which the batch holds
     t, errors = tick_batch_holding(engine, v.id, d.id, through)
-    try:  # the body of upstream.look_again's second transaction, which logs what it raises
+    try:  # the body of upstream_waits.look_again's second transaction, which logs what it raises
         with engine.transaction() as conn:
             jd = job_store.lock_job(conn, d.id)
             upstream.recheck(engine, conn, jd, clock.now)
@@ -89,7 +96,7 @@ def test_two_batches_share_each_other(pg_url: str, clock: Clock):
             with engine.transaction() as conn:
                 locked = job_store.lock_jobs(conn, ids)
                 barrier.wait(5)
-                engine.admit(conn, locked[checked], clock.now, clock.now)
+                admit(engine, conn, locked[checked], clock.now)
         except Exception as err:
             errors.append(err)
 
@@ -122,7 +129,7 @@ def test_epq_lock_kept_strands_pool_waiter(pg_url: str, clock: Clock):
 
     def recheck():
         try:
-            upstream.look_again(engine, [d.id])  # waits for a's transaction, then looks
+            upstream_waits.look_again(engine, [d.id])  # waits for a's transaction, then looks
         except Exception as err:
             errors.append(err)
 
@@ -198,7 +205,7 @@ def test_group_second_update_fk_vs_batch(pg_url: str, clock: Clock, monkeypatch)
     def batch(engine, d) -> None:  # type: ignore[no-untyped-def]
         with engine.transaction() as conn:
             locked = job_store.lock_jobs(conn, [d.id])
-            engine.admit(conn, locked[d.id], clock.now, clock.now)
+            admit(engine, conn, locked[d.id], clock.now)
 
     group_meets(pg_url, clock, monkeypatch, batch)
 

@@ -327,3 +327,21 @@ def test_job_page_lists_its_alerts(
     text = page(c, "/jobs/p/bad")
     assert "<h2>Alerts</h2>" in text
     assert re.search(r"<td>failed</td><td>pending</td><td>hook not yet</td>", text), text
+
+
+def test_a_triggered_run_that_waits_says_what_it_waits_for(engine: Engine, clock: Clock):
+    """The page says what the CLI says: a run waiting for a place in its pool waits for
+    that, not for upstreams it does not have."""
+    scheduler = Scheduler(engine)
+    scheduler.set_pool("full", 0)
+    pooled = JobSpec("p", "pooled", "triggered", kind="noop", controls={"pool": "full"})
+    scheduler.apply([pooled], project="p")
+    c = client(engine, clock, CREDENTIALS)
+    token = re.search(rf'name="{csrf.FIELD}" value="(\w+)"', page(c, "/jobs/p/pooled", AUTH))
+    assert token is not None
+    answer = c.post(
+        "/jobs/p/pooled/trigger", data={csrf.FIELD: token.group(1)}, headers=AUTH | SAME_SITE
+    )
+    assert answer.status_code == 303 and "done=waiting_pool" in answer.location
+    shown = page(c, answer.location.split("localhost", 1)[-1], AUTH)
+    assert "is WAITING for a place in its pool" in shown

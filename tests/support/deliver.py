@@ -41,7 +41,7 @@ def deliver_ticks_and_starts(engine: Engine, port: RecordingPort) -> None:
         engine.tick(job_id, nonce)
     starts, port.starts[:] = list(port.starts), []
     for invocation_id in starts:
-        engine.runs.start_invocation(invocation_id)
+        engine.attempts.start_invocation(invocation_id)
 
 
 def deliver_starts(engine: Engine, port: RecordingPort) -> None:
@@ -50,7 +50,7 @@ def deliver_starts(engine: Engine, port: RecordingPort) -> None:
     starts = list(port.starts)
     port.starts.clear()
     for invocation_id in starts:
-        engine.runs.start_invocation(invocation_id)
+        engine.attempts.start_invocation(invocation_id)
     deliver_runs(engine, port)
 
 
@@ -60,7 +60,7 @@ def deliver(engine: Engine, port: RecordingPort, clock: Clock | None = None) -> 
     due = [m for m in port.start_messages if clock is None or m[2] is None or m[2] <= clock.now]
     for m in due:
         port.start_messages.remove(m)
-        engine.runs.start_invocation(m[0], m[1])
+        engine.attempts.start_invocation(m[0], m[1])
     port.starts.clear()
     deliver_runs(engine, port)
     return len(due)
@@ -82,7 +82,7 @@ def run_now(engine: Engine, port: RecordingPort, name: str) -> None:
 def claim_tasks(engine: Engine, port: RecordingPort) -> None:
     """What the user's worker does before a ``celery`` attempt's task body runs."""
     for call in port.runs:
-        assert engine.runs.claim(call.invocation_id, call.attempt, "celery@test") is not None
+        assert engine.attempts.claim(call.invocation_id, call.attempt, "celery@test") is not None
     port.runs.clear()
 
 
@@ -107,5 +107,5 @@ def started_celery_run(engine: Engine, port: RecordingPort, name: str = "c") -> 
     Scheduler(engine).trigger(f"p/{name}")
     deliver(engine, port)
     [run] = rows(engine, name)
-    assert engine.runs.claim(run["id"], 1, "celery@test") is not None
+    assert engine.attempts.claim(run["id"], 1, "celery@test") is not None
     return run

@@ -69,16 +69,18 @@ def drop_database(admin: sqlalchemy.Engine, name: str) -> None:
 
 
 class RedisServer:
-    """A private ``redis-server`` on a free port, so a test may flush or kill it."""
+    """A private ``redis-server`` on a free port, so a test may flush or kill it; on
+    ``host`` as well as loopback, when given one (a network namespace's)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, host: str = "127.0.0.1"):
         self.port = free_port()
         self.folder = folder
+        self.host = host
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -90,7 +92,11 @@ class RedisServer:
                 "--port",
                 str(self.port),
                 "--bind",
-                "127.0.0.1",
+                " ".join(dict.fromkeys(["127.0.0.1", self.host])),
+                # A namespace's clients are not on loopback; the address is this
+                # machine's own, which nothing outside reaches.
+                "--protected-mode",
+                "no" if self.host != "127.0.0.1" else "yes",
                 "--save",
                 "",
                 "--appendonly",
@@ -136,16 +142,45 @@ class PostgresServer:
     """A private PostgreSQL cluster (initdb + pg_ctl), so a test may restart it.
 
     initdb and pg_ctl refuse to run as root: as root they run as ``postgres``, in a
-    folder that user owns."""
+    folder that user owns. Given a ``host`` (a network namespace's), it listens there as
+    well as on loopback, and trusts the clients of ``clients`` (a CIDR)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", clients: str | None = None) -> None:
         self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="cronchain-pg-"))
         self.data = self.folder / "data"
+        self.host = host
+        self.clients = clients
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/postgres"
+
+    def sql(self, statement: str) -> None:
+        """One statement as the superuser, outside a transaction (ALTER SYSTEM, say)."""
+        self._run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                  "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qc", statement)  # fmt: skip
+
+    def replica(self) -> PostgresServer:
+        """A streaming replica of this cluster, started: a base backup with its
+        ``standby.signal`` and ``primary_conninfo`` (``pg_basebackup -R``), on its own port.
+        initdb's trust rules admit replication from 127.0.0.1."""
+        standby = PostgresServer()
+        if os.geteuid() == 0:
+            shutil.chown(standby.folder, "postgres", "postgres")
+        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                  "-D", str(standby.data), "-R", "-X", "stream", "--no-sync")  # fmt: skip
+        standby.start()
+        return standby
+
+    def synchronous(self, on: bool = True) -> None:
+        """Every commit waits for a standby to have flushed it (or, off, for nobody)."""
+        self.sql(f"ALTER SYSTEM SET synchronous_standby_names = '{'*' if on else ''}'")
+        self.sql("SELECT pg_reload_conf()")
+
+    def promote(self) -> None:
+        """A standby becomes a primary that takes writes (``pg_ctl promote -w``)."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "promote")
 
     def _run(self, *args: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -157,10 +192,14 @@ class PostgresServer:
         if os.geteuid() == 0:
             shutil.chown(self.folder, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
+        if self.clients:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {self.clients} trust\n")
         self.start()
 
     def start(self) -> None:
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
+        listen = ",".join(dict.fromkeys(["127.0.0.1", self.host]))
+        options = f"-p {self.port} -c listen_addresses={listen} -k {self.folder} -c fsync=off"
         self._run(
             "pg_ctl",
             "-D",
@@ -183,10 +222,152 @@ class PostgresServer:
 
 
 @contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
-    server = PostgresServer()
+def postgres_server(
+    host: str = "127.0.0.1", clients: str | None = None
+) -> Iterator[PostgresServer]:
+    server = PostgresServer(host, clients)
     try:
         server.init()
         yield server
     finally:
         server.destroy()
+
+
+RABBITMQ = os.environ.get("CRONCHAIN_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672")
+
+
+def rabbitmqctl(*args: str) -> str:
+    done = subprocess.run(
+        ["rabbitmqctl", *args], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout
+
+
+@contextmanager
+def rabbitmq_vhost() -> Iterator[str]:
+    """A virtual host of the test's own on the machine's RabbitMQ (its queues are no
+    other test's), made and deleted with ``rabbitmqctl``: the broker URL on it."""
+    if shutil.which("rabbitmqctl") is None:
+        unavailable("rabbitmqctl")
+    host, port = RABBITMQ.rsplit("@", 1)[1].split(":")
+    with socket.socket() as probe:
+        if probe.connect_ex((host, int(port))) != 0:
+            unavailable(f"RabbitMQ at {host}:{port}")
+    vhost = f"cronchain_test_{uuid.uuid4().hex[:12]}"
+    user = RABBITMQ.split("//", 1)[1].split(":", 1)[0]
+    rabbitmqctl("add_vhost", vhost)
+    try:
+        rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        yield f"{RABBITMQ}/{vhost}"
+    finally:
+        with contextlib.suppress(subprocess.SubprocessError):
+            rabbitmqctl("delete_vhost", vhost)
+
+
+RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+
+
+class RabbitMQServer:
+    """A private RabbitMQ node (its own name, port and data), so a test may restart it
+    and set what the machine's node sets for everyone (``consumer_timeout``). It runs as
+    root from RabbitMQ's own scripts, with root's Erlang cookie, beside the machine's
+    node (which the packaged wrappers run as ``rabbitmq``); guest may log in on loopback.
+    Its queues and persistent messages survive a restart, as a production node's do."""
+
+    def __init__(self, folder: Path, consumer_timeout: float | None = None) -> None:
+        self.port, self.dist_port = free_port(), free_port()
+        self.folder = folder / "rabbitmq"
+        self.node = f"cronchain-{uuid.uuid4().hex[:8]}@localhost"
+        self.consumer_timeout = consumer_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def _env(self) -> dict[str, str]:
+        return os.environ | {
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.folder / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.folder / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.folder / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.folder / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.folder / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.folder / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(self.folder / "rabbitmq.pid"),
+            "HOME": str(Path.home()),
+        }
+
+    def start(self) -> None:
+        if not (RABBITMQ_BIN / "rabbitmq-server").exists():
+            unavailable("rabbitmq-server")
+        if self.process is None:  # the first start: its files
+            (self.folder / "log").mkdir(parents=True)
+            config = "loopback_users = none\n"
+            if self.consumer_timeout is not None:
+                config += f"consumer_timeout = {round(self.consumer_timeout * 1000)}\n"
+            (self.folder / "rabbitmq.conf").write_text(config)
+            (self.folder / "advanced.config").write_text("[].\n")
+            (self.folder / "rabbitmq-env.conf").write_text("")
+            (self.folder / "enabled_plugins").write_text("[].\n")
+        self.process = subprocess.Popen(
+            [str(RABBITMQ_BIN / "rabbitmq-server")],
+            env=self._env(),
+            stdout=(self.folder / "log" / "stdout.log").open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._await_startup(deadline=time.monotonic() + 120)
+
+    def _await_startup(self, deadline: float) -> None:
+        """``await_startup`` waits for a node that has begun to boot; one that has not
+        registered its name yet is refused at once (status 69): ask again."""
+        while True:
+            try:
+                self.ctl("await_startup", "--timeout", "60", timeout=70)
+                return
+            except subprocess.CalledProcessError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise
+                time.sleep(1)
+
+    def ctl(self, *args: str, timeout: float = 60) -> str:
+        """``rabbitmqctl`` against this node."""
+        done = subprocess.run(
+            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.node, *args],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+        return done.stdout
+
+    def stop(self) -> None:
+        """A clean stop, as ``systemctl stop`` makes one; a node that does not stop in a
+        minute is killed."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(subprocess.SubprocessError):
+            self.ctl("stop")
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, 9)
+            self.process.wait()
+
+
+@contextmanager
+def rabbitmq_server(
+    folder: Path, consumer_timeout: float | None = None
+) -> Iterator[RabbitMQServer]:
+    """A private RabbitMQ node, started, stopped at the end of the block."""
+    server = RabbitMQServer(folder, consumer_timeout)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()

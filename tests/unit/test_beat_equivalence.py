@@ -7,12 +7,12 @@ moves as beat's loop moves it (by the seconds ``is_due`` says to wait), with
 for the imported schedule and zone. The first 20 fires from a fixed start must be equal
 (up to the earlier of the two 20th fires, where a DST day shifted one list), except for
 the entries in :data:`DST_DIFFERENCES`, where cronchain's documented daylight saving
-rule (README: *Daylight saving*, Debian's cron) differs from Celery's, and only within
-two hours of the transition.
+rule (Debian's cron: docs/concepts/time.md, *Daylight saving*) differs from Celery's, and
+only within two hours of the transition.
 
 An interval starts from the first multiple of its period, where cronchain's ``every``
-slots are: Celery counts from beat's start, cronchain from the epoch (README: *Coming from
-Celery beat*); the period is the same.
+slots are: Celery counts from beat's start, cronchain from the epoch
+(docs/tutorials/import-beat.md); the period is the same.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import yaml
 
 from cronchain.scheduler.settings import WORK_CONCURRENCY, Settings
 from cronchain.scheduler.web import CHECKS
+from tests.support.repo import manual
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +42,7 @@ def test_compose_describes_the_production_topology():
     assert commands["beat"].startswith("celery -A cronchain.tasks beat")
     assert commands["flower"].startswith("celery -A cronchain.tasks flower --basic-auth=")
     assert commands["web"] == "cronchain serve --host 0.0.0.0 --port 8080"
-    readme = (ROOT / "README.md").read_text()
+    readme = manual()
     for command in (
         "cronchain db upgrade",
         "celery -A cronchain.tasks worker",

@@ -8,7 +8,6 @@ import os
 import random
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.timing.cron import DAY, HOUR, MINUTE, MONTH, SECOND, WEEKDAY, parse_cron
 from cronchain.scheduler.timing.schedules import parse_schedule
+from tests.support.repo import manual
 
 SEED = int(os.environ.get("CRONCHAIN_DIFF_SEED", "14"))
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -319,7 +319,7 @@ ENDS_ON_SUNDAY_README = "A range that ends in `sun` (`fri-sun`) ends on Sunday"
 
 
 def test_the_readme_explains_each_accepted_difference() -> None:
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    readme = " ".join(manual().split())
     assert QUARTZ_README in readme
     assert EQUAL_WITH_STEP_README in readme
     assert ENDS_ON_SUNDAY_README in readme

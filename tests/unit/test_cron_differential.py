@@ -26,7 +26,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -35,6 +34,7 @@ from cronsim import CronSim, CronSimError
 from cronchain.scheduler.errors import SpecError
 from cronchain.scheduler.timing.localtime import Kind, resolve, transitions, wall
 from cronchain.scheduler.timing.schedules import parse_schedule
+from tests.support.repo import manual
 
 SEED = int(os.environ.get("CRONCHAIN_DIFF_SEED", "14"))
 UTC_CASES = 2000
@@ -162,8 +162,8 @@ def to_cronsim(expression: str) -> str:
     seconds field moved to the front (cronsim's six fields start with seconds), and
     ``a-a/n`` written ``a``. The last is a difference kept on purpose: cronsim reads a
     one-value range with a step as ``a/n``, cronie as ``a``, and so does cronchain
-    (README, Cron dialect: "A range with equal ends is that one value, with a step or
-    not"; test_cron_dialect.py checks the sentence is there)."""
+    (docs/reference/schedules.md, Cron dialect: "A range with equal ends is that one
+    value, with a step or not"; test_cron_dialect.py checks the sentence is there)."""
     fields = ALIASES.get(expression.lower(), expression).split()
     names = {3: MONTHS, 4: WEEKDAYS}
     for i, field in enumerate(fields):
@@ -320,7 +320,7 @@ def cronsim_misses_after_a_half_hour_shift(case: Case, slot: datetime, only_ours
 @dataclass(frozen=True)
 class Accepted:
     name: str
-    readme: str  # the sentence of README.md (Time / Daylight saving) that explains it
+    readme: str  # the manual's sentence (concepts/time.md) that explains it
     explains: Callable[[Case, datetime, bool], bool]  # (case, slot, only in ours?)
 
 
@@ -341,7 +341,7 @@ ACCEPTED = [
 
 
 def test_the_readme_explains_each_accepted_difference() -> None:
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    readme = " ".join(manual().split())
     for accepted in ACCEPTED:
         assert accepted.readme in readme, accepted.name
 

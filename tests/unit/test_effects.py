@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from cronchain.scheduler.core.effects import SendRun, send
 from cronchain.scheduler.invokers import Call
-from cronchain.scheduler.invokers.call import redis_priority
+from cronchain.scheduler.invokers.call import message_priority
+from cronchain.scheduler.workers.port import CeleryPort
 from tests.support.engine import RecordingPort
 
 
@@ -22,21 +25,40 @@ def test_runs_go_in_batches_of_one_priority_the_highest_first():
     assert sent == [1, 4, 0, 3, 5, 2, 6]  # by priority, each priority in its order
 
 
-def test_a_jobs_priority_as_redis_reads_it():
-    assert [redis_priority(p) for p in (9, 5, 0)] == [0, 4, 9]  # Redis serves 0 first
+def test_a_jobs_priority_as_each_broker_reads_it():
+    for redis in ("redis://h:6379/0", "rediss://h/0", "sentinel://h:26379"):
+        assert [message_priority(p, redis) for p in (9, 5, 0)] == [0, 4, 9]  # 0 first
+    for amqp in ("amqp://u:p@h:5672/v", "pyamqp://h//", "amqps://h//"):
+        assert [message_priority(p, amqp) for p in (9, 5, 0)] == [9, 5, 0]  # 9 first
+
+
+class App:
+    """What ``send_task`` reads of a Celery app: its broker and its ``send_task``."""
+
+    def __init__(self, broker_url: str) -> None:
+        self.conf = SimpleNamespace(broker_url=broker_url)
+        self.sent: list[dict[str, object]] = []
+
+    def send_task(self, name: str, **options: object) -> None:
+        self.sent.append(options)
 
 
 def test_a_celery_jobs_priority_unless_its_task_options_set_the_brokers():
     from cronchain.scheduler.invokers.celery import send_task
 
-    sent: list[dict[str, object]] = []
-
-    class App:
-        def send_task(self, name: str, **options: object) -> None:
-            sent.append(options)
-
     options = {"task": "t", "args": [], "kwargs": {}, "queue": "q"}
-    for priority, own in ((8, {}), (5, {}), (8, {"priority": 200})):
-        job = Call(1, 1, "p/j", None, options | own, kind="celery", priority=priority)
-        send_task(App(), job)  # type: ignore[arg-type]
-    assert [s.get("priority") for s in sent] == [1, None, 200]
+    for broker, expected in (("redis://h/0", [1, None, 200]), ("amqp://h//", [8, None, 200])):
+        app = App(broker)
+        for priority, own in ((8, {}), (5, {}), (8, {"priority": 200})):
+            job = Call(1, 1, "p/j", None, options | own, kind="celery", priority=priority)
+            send_task(app, job)  # type: ignore[arg-type]
+        assert [s.get("priority") for s in app.sent] == expected, broker
+
+
+def test_the_work_paths_messages_carry_the_brokers_priority():
+    for broker, expected in (("redis://h/0", 1), ("amqp://h//", 8)):
+        app = App(broker)
+        port = CeleryPort(app, "cronchain", "cronchain.work")  # type: ignore[arg-type]
+        port.run(Call(1, 1, "p/j", None, {}, kind="noop", priority=8))
+        port.run_batch([Call(2, 1, "p/j", None, {}, kind="noop", priority=8)])
+        assert [s["priority"] for s in app.sent] == [expected, expected], broker

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -511,3 +514,16 @@ def test_a_long_outage_records_only_the_newest_skipped_slots():
     assert len(skipped) == MAX_SKIPPED_RECORDS
     assert skipped[-1].slot == sec(10 * 49_999)
     assert r.actions[-2] == StartInvocation(sec(10 * 50_000))
+
+
+def test_the_machine_library_logs_no_line_per_callback():
+    """transitions logs three INFO lines per state change; any worker that steps a
+    machine (cronchain's, or a project's own through install(app)) imports the machine,
+    not cronchain's app, so the machine's module keeps it to warnings."""
+    script = (  # a worker logs at INFO, as Celery's logging sets it up
+        "import logging; logging.basicConfig(level=logging.INFO);"
+        "import cronchain.statemachine.job;"
+        "print(logging.getLogger('transitions').getEffectiveLevel())"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert int(done.stdout) >= logging.WARNING, done.stderr

@@ -76,7 +76,7 @@ def test_the_engine_is_what_its_features_take_it_for(tmp_path) -> None:  # type:
     fail them only at run time."""
     from datetime import timedelta
 
-    from cronchain.scheduler.core.host import CoreHost, Host, RunEnds
+    from cronchain.scheduler.core.host import CoreHost, Host, RunEnds, RunStarts
     from cronchain.scheduler.engine import Engine
     from cronchain.scheduler.storage.db import make_engine
     from tests.support.engine import RecordingPort
@@ -84,4 +84,5 @@ def test_the_engine_is_what_its_features_take_it_for(tmp_path) -> None:  # type:
     db = make_engine(f"sqlite:///{tmp_path}/h.db")
     engine = Engine(db, RecordingPort(), {}, grace=timedelta(seconds=1))
     assert isinstance(engine, Host) and isinstance(engine.runs, RunEnds)
+    assert isinstance(engine.attempts, RunStarts)
     assert isinstance(engine, CoreHost)

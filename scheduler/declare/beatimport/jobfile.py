@@ -13,7 +13,7 @@ def job_file_text(project: str, jobs: list[Imported], source: str) -> str:
     lines = [
         f"# Imported from {source} by `cronchain import-beat`.",
         "# Review it, then: cronchain apply THIS_FILE. The workers that run these tasks",
-        "# call cronchain.scheduler.install(app) (README: Leases).",
+        "# call cronchain.scheduler.install(app) (docs/concepts/runs.md, Leases).",
         f"project: {project}",
         "jobs:",
     ]

@@ -77,7 +77,7 @@ def cron_text(cron: crontab) -> str:
     Any other field keeps the user's text where cron reads it as the same values, and
     is otherwise spelled from them, with ``*`` or ``*/n`` only where the user wrote a
     ``*``: that keeps the job in the daylight saving class the user chose, which the
-    minute and hour fields decide (README: *Daylight saving*; ``0 0-23 * * *`` names
+    minute and hour fields decide (docs/concepts/time.md, Daylight saving; ``0 0-23 * * *`` names
     fixed local times, ``0 * * * *`` real hours). With both day fields restricted, the
     job wants both to match (``days: both``: :func:`both_days`)."""
     days, weekdays = cron.day_of_month, cron.day_of_week

@@ -1,0 +1,92 @@
+"""A job's machine stepped under its own schedule and policies, and the tick that goes
+with a step. The engine's ``feed``, the tick and outcome batches, a step's actions and
+``apply`` all need these; kept below them, none calls back up into the engine for them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+
+from cronchain.scheduler.core.effects import Message, SendTick, Stepped
+from cronchain.scheduler.spec.controls import controls_of
+from cronchain.scheduler.spec.jobspec import JobSpec
+from cronchain.scheduler.storage.rows import JobRow
+from cronchain.scheduler.timing.eta import tick_eta
+from cronchain.scheduler.timing.schedules import Schedule, stored_schedule
+from cronchain.statemachine import Event, JobSnapshot, Repair, Step, step
+
+
+def random_nonce() -> int:
+    """A tick's nonce: only the tick that carries the job's current one is fed."""
+    return secrets.randbits(62) + 1
+
+
+@lru_cache(maxsize=8192)
+def schedule_of(text: str, timezone: str, days: str | None = None) -> Schedule:
+    return stored_schedule(text, timezone, days)
+
+
+@dataclass(frozen=True)
+class Stepper:
+    """How this process steps a job's machine: the grace within which a tick must
+    arrive, the horizon and slack of a tick's ETA, and the nonces that fence each tick.
+    ``engine.stepper``."""
+
+    grace: timedelta
+    horizon: timedelta
+    slack: timedelta
+    nonces: Callable[[], int]
+
+    @property
+    def repair_grace(self) -> timedelta:
+        """How long a step the watchdog repaired may take: an interval more than any
+        other (grace is half an interval). A mass repair (Redis flushed under 10,000
+        jobs) sends thousands of ticks at once; if the next pass repaired the slowest of
+        them again, each time with a new nonce and at the back of the queue, the queue
+        would never drain."""
+        return 3 * self.grace
+
+    def step(
+        self,
+        job: JobRow,
+        snapshot: JobSnapshot,
+        event: Event,
+        now: datetime,
+        spec: JobSpec | None = None,
+    ) -> Step:
+        """One step of ``job``'s machine from ``snapshot``, under its policies and its
+        schedule, or ``spec``'s when a new spec is being applied."""
+        declared = spec or job
+        controls = controls_of(job)
+        return step(
+            snapshot,
+            event,
+            now=now,
+            schedule=schedule_of(declared.schedule, declared.timezone, declared.days),
+            nonce=self.nonces(),
+            policy=controls.overlap,
+            misfire=controls.misfire,
+        )
+
+    def tick_message(self, job: JobRow, when: datetime, nonce: int, now: datetime) -> SendTick:
+        return SendTick(job.id, nonce, tick_eta(when, now, slack=self.slack, horizon=self.horizon))
+
+    def settle_tick(self, job: JobRow, event: Event, fed: Stepped) -> datetime | None:
+        """Keep the current nonce's tick alone (a follow-up may have replaced the tick)
+        and return the watchdog deadline that goes with it."""
+        tick = next((m for m in fed.messages if _is_tick(m, fed.snapshot.tick_nonce)), None)
+        fed.messages = [m for m in fed.messages if not isinstance(m, SendTick) or m is tick]
+        if fed.snapshot.tick_nonce is None:
+            return None
+        # A tick due in the past (a repair, a late slot) is sent to run now: its grace
+        # counts from then, or the next sweep would repair it again.
+        grace = self.repair_grace if isinstance(event, Repair) else self.grace
+        return job.watchdog_at if tick is None else tick.eta + grace
+
+
+def _is_tick(message: Message, nonce: int | None) -> bool:
+    return isinstance(message, SendTick) and message.nonce == nonce

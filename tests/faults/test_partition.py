@@ -1,0 +1,192 @@
+"""A network split: a control worker, a work-path worker and a worker of the user's
+tasks run in a network namespace of the test's own, beside the rig's workers on this
+machine. Mid-run the namespace is cut off from PostgreSQL, Redis and the http jobs'
+endpoint (a black hole: packets dropped without an answer) for three to four leases,
+then the split heals.
+
+The cut-off workers keep running what they hold (the user's tasks are all theirs as
+the split comes); their leases lapse; the watchdog on this side of the split ends those
+attempts (``lease expired``) and retries them here.
+When the split heals, the revokes sent as their leases lapsed reach the cut-off workers
+and stop those tasks, or the workers' late reports are refused (their attempts are no
+longer current) and logged. The ledger: every slot once, no task body run and no
+call made twice for one attempt.
+
+Two splits of one process each: beat cut off (with the broker and the database) for
+several watchdog intervals, and the namespace's workers cut off from the broker alone,
+the database still in reach, over a second veth pair that only the broker listens on.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from cronchain.scheduler.storage.models import invocations
+from cronchain.scheduler.storage.observed import watchdog_passes
+from tests.faults.rig import LEASE, WATCHDOG_INTERVAL, Rig, lapsed_leases, running, whole_after
+from tests.support.netns import Namespace
+from tests.support.services import postgres_server
+from tests.support.wait import now, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.mark.faults]
+
+# The workers in the namespace, by name: (their queues, the rig's worker they are like).
+CUT_OFF = {
+    "worker_ns": ("cronchain", "worker"),
+    "work_ns": ("cronchain.work", "work"),
+    "tasks_ns": ("slow", "tasks"),
+}
+
+
+@pytest.fixture
+def split(tmp_path: Path) -> Iterator[Rig]:
+    namespace = Namespace.create()
+
+    def cut_off(rig: Rig) -> None:
+        rig.cluster.netns = {name: namespace.prefix() for name in CUT_OFF}
+
+    try:
+        with (
+            postgres_server(namespace.host, namespace.subnet) as pg,
+            running(tmp_path, pg, cut_off, host=namespace.host, namespace=namespace) as rig,
+        ):
+            for name, (queues, like) in CUT_OFF.items():
+                rig.start_worker(name, queues, like)
+            yield rig
+    finally:
+        namespace.destroy()
+
+
+def partition(rig: Rig, rng: random.Random) -> datetime:
+    """The namespace cut off for three to four leases, then healed. Its worker of the
+    user's tasks holds them as the split comes: the rig's own is away for a few seconds
+    before, and starts again on this side of the split to take the retries."""
+    assert rig.namespace is not None
+    rig.kill("tasks")
+    time.sleep(rng.uniform(2.0, 3.0))
+    rig.namespace.cut()
+    cut = time.monotonic()
+    rig.start_worker("tasks")
+    time.sleep(max(0.0, rng.uniform(3 * LEASE, 4 * LEASE) - (time.monotonic() - cut)))
+    rig.namespace.heal()
+    return now()
+
+
+def test_partition(split: Rig) -> None:
+    _, detail = whole_after(split, [partition], "partition")
+    lapsed = len(lapsed_leases(split))
+    logs = [split.cluster.log(name) for name in CUT_OFF]
+    refused = sum(log.count(" ignored: ") for log in logs)
+    revoked = sum(log.count(" as revoked") for log in logs)
+    print(
+        f"leases lapsed and retried: {lapsed}; late reports refused: {refused}; revoked: {revoked}"
+    )
+    assert lapsed > 0, f"the cut-off workers held no attempt:\n{detail}"
+    # Each lapsed attempt's task ends one of two ways once the split heals: the revoke
+    # sent as its lease lapsed reaches its worker and stops it, or its report is refused.
+    assert refused + revoked > 0, f"no late report was refused, no task revoked:\n{detail}"
+
+
+@pytest.fixture
+def beat_apart(tmp_path: Path) -> Iterator[Rig]:
+    """The rig with its beat in a namespace (the database and Redis on its pair)."""
+    namespace = Namespace.create()
+
+    def beat_inside(rig: Rig) -> None:
+        rig.cluster.netns = {"beat": namespace.prefix()}
+
+    try:
+        with (
+            postgres_server(namespace.host, namespace.subnet) as pg,
+            running(tmp_path, pg, beat_inside, host=namespace.host, namespace=namespace) as rig,
+        ):
+            yield rig
+    finally:
+        namespace.destroy()
+
+
+def beat_cut_off(rig: Rig, rng: random.Random) -> datetime:
+    """Beat away from the broker for four to five watchdog intervals: no watchdog pass
+    is sent, while the chains go on without it."""
+    assert rig.namespace is not None
+    rig.namespace.cut()
+    time.sleep(rng.uniform(4 * WATCHDOG_INTERVAL, 5 * WATCHDOG_INTERVAL))
+    rig.namespace.heal()
+    return now()
+
+
+def test_beat_cut_off_from_the_broker(beat_apart: Rig) -> None:
+    """Beat only sends the watchdog: its absence delays repairs, never a slot. Once it
+    is back, passes resume."""
+    _, detail = whole_after(beat_apart, [beat_cut_off], "partition:beat")
+    healed = now()
+
+    def passed_since() -> bool:
+        with beat_apart.db.connect() as conn:
+            passed = watchdog_passes(conn).passed_at
+        return passed is not None and passed > healed
+
+    bound = 4 * WATCHDOG_INTERVAL + 15
+    wait_until(passed_since, bound, f"a watchdog pass after the split\n{detail}")
+
+
+@pytest.fixture
+def broker_apart(tmp_path: Path) -> Iterator[Rig]:
+    """The rig with Redis on a pair of its own, and workers in the namespace (as in
+    ``split``) that reach the database over the first pair and Redis over the second."""
+    namespace = Namespace.create(links=2)
+
+    def cut_off(rig: Rig) -> None:
+        rig.cluster.netns = {name: namespace.prefix() for name in CUT_OFF}
+
+    options = dict(host=namespace.host, broker_host=namespace.host_of(1), namespace=namespace)
+    try:
+        with (
+            postgres_server(namespace.host, namespace.subnet) as pg,
+            running(tmp_path, pg, cut_off, **options) as rig,
+        ):
+            for name, (queues, like) in CUT_OFF.items():
+                rig.start_worker(name, queues, like)
+            yield rig
+    finally:
+        namespace.destroy()
+
+
+def broker_cut_off(rig: Rig, rng: random.Random) -> datetime:
+    """The namespace's workers away from Redis for three to four leases, the database
+    still in reach. The namespace's worker of the user's tasks holds them as the split
+    comes: the rig's own stops first, warmly (its tasks end, none lapses)."""
+    assert rig.namespace is not None
+    rig.cluster.kill("tasks", signal.SIGTERM)
+    time.sleep(rng.uniform(2.0, 3.0))
+    rig.namespace.cut(1)
+    cut = time.monotonic()
+    rig.start_worker("tasks")
+    time.sleep(max(0.0, rng.uniform(3 * LEASE, 4 * LEASE) - (time.monotonic() - cut)))
+    rig.namespace.heal(1)
+    return now()
+
+
+def test_workers_cut_off_from_the_broker_alone(broker_apart: Rig) -> None:
+    """A worker that still reaches the database renews its leases and records its
+    outcomes: what it held finishes there, once; its acknowledgements wait for the
+    broker. Nothing is retried for want of a lease."""
+    started = now()
+    _, detail = whole_after(broker_apart, [broker_cut_off], "partition:broker")
+    lapsed = lapsed_leases(broker_apart)
+    with broker_apart.db.connect() as conn:
+        recorded_inside = conn.execute(
+            select(func.count()).where(
+                invocations.c.worker.like("%_ns@%"), invocations.c.finished_at >= started
+            )
+        ).scalar_one()
+    print(f"leases lapsed: {len(lapsed)}; runs the cut-off workers recorded: {recorded_inside}")
+    assert lapsed == [], f"a lease lapsed with the database in reach:\n{detail}"
