@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Test processes, each taking the next test when it is free: the end-to-end and fault
-# tests mostly wait on real workers and their own servers, and six processes on two
-# cores keep the cores busy through those waits (tests/conftest.py keeps a module whose
-# tests share a module-scoped fixture in one process).
+# tests mostly wait on real workers and their own servers, and four processes on two
+# cores keep the cores busy through those waits; six overloaded them (tests/conftest.py
+# keeps a module whose tests share a module-scoped fixture in one process).
 TEST_WORKERS ?= 4
 
 .PHONY: run test lint docs

@@ -40,8 +40,10 @@ WORK_CONCURRENCY = 100
 
 
 def figure(bench: str, name: str, value: float, unit: str = "") -> None:
-    """One line per figure: ``bench name value unit``, greppable and diffable."""
-    print(f"{bench} {name} {value:.4g} {unit}".rstrip(), flush=True)
+    """One line per figure: ``bench name value unit``, greppable and diffable; a count
+    (an int) whole, anything else to four significant digits."""
+    text = str(value) if isinstance(value, int) else f"{value:.4g}"
+    print(f"{bench} {name} {text} {unit}".rstrip(), flush=True)
 
 
 @contextmanager

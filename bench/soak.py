@@ -12,17 +12,23 @@ each call or task body taking ``--call`` seconds, with three attempts each. Ever
 (``--signal TERM``: a warm shutdown; ``KILL``: a crash, whose attempts in flight lapse and
 are retried). Beat runs throughout.
 
-Each window between restarts prints its lag (a run's start minus its slot, by kind: p50,
-p99, max), its fires, the CPU per fire of the workers, and each worker's resident memory
-60 s after it started and at the window's end (its growth over one life). Beat's memory
-is sampled at every window's end (it lives the whole hour). The first window is the
-baseline the later ones are read against: a leak shows as memory that grows window after
-window, a slowdown as a p99 that climbs.
+The hour is cut into windows at the restarts; each window begins with its restart, so
+that the slots that come while workers stop and start are counted in it. Once the soak
+is over, each window prints its runs as recorded: their lag (a claim minus its slot, by
+kind: p50, p99, max), its fires, the runs no worker ever claimed (``unclaimed``: a
+stalled path shows here, not as fewer fires) and the slots skipped (``misfire`` or
+``overlap``, the default policies); and as measured while it ran, the CPU per fire of
+the workers, and each worker's resident memory 60 s after it started and at the
+window's end (its growth over one life). Beat's memory is sampled at every window's end
+(it lives the whole hour). The first window, with no restart, is the baseline the later
+ones are read against: a leak shows as memory that grows window after window, a
+slowdown as a p99 that climbs.
 
 At the end the fault suite's ledger is taken over the whole hour: every slot recorded
-once, every task body and call made once per attempt, nothing lost, crossed or left
-unfinished. ``check`` lines: 0 duplicates, 0 lost, 0 crossed, 0 failed, and each
-window's p99 lag under 1 s; the script exits 1 if any fails (``--no-check``: 0).
+once, every task body and call made once per attempt, nothing lost, crossed, unexpected
+or left unfinished. ``check`` lines: 0 duplicates, 0 lost, 0 crossed, 0 failed, 0
+unfinished, 0 unexpected, and for each window a p99 lag under 1 s and 0 unclaimed; the
+script exits 1 if any fails (``--no-check``: 0).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -83,20 +90,36 @@ def rss_tree(pid: int) -> int:
     return sum(rss_bytes(p) for p in tree(pid))
 
 
-def lags_by_kind(rig: Rig, start: datetime, end: datetime) -> dict[str, list[float]]:
-    """The lag of every run whose slot lies in ``[start, end)`` and that a worker claimed,
-    by kind."""
+@dataclass
+class Runs:
+    """A window's runs, as recorded once the soak is over: each claimed run's lag by
+    kind, the runs that no worker ever claimed, and the slots skipped."""
+
+    lags: dict[str, list[float]]
+    unclaimed: int
+    skipped: int
+
+
+def runs_in(rig: Rig, start: datetime, end: datetime) -> Runs:
+    """The runs whose slot lies in ``[start, end)``. A claimed run's lag is its claim
+    minus its slot (until a worker claims it, ``started_at`` is when the attempt was
+    sent: ``bench.common.started_runs``)."""
     query = (
         select(jobs.c.name, invocations.c.slot, invocations.c.started_at)
+        .add_columns(invocations.c.worker, invocations.c.status)
         .join(jobs, jobs.c.id == invocations.c.job_id)
         .where(invocations.c.slot >= start, invocations.c.slot < end)
-        .where(invocations.c.worker.isnot(None))  # claimed: until then, started_at is
-    )  # when the attempt was sent (``bench.common.started_runs``)
-    lags: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    )
+    runs = Runs({kind: [] for kind in KINDS}, 0, 0)
     with rig.db.connect() as conn:
-        for name, slot, started in conn.execute(query):
-            lags[name.rstrip("0123456789")].append((started - slot).total_seconds())
-    return lags
+        for name, slot, started, worker, status in conn.execute(query):
+            if status == "SKIPPED":
+                runs.skipped += 1
+            elif worker is None:
+                runs.unclaimed += 1
+            else:
+                runs.lags[name.rstrip("0123456789")].append((started - slot).total_seconds())
+    return runs
 
 
 def restart(rig: Rig, sig: signal.Signals) -> None:
@@ -110,30 +133,54 @@ def pids(rig: Rig) -> dict[str, int]:
     return {name: rig.cluster.processes[name].pid for name in (*WORKERS, "beat")}
 
 
-def window(rig: Rig, n: int, minutes: float, checks: list[bool]) -> None:
-    """Run one window (the workers just started), then print its figures."""
-    started, clock = now(), time.monotonic()
+@dataclass
+class Window:
+    """What a window measured while it ran; its runs are read at the end."""
+
+    start: datetime
+    end: datetime
+    cpu: float  # the workers' CPU seconds from their start (after the restart) to the end
+    warm: dict[str, int]  # each process's memory ``WARM`` s after its start
+    rss: dict[str, int]  # and at the window's end
+
+
+def window(rig: Rig, start: datetime, minutes: float, sig: signal.Signals | None) -> Window:
+    """One window from ``start`` (the previous one's end): the rolling restart (with
+    ``sig``; none for the first window), then the load until ``minutes`` have passed."""
+    clock = time.monotonic()
+    if sig is not None:
+        restart(rig, sig)
     cpu = {name: cpu_seconds(pid) for name, pid in pids(rig).items() if name != "beat"}
     time.sleep(WARM)
     warm = {name: rss_tree(pid) for name, pid in pids(rig).items()}
     time.sleep(max(0.0, minutes * 60 - (time.monotonic() - clock)))
-    ended = now()
     rss = {name: rss_tree(pid) for name, pid in pids(rig).items()}
     spent = sum(cpu_seconds(pids(rig)[name]) - was for name, was in cpu.items())
-    lags = lags_by_kind(rig, started, ended)
-    fires = sum(map(len, lags.values()))
+    return Window(start, now(), spent, warm, rss)
+
+
+def report(rig: Rig, n: int, w: Window) -> bool:
+    """The window's figures; whether its p99 lag passes."""
+    runs = runs_in(rig, w.start, w.end)
+    fires = sum(map(len, runs.lags.values()))
     figure(BENCH, f"w{n}_fires", fires)
-    figure(BENCH, f"w{n}_worker_cpu_per_fire", 1000 * spent / max(fires, 1), "ms")
-    for kind, values in lags.items():
+    figure(BENCH, f"w{n}_unclaimed", runs.unclaimed)
+    figure(BENCH, f"w{n}_skipped", runs.skipped)
+    figure(BENCH, f"w{n}_worker_cpu_per_fire", 1000 * w.cpu / max(fires, 1), "ms")
+    for kind, values in runs.lags.items():
         for q in (0.5, 0.99):
             figure(BENCH, f"w{n}_{kind}_lag_p{round(q * 100)}", 1000 * percentile(values, q), "ms")
         figure(BENCH, f"w{n}_{kind}_lag_max", 1000 * max(values, default=float("nan")), "ms")
     for name in WORKERS:
-        figure(BENCH, f"w{n}_{name}_rss_warm", warm[name] / 2**20, "MiB")
-        figure(BENCH, f"w{n}_{name}_rss_end", rss[name] / 2**20, "MiB")
-    figure(BENCH, f"w{n}_beat_rss_end", rss["beat"] / 2**20, "MiB")
-    every = [v for values in lags.values() for v in values]
-    checks.append(check(f"w{n}_lag_p99", percentile(every, 0.99), LAG_P99, "s"))
+        figure(BENCH, f"w{n}_{name}_rss_warm", w.warm[name] / 2**20, "MiB")
+        figure(BENCH, f"w{n}_{name}_rss_end", w.rss[name] / 2**20, "MiB")
+    figure(BENCH, f"w{n}_beat_rss_end", w.rss["beat"] / 2**20, "MiB")
+    every = [v for values in runs.lags.values() for v in values]
+    checks = [
+        check(f"w{n}_lag_p99", percentile(every, 0.99), LAG_P99, "s"),
+        check(f"w{n}_unclaimed", runs.unclaimed, 0),
+    ]
+    return all(checks)
 
 
 def check(what: str, value: float, bound: float, unit: str = "") -> bool:
@@ -153,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-check", action="store_true")
     args = parser.parse_args(argv)
     count = round(args.rate * args.period)
-    windows = max(1, round(args.minutes / args.restart_every))
+    count_windows = max(1, round(args.minutes / args.restart_every))
     sig = signal.Signals[f"SIG{args.signal}"]
     checks: list[bool] = []
     with (
@@ -169,14 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     ):
         figure(BENCH, "jobs", count)
         figure(BENCH, "offered_rate", count / args.period, "fires/s")
-        first = now()
-        for n in range(1, windows + 1):
-            if n > 1:
-                restart(rig, sig)
-            window(rig, n, args.restart_every, checks)
+        windows: list[Window] = []
+        start = now()
+        for n in range(count_windows):
+            windows.append(window(rig, start, args.restart_every, sig if n else None))
+            start = windows[-1].end
         end = now() - timedelta(seconds=1)
         ledger = settle(rig, end, timeout=120)
-        print(f"{BENCH} ledger {ledger.line('soak')}, {first:%H:%M:%S} to {end:%H:%M:%S}")
+        checks += [report(rig, n, w) for n, w in enumerate(windows, 1)]
+        print(
+            f"{BENCH} ledger {ledger.line('soak')}, {windows[0].start:%H:%M:%S} to {end:%H:%M:%S}"
+        )
         for line in ledger.detail[:20]:
             print(f"{BENCH} detail {line}")
         figure(BENCH, "duplicates", ledger.duplicates)
@@ -187,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             check("crossed", ledger.crossed, 0),
             check("failed", sum(ledger.failed.values()), 0),
             check("unfinished", ledger.unfinished, 0),
+            check("unexpected", len(ledger.unexpected), 0),
         ]
     return 0 if args.no_check or all(checks) else 1
 

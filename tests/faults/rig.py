@@ -102,8 +102,9 @@ class Rig:
     # When the database lost what it committed (a replica promoted without it): work
     # begun in that window may be done again, as the manual says (``Ledger.redone``).
     forgotten: tuple[float, float] | None = None
-    # The jobs (``fault_job_file``'s arguments), how long each http call and slow body
-    # takes, and how often the watchdog passes: ``bench.soak`` runs a bigger mix.
+    # The jobs (``fault_job_file``'s arguments), how long the endpoint takes to answer
+    # each http call, and how often the watchdog passes: ``bench.soak`` runs a bigger
+    # mix. (The faults' bounds, ``recovery_bound``, assume ``WATCHDOG_INTERVAL``.)
     jobs: Callable[[Path, Path, str], Path] = fault_job_file
     call_seconds: float = 1.5
     watchdog_interval: float = WATCHDOG_INTERVAL
@@ -171,7 +172,8 @@ class Rig:
         self.cluster.kill(name, signal.SIGKILL)
 
     def fired_since(self, t: datetime, timeout: float) -> float:
-        """Seconds from ``t`` until every job had started a run after it."""
+        """Seconds from ``t`` until every job had started a run after it (a paused job,
+        or one whose period is longer than ``timeout``, makes it time out)."""
         query = (
             select(invocations.c.job_id, func.min(invocations.c.started_at, type_=UTCDateTime))
             .where(invocations.c.started_at >= t)
@@ -210,7 +212,11 @@ def running(
     redis = RedisServer(folder, broker_host or options.get("host", "127.0.0.1"))
     if options.get("broker") is None:
         redis.start()
-    rig = Rig(folder, pg, redis, **options)
+    try:
+        rig = Rig(folder, pg, redis, **options)
+    except BaseException:
+        redis.stop()
+        raise
     try:
         before(rig)
         rig.up()

@@ -23,7 +23,8 @@ import random
 import signal
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,15 @@ from sqlalchemy import func, select
 
 from cronchain.scheduler.storage.models import invocations
 from cronchain.scheduler.storage.observed import watchdog_passes
-from tests.faults.rig import LEASE, WATCHDOG_INTERVAL, Rig, lapsed_leases, running, whole_after
+from tests.faults.rig import (
+    LEASE,
+    WATCHDOG_INTERVAL,
+    Fault,
+    Rig,
+    lapsed_leases,
+    running,
+    whole_after,
+)
 from tests.support.netns import Namespace
 from tests.support.services import postgres_server
 from tests.support.wait import now, wait_until
@@ -113,29 +122,52 @@ def beat_apart(tmp_path: Path) -> Iterator[Rig]:
         namespace.destroy()
 
 
-def beat_cut_off(rig: Rig, rng: random.Random) -> datetime:
-    """Beat away from the broker for four to five watchdog intervals: no watchdog pass
-    is sent, while the chains go on without it."""
-    assert rig.namespace is not None
-    rig.namespace.cut()
-    time.sleep(rng.uniform(4 * WATCHDOG_INTERVAL, 5 * WATCHDOG_INTERVAL))
-    rig.namespace.heal()
-    return now()
+@dataclass
+class Split:
+    """When a fault cut the namespace off and when it healed, by the database's clock
+    as this process reads it (``now``)."""
+
+    cut: datetime | None = None
+    healed: datetime | None = None
+    passed: datetime | None = None  # the watchdog's last pass as the split healed
+
+
+def beat_cut_off(split: Split) -> Fault:
+    def beat_cut_off(rig: Rig, rng: random.Random) -> datetime:
+        """Beat away from the broker for four to five watchdog intervals: no watchdog
+        pass is sent, while the chains go on without it."""
+        assert rig.namespace is not None
+        rig.namespace.cut()
+        split.cut = now()
+        time.sleep(rng.uniform(4 * WATCHDOG_INTERVAL, 5 * WATCHDOG_INTERVAL))
+        split.passed = last_pass(rig)
+        rig.namespace.heal()
+        split.healed = now()
+        return split.healed
+
+    return beat_cut_off
+
+
+def last_pass(rig: Rig) -> datetime | None:
+    with rig.db.connect() as conn:
+        return watchdog_passes(conn).passed_at
 
 
 def test_beat_cut_off_from_the_broker(beat_apart: Rig) -> None:
-    """Beat only sends the watchdog: its absence delays repairs, never a slot. Once it
-    is back, passes resume."""
-    _, detail = whole_after(beat_apart, [beat_cut_off], "partition:beat")
-    healed = now()
-
-    def passed_since() -> bool:
-        with beat_apart.db.connect() as conn:
-            passed = watchdog_passes(conn).passed_at
-        return passed is not None and passed > healed
-
-    bound = 4 * WATCHDOG_INTERVAL + 15
-    wait_until(passed_since, bound, f"a watchdog pass after the split\n{detail}")
+    """Beat only sends the watchdog: without it no pass runs (no repair is made), but
+    no slot waits for one. Once beat is back, passes resume."""
+    split = Split()
+    _, detail = whole_after(beat_apart, [beat_cut_off(split)], "partition:beat")
+    assert split.cut is not None and split.healed is not None and split.passed is not None
+    # The last pass sent before the split runs within an interval of it; none after.
+    assert split.passed <= split.cut + timedelta(seconds=WATCHDOG_INTERVAL + 1), detail
+    # Beat sends again at its next interval once its connection is back, within
+    # Celery's first retries (2, 4, 6 s).
+    wait_until(
+        lambda: (last_pass(beat_apart) or split.cut) > split.healed,
+        WATCHDOG_INTERVAL + 15,
+        f"a watchdog pass after the split\n{detail}",
+    )
 
 
 @pytest.fixture
@@ -160,33 +192,41 @@ def broker_apart(tmp_path: Path) -> Iterator[Rig]:
         namespace.destroy()
 
 
-def broker_cut_off(rig: Rig, rng: random.Random) -> datetime:
-    """The namespace's workers away from Redis for three to four leases, the database
-    still in reach. The namespace's worker of the user's tasks holds them as the split
-    comes: the rig's own stops first, warmly (its tasks end, none lapses)."""
-    assert rig.namespace is not None
-    rig.cluster.kill("tasks", signal.SIGTERM)
-    time.sleep(rng.uniform(2.0, 3.0))
-    rig.namespace.cut(1)
-    cut = time.monotonic()
-    rig.start_worker("tasks")
-    time.sleep(max(0.0, rng.uniform(3 * LEASE, 4 * LEASE) - (time.monotonic() - cut)))
-    rig.namespace.heal(1)
-    return now()
+def broker_cut_off(split: Split) -> Fault:
+    def broker_cut_off(rig: Rig, rng: random.Random) -> datetime:
+        """The namespace's workers away from Redis for three to four leases, the
+        database still in reach. The namespace's worker of the user's tasks holds them
+        as the split comes: the rig's own stops first, warmly (its tasks end, none
+        lapses)."""
+        assert rig.namespace is not None
+        rig.cluster.kill("tasks", signal.SIGTERM)
+        time.sleep(rng.uniform(2.0, 3.0))
+        rig.namespace.cut(1)
+        split.cut = now()
+        cut = time.monotonic()
+        rig.start_worker("tasks")
+        time.sleep(max(0.0, rng.uniform(3 * LEASE, 4 * LEASE) - (time.monotonic() - cut)))
+        rig.namespace.heal(1)
+        split.healed = now()
+        return split.healed
+
+    return broker_cut_off
 
 
 def test_workers_cut_off_from_the_broker_alone(broker_apart: Rig) -> None:
     """A worker that still reaches the database renews its leases and records its
-    outcomes: what it held finishes there, once; its acknowledgements wait for the
-    broker. Nothing is retried for want of a lease."""
-    started = now()
-    _, detail = whole_after(broker_apart, [broker_cut_off], "partition:broker")
+    outcomes: what it held finishes there, during the split, once; its
+    acknowledgements wait for the broker. Nothing is retried for want of a lease."""
+    split = Split()
+    _, detail = whole_after(broker_apart, [broker_cut_off(split)], "partition:broker")
     lapsed = lapsed_leases(broker_apart)
     with broker_apart.db.connect() as conn:
         recorded_inside = conn.execute(
             select(func.count()).where(
-                invocations.c.worker.like("%_ns@%"), invocations.c.finished_at >= started
+                invocations.c.worker.like("%\\_ns@%", escape="\\"),
+                invocations.c.finished_at.between(split.cut, split.healed),
             )
         ).scalar_one()
     print(f"leases lapsed: {len(lapsed)}; runs the cut-off workers recorded: {recorded_inside}")
     assert lapsed == [], f"a lease lapsed with the database in reach:\n{detail}"
+    assert recorded_inside > 0, f"the cut-off workers recorded nothing while cut off\n{detail}"

@@ -118,3 +118,6 @@ def test_broker_restart_on_rabbitmq(on_node: tuple[Rig, RabbitMQServer]) -> None
     rig, node = on_node
     ledger, detail = whole_after(rig, [restart_broker(node)], "rabbitmq:restart_broker")
     assert ledger.recover <= RECOVERY_BOUND, detail
+    # The slots of the outage are skipped by the jobs' (default) policies, and nothing
+    # else: overlap for a slow job whose run spans it, misfire for the rest.
+    assert set(ledger.skipped) <= {"misfire", "overlap"}, detail

@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import subprocess
+import uuid
 from dataclasses import dataclass
 
 from tests.support.services import unavailable
@@ -62,7 +63,7 @@ class Namespace:
             unavailable("network namespaces (root and iproute2's ip)")
         used = subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
         free = [n for n in range(256) if f"{SUBNETS}.{n}.0/30" not in used]
-        ns = cls(f"cc{os.getpid() % 100000}", random.sample(free, links))
+        ns = cls(f"cc{uuid.uuid4().hex[:6]}", random.sample(free, links))
         _ip("netns", "add", ns.name)
         try:
             _ip("netns", "exec", ns.name, "ip", "link", "set", "lo", "up")
@@ -97,8 +98,12 @@ class Namespace:
         _ip("link", "set", self._veth(link), "up")
 
     def destroy(self) -> None:
-        """The namespace, its pairs and their routes; what is already gone is left alone."""
+        """The namespace, its pairs (a pair whose end never moved into the namespace
+        too) and their routes; what is already gone is left alone."""
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
         for link in range(len(self.indexes)):
-            route = ("route", "del", "blackhole", self._subnet(link))
-            subprocess.run(["ip", *route], capture_output=True, timeout=30)
+            for args in (
+                ("link", "del", self._veth(link)),
+                ("route", "del", "blackhole", self._subnet(link)),
+            ):
+                subprocess.run(["ip", *args], capture_output=True, timeout=30)

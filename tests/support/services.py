@@ -8,12 +8,14 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 import redis
@@ -268,18 +270,17 @@ RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 
 
 class RabbitMQServer:
-    """A private RabbitMQ node (its own name, port and data), so a test may restart it
-    and set what the machine's node sets for everyone (``consumer_timeout``). It runs as
-    root from RabbitMQ's own scripts, with root's Erlang cookie, beside the machine's
-    node (which the packaged wrappers run as ``rabbitmq``); guest may log in on loopback.
-    Its queues and persistent messages survive a restart, as a production node's do."""
+    """A private RabbitMQ node (its own name, ports, data and epmd), so a test may stop
+    and start it. It runs as root from RabbitMQ's own scripts, with root's Erlang
+    cookie, beside the machine's node (which the packaged wrappers run as ``rabbitmq``);
+    guest may log in on loopback."""
 
-    def __init__(self, folder: Path, consumer_timeout: float | None = None) -> None:
-        self.port, self.dist_port = free_port(), free_port()
+    def __init__(self, folder: Path) -> None:
+        self.port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
         self.folder = folder / "rabbitmq"
         self.node = f"cronchain-{uuid.uuid4().hex[:8]}@localhost"
-        self.consumer_timeout = consumer_timeout
         self.process: subprocess.Popen[bytes] | None = None
+        self._output: BinaryIO | None = None
 
     @property
     def url(self) -> str:
@@ -291,6 +292,7 @@ class RabbitMQServer:
             "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
             "RABBITMQ_NODE_PORT": str(self.port),
             "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_PORT": str(self.epmd_port),  # an epmd of its own, stopped with it
             "RABBITMQ_MNESIA_BASE": str(self.folder / "mnesia"),
             "RABBITMQ_LOG_BASE": str(self.folder / "log"),
             "RABBITMQ_CONFIG_FILE": str(self.folder / "rabbitmq.conf"),
@@ -306,17 +308,15 @@ class RabbitMQServer:
             unavailable("rabbitmq-server")
         if self.process is None:  # the first start: its files
             (self.folder / "log").mkdir(parents=True)
-            config = "loopback_users = none\n"
-            if self.consumer_timeout is not None:
-                config += f"consumer_timeout = {round(self.consumer_timeout * 1000)}\n"
-            (self.folder / "rabbitmq.conf").write_text(config)
+            (self.folder / "rabbitmq.conf").write_text("loopback_users = none\n")
             (self.folder / "advanced.config").write_text("[].\n")
             (self.folder / "rabbitmq-env.conf").write_text("")
             (self.folder / "enabled_plugins").write_text("[].\n")
+        self._output = (self.folder / "log" / "stdout.log").open("ab")
         self.process = subprocess.Popen(
             [str(RABBITMQ_BIN / "rabbitmq-server")],
             env=self._env(),
-            stdout=(self.folder / "log" / "stdout.log").open("ab"),
+            stdout=self._output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -325,13 +325,14 @@ class RabbitMQServer:
     def _await_startup(self, deadline: float) -> None:
         """``await_startup`` waits for a node that has begun to boot; one that has not
         registered its name yet is refused at once (status 69): ask again."""
+        assert self.process is not None
         while True:
             try:
                 self.ctl("await_startup", "--timeout", "60", timeout=70)
                 return
-            except subprocess.CalledProcessError:
+            except subprocess.CalledProcessError as err:
                 if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise
+                    raise RuntimeError(f"RabbitMQ did not start: {err.stderr}") from err
                 time.sleep(1)
 
     def ctl(self, *args: str, timeout: float = 60) -> str:
@@ -347,25 +348,33 @@ class RabbitMQServer:
         return done.stdout
 
     def stop(self) -> None:
-        """A clean stop, as ``systemctl stop`` makes one; a node that does not stop in a
-        minute is killed."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(subprocess.SubprocessError):
-            self.ctl("stop")
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, 9)
-            self.process.wait()
+        """A clean stop, as ``systemctl stop`` makes one (a node that does not stop in
+        a minute is killed, and says so), and its epmd with it."""
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.ctl("stop")
+            except subprocess.SubprocessError as err:
+                print(f"rabbitmqctl stop failed, the node will be killed: {err}", file=sys.stderr)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                print("the RabbitMQ node did not stop in 60 s: killed", file=sys.stderr)
+                os.killpg(self.process.pid, 9)
+                self.process.wait()
+        if self._output is not None:
+            self._output.close()
+            self._output = None
+        epmd = shutil.which("epmd")
+        if epmd is not None:
+            subprocess.run(
+                [epmd, "-port", str(self.epmd_port), "-kill"], capture_output=True, timeout=30
+            )
 
 
 @contextmanager
-def rabbitmq_server(
-    folder: Path, consumer_timeout: float | None = None
-) -> Iterator[RabbitMQServer]:
+def rabbitmq_server(folder: Path) -> Iterator[RabbitMQServer]:
     """A private RabbitMQ node, started, stopped at the end of the block."""
-    server = RabbitMQServer(folder, consumer_timeout)
+    server = RabbitMQServer(folder)
     try:
         server.start()
         yield server
