@@ -160,7 +160,7 @@ def window(rig: Rig, start: datetime, minutes: float, sig: signal.Signals | None
 
 
 def report(rig: Rig, n: int, w: Window) -> bool:
-    """The window's figures; whether its p99 lag passes."""
+    """The window's figures; whether its p99 lag and its unclaimed runs pass."""
     runs = runs_in(rig, w.start, w.end)
     fires = sum(map(len, runs.lags.values()))
     figure(BENCH, f"w{n}_fires", fires)
