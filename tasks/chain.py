@@ -35,6 +35,12 @@ from cronchain.tasks.app import app
 log = logging.getLogger("cronchain.tasks")
 MAX_BATCH = 10_000  # far above any CRONCHAIN_TICK_BATCH; more is not ours
 RETRY = dict(autoretry_for=(TransientError,), retry_backoff=1, retry_backoff_max=30, max_retries=8)
+# A run's message is acknowledged as its thread takes it, not when its calls end: a run
+# may outlast the broker's patience (RabbitMQ's consumer_timeout closes the channel of a
+# consumer that holds a delivery unacknowledged too long, and Celery's worker exits).
+# A delivery again would find its attempts claimed and do nothing: the claim, its lease
+# and the watchdog, not the message, carry a run to its end.
+RUN = RETRY | dict(acks_late=False)
 
 
 def runtime() -> Runtime:
@@ -76,7 +82,7 @@ def start_invocation(invocation_id: int, attempt: int | None = None) -> None:
     runtime().engine.attempts.start_invocation(invocation_id, attempt)
 
 
-@app.task(name="cronchain.run", bind=True, **RETRY)
+@app.task(name="cronchain.run", bind=True, **RUN)
 def run(self: Task, invocation_id: int, attempt: int, job_id: int | None = None) -> None:
     """The work path: claim an attempt of a noop or http run, make its call, record it.
     ``job_id`` is the run's job (absent from older messages: the ids alone)."""
@@ -87,7 +93,7 @@ def run(self: Task, invocation_id: int, attempt: int, job_id: int | None = None)
     execute(runtime().engine, invocation_id, attempt, worker, job_id)
 
 
-@app.task(name="cronchain.run_batch", bind=True, **RETRY)
+@app.task(name="cronchain.run_batch", bind=True, **RUN)
 def run_batch(self: Task, attempts: Any) -> None:
     """The work path: attempts begun together, claimed in one transaction. Each is
     ``[invocation, attempt, job]`` (``[invocation, attempt]`` in older messages)."""

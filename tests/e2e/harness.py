@@ -46,16 +46,18 @@ class Received(NamedTuple):
 
 
 class HitCounter:
-    """An HTTP endpoint on loopback that answers after ``delay`` seconds; counts requests
-    per invocation (``hits``) and per attempt (``calls``: a call made twice for one
-    attempt is a duplicate; a retry is a new attempt)."""
+    """An HTTP endpoint on loopback that answers after ``delay`` seconds (a test may
+    change it while it runs); counts requests per invocation (``hits``) and per attempt
+    (``calls``: a call made twice for one attempt is a duplicate; a retry is a new
+    attempt)."""
 
     def __init__(self, delay: float = 0.0, host: str = "127.0.0.1") -> None:
+        self.delay = delay
         self.hits: Counter[int] = Counter()
         self.calls: Counter[tuple[int, int]] = Counter()
         self.received: list[Received] = []  # every call, in the order it came
         lock = threading.Lock()
-        hits, calls, received = self.hits, self.calls, self.received
+        hits, calls, received, counter = self.hits, self.calls, self.received, self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
@@ -68,7 +70,7 @@ class HitCounter:
                     hits[invocation] += 1
                     calls[invocation, attempt] += 1
                     received.append(came)
-                time.sleep(delay)
+                time.sleep(counter.delay)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -431,6 +431,7 @@ class Ledger:
             f"skipped {sum(self.skipped.values()):>3} ({skipped})  failed {failed}  "
             f"duplicates {self.duplicates}  crossed {self.crossed}  lost {len(self.lost)}  "
             f"recovered in {self.recover:.1f} s"
+            + (f"  unfinished {self.unfinished}" if self.unfinished else "")
             + (f"  redone {self.redone}" if self.redone else "")
         )
 
@@ -481,6 +482,7 @@ def check_ledger(rig: Rig, end: datetime) -> Ledger:
             ledger.failed[f"{row.status}: {row.error or row.reason}"] += 1
         else:
             ledger.unfinished += 1
+            ledger.detail.append(f"job {row.job_id} slot {row.slot:%H:%M:%S} still {row.status}")
     with rig.db.connect() as conn:
         owner = owners(conn)
         ended = ended_by_a_body(conn, owner, witnessed_at)
@@ -608,12 +610,15 @@ def recovery_bound(faults: list[str]) -> float:
     return RECOVERY_BOUND
 
 
-def whole_after(rig: Rig, faults: list[Fault], label: str) -> tuple[Ledger, str]:
+def whole_after(
+    rig: Rig, faults: list[Fault], label: str, settle_within: float = 30
+) -> tuple[Ledger, str]:
     """Run ``faults`` (with a seed printed to replay them), and check that the ledger is
-    whole and nothing unfinished; the ledger, and what a failure should say."""
+    whole and nothing unfinished ``settle_within`` seconds after; the ledger, and what a
+    failure should say."""
     seed = fault_seed()
     print(f"{label}: seed {seed}")
-    ledger = run_fault(rig, faults, random.Random(seed))
+    ledger = run_fault(rig, faults, random.Random(seed), settle_within)
     detail = account(rig, ledger, label)
     assert ledger.whole and ledger.unfinished == 0, detail
     return ledger, detail
@@ -632,8 +637,11 @@ def logs_tail(rig: Rig) -> str:
     return "\n".join(tails)
 
 
-def run_fault(rig: Rig, faults: list[Fault], rng: random.Random) -> Ledger:
-    """Run ``faults`` one after another on a running rig, then check the whole window."""
+def run_fault(
+    rig: Rig, faults: list[Fault], rng: random.Random, settle_within: float = 30
+) -> Ledger:
+    """Run ``faults`` one after another on a running rig, then check the whole window
+    once every slot in it is final (or ``settle_within`` seconds have passed)."""
     restored = now()
     for fault in faults:
         restored = fault(rig, rng)
@@ -641,7 +649,7 @@ def run_fault(rig: Rig, faults: list[Fault], rng: random.Random) -> Ledger:
     recover = rig.fired_since(restored, RECOVERY_BOUND + 10)
     time.sleep(2)  # a little steady state after the recovery
     end = now() - timedelta(seconds=1)
-    ledger = settle(rig, end)
+    ledger = settle(rig, end, settle_within)
     ledger.recover = recover
     for name, process in rig.cluster.processes.items():
         assert process.poll() is None, f"{name} died:\n{logs_tail(rig)}"

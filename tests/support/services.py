@@ -275,7 +275,10 @@ class RabbitMQServer:
     cookie, beside the machine's node (which the packaged wrappers run as ``rabbitmq``);
     guest may log in on loopback."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, config: str = "", advanced: str = "[]") -> None:
+        """``config`` adds lines to its ``rabbitmq.conf``; ``advanced`` is its
+        ``advanced.config`` (an Erlang term, without the final full stop)."""
+        self.config, self.advanced = config, advanced
         self.port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
         self.folder = folder / "rabbitmq"
         self.node = f"cronchain-{uuid.uuid4().hex[:8]}@localhost"
@@ -308,8 +311,8 @@ class RabbitMQServer:
             unavailable("rabbitmq-server")
         if self.process is None:  # the first start: its files
             (self.folder / "log").mkdir(parents=True)
-            (self.folder / "rabbitmq.conf").write_text("loopback_users = none\n")
-            (self.folder / "advanced.config").write_text("[].\n")
+            (self.folder / "rabbitmq.conf").write_text(f"loopback_users = none\n{self.config}")
+            (self.folder / "advanced.config").write_text(f"{self.advanced}.\n")
             (self.folder / "rabbitmq-env.conf").write_text("")
             (self.folder / "enabled_plugins").write_text("[].\n")
         self._output = (self.folder / "log" / "stdout.log").open("ab")
@@ -372,9 +375,12 @@ class RabbitMQServer:
 
 
 @contextmanager
-def rabbitmq_server(folder: Path) -> Iterator[RabbitMQServer]:
-    """A private RabbitMQ node, started, stopped at the end of the block."""
-    server = RabbitMQServer(folder)
+def rabbitmq_server(
+    folder: Path, config: str = "", advanced: str = "[]"
+) -> Iterator[RabbitMQServer]:
+    """A private RabbitMQ node (``RabbitMQServer``'s settings), started, stopped at the
+    end of the block."""
+    server = RabbitMQServer(folder, config, advanced)
     try:
         server.start()
         yield server
