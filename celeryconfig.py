@@ -13,10 +13,11 @@ release_fired_eta_entries()  # every tick is held for its ETA
 
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True
-# On RabbitMQ, a worker that stops reading its connection (a work-path worker can, after
-# a reconnection: docs/how-to/rabbitmq.md) is dropped by the broker after two missed
-# heartbeats, and connects again: in 20 s or so, where with Celery's default (120 s, and
-# RabbitMQ's 60 s, the lower agreed) it would take two minutes.
+# On RabbitMQ (Redis ignores it), a worker whose main thread stops reading its connection
+# (a work-path worker can, after a reconnection: docs/how-to/rabbitmq.md) is dropped by
+# the broker after two missed heartbeats and connects again: 32 s in the stall traced,
+# where Celery's default (120 s; RabbitMQ's 60 s, the lower, is agreed) would take some
+# two minutes.
 broker_heartbeat = 10
 if _settings.embedded_broker:
     from cronchain.scheduler.workers.fsbroker import ALIAS
@@ -48,7 +49,7 @@ task_serializer = "json"
 result_serializer = "json"
 accept_content = ["json"]
 task_ignore_result = True
-task_acks_late = True
+task_acks_late = True  # but not a work-path run's (tasks/chain.py: RUN)
 task_reject_on_worker_lost = False  # the watchdog repairs; no redelivery loops
 task_default_queue = _settings.queue
 worker_prefetch_multiplier = 8

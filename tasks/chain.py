@@ -39,7 +39,10 @@ RETRY = dict(autoretry_for=(TransientError,), retry_backoff=1, retry_backoff_max
 # may outlast the broker's patience (RabbitMQ's consumer_timeout closes the channel of a
 # consumer that holds a delivery unacknowledged too long, and Celery's worker exits).
 # A delivery again would find its attempts claimed and do nothing: the claim, its lease
-# and the watchdog, not the message, carry a run to its end.
+# and the watchdog, not the message, carry a run to its end. A message lost between its
+# acknowledgement and the claim (a worker killed) leaves its attempt unclaimed, and the
+# watchdog sends it again once its deadline passes (half a watchdog interval after it
+# was sent, checked at the next pass).
 RUN = RETRY | dict(acks_late=False)
 
 

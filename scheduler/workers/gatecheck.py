@@ -32,7 +32,10 @@ def check(
     engine.send(messages)  # the next check is asked even if this one never answers
     if asked is None:
         log.info(
-            "invocation %s gate %s check %s: not waiting, or taken", invocation_id, name, number
+            "invocation %s gate %s check %s: not waiting, taken, or not due yet (sent on)",
+            invocation_id,
+            name,
+            number,
         )
         return
     job, gate = asked

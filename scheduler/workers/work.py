@@ -50,8 +50,9 @@ def execute_batch(
 ) -> list[Outcome]:
     """Claim attempts sent together in one transaction, make their calls side by side
     (one slow endpoint must not hold up the others) and record each outcome as it
-    comes; returns once all are recorded, so that the message is acknowledged only
-    then."""
+    comes; returns once all are recorded, so that the worker's thread stays taken
+    until then: ``--concurrency`` bounds the batches a worker runs at once, and a warm
+    shutdown waits for them."""
     calls = engine.attempts.claim_many(attempts, worker)
     for call in calls:
         events.started(call)

@@ -33,6 +33,7 @@ from cronchain.scheduler import debuglog, outside
 from cronchain.scheduler.core.effects import CheckGate, Message, Stepped
 from cronchain.scheduler.core.host import Admitting, Held
 from cronchain.scheduler.invokers import Call, Outcome
+from cronchain.scheduler.settings import ETA_HORIZON
 from cronchain.scheduler.spec.controls import Controls, controls_of
 from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
@@ -121,6 +122,9 @@ def claim(
             if changed:  # the gates left may all have said yes
                 messages += _record(host, conn, inv, job, inv.log, now)
             return None, messages
+        due = _due(gate, number)
+        if not changed and due is not None and due > now + EARLY:  # a hop: send it on
+            return None, [CheckGate(invocation_id, name, number, job_id, _held(due, now))]
         declared = _declared(job, name)
         assert inv.deadline is not None and declared is not None
         next_at = now + timedelta(seconds=declared["every"])
@@ -129,8 +133,28 @@ def claim(
         gate["next_at"] = None if last else iso(next_at)
         run_store.update_invocation(conn, inv.id, checks=inv.checks)
     if not last:
-        messages.append(CheckGate(invocation_id, name, number + 1, job_id, next_at))
+        messages.append(CheckGate(invocation_id, name, number + 1, job_id, _held(next_at, now)))
     return (job, declared), messages
+
+
+# A check delivered this much before its time is taken: its ETA was read in the worker's
+# clock, which may differ from this one by the clocks' measurement error.
+EARLY = timedelta(seconds=1)
+
+
+def _held(due: datetime, now: datetime) -> datetime:
+    """The ETA of a check due at ``due``: no further ahead than a tick's (``ETA_HORIZON``).
+    A worker holds a message with an ETA unacknowledged, and a broker drops one held
+    long (RabbitMQ closes the worker's channel at its consumer_timeout, Redis delivers
+    it again after its visibility timeout): a check due later is sent on when it comes."""
+    return min(due, now + ETA_HORIZON)
+
+
+def _due(gate: dict[str, Any], number: int) -> datetime | None:
+    """When check ``number`` of ``gate`` is due, if it is the next one and has a time."""
+    if gate["checks"] != number - 1 or not gate.get("next_at"):
+        return None
+    return datetime.fromisoformat(gate["next_at"])
 
 
 def _state(inv: InvocationRow) -> dict[str, Any] | None:

@@ -614,8 +614,8 @@ def whole_after(
     rig: Rig, faults: list[Fault], label: str, settle_within: float = 30
 ) -> tuple[Ledger, str]:
     """Run ``faults`` (with a seed printed to replay them), and check that the ledger is
-    whole and nothing unfinished ``settle_within`` seconds after; the ledger, and what a
-    failure should say."""
+    whole and nothing unfinished within ``settle_within`` seconds; the ledger, and what
+    a failure should say."""
     seed = fault_seed()
     print(f"{label}: seed {seed}")
     ledger = run_fault(rig, faults, random.Random(seed), settle_within)

@@ -4,7 +4,7 @@ kept on the run; ``on_unmet`` applies when no check is left to say yes."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -376,3 +376,28 @@ def test_a_gate_that_said_no_dropped_by_an_apply_frees_a_run_whose_other_gate_sa
         clock.advance(10)
         assert ask_due(engine, port, clock) == 1  # the dropped gate's check: frees the run
     assert rows(engine, "d")[0]["status"] == "STARTING" and len(no.asked) == 1
+
+
+def test_a_check_due_past_the_horizon_waits_in_hops_as_a_tick_does(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """A gate asked every hour: its next check's message is held no longer than a
+    tick's (the horizon), and one delivered before its time sends itself on rather
+    than asking early. A broker drops a message held longer: RabbitMQ closes the
+    worker's channel (its consumer_timeout), Redis delivers it again (its visibility
+    timeout)."""
+    engine, port = http_engine(db, clock)
+    with gate_endpoint(503, 503) as endpoint:
+        apply(engine, spec("d", gates=[{"http": endpoint.url, "every": "1h"}], max_wait="3h"))
+        Scheduler(engine).trigger("p/d")
+        assert ask_due(engine, port, clock) == 1 and len(endpoint.asked) == 1
+        first = clock.now
+        hops = 0
+        while len(endpoint.asked) == 1:
+            [(_, _, number, _, eta)] = port.gates
+            assert number == 2 and clock.now < eta <= clock.now + engine.horizon
+            clock.now = eta
+            assert ask_due(engine, port, clock) == 1
+            hops += 1
+        assert clock.now >= first + timedelta(hours=1) and hops == 12
+    assert answers(rows(engine, "d")[0]) == [False, False]

@@ -22,3 +22,19 @@ def test_the_workers_free_the_tasks_held_for_their_eta() -> None:
 
     importlib.import_module("cronchain.celeryconfig")
     assert Consumer.apply_eta_task.releasing  # type: ignore[attr-defined]
+
+
+def test_a_run_s_message_is_acknowledged_as_it_begins_and_the_others_once_done() -> None:
+    """A run may outlast a broker's patience (RabbitMQ's consumer_timeout closes the
+    channel of a worker that holds a delivery too long, and Celery's worker exits): its
+    claim, not its message, carries it. The other tasks end quickly, and their message
+    comes back if their worker dies."""
+    from cronchain.tasks.app import app
+
+    importlib.import_module("cronchain.tasks.chain")
+    late = {
+        name: task.acks_late for name, task in app.tasks.items() if name.startswith("cronchain.")
+    }
+    assert late.pop("cronchain.run") is False and late.pop("cronchain.run_batch") is False
+    assert late and all(late.values()), late
+    assert importlib.import_module("cronchain.celeryconfig").broker_heartbeat == 10
