@@ -2,12 +2,18 @@
 
 Each run of its body appends ``invocation attempt time`` to a file, so the ledger can
 tell a body that ran twice for the same attempt (a fencing failure) from a retry, and
-when it ran."""
+when it ran.
+
+Every worker of the rig imports it, and with it a watch on its AMQP connections
+(``tests.faults.amqp_watch``)."""
 
 import os
 import time
 
 from cronchain.tasks import app
+from tests.faults import amqp_watch
+
+amqp_watch.install()
 
 
 @app.task(name="faults.slow", bind=True)

@@ -45,6 +45,10 @@ class Namespace:
     def subnet(self) -> str:
         return self._subnet(0)
 
+    def subnet_of(self, link: int) -> str:
+        """The pair's /30: its clients, for a server that listens on ``host_of(link)``."""
+        return self._subnet(link)
+
     def host_of(self, link: int) -> str:
         return f"{SUBNETS}.{self.indexes[link]}.1"
 

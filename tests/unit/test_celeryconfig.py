@@ -38,3 +38,11 @@ def test_a_run_s_message_is_acknowledged_as_it_begins_and_the_others_once_done()
     assert late.pop("cronchain.run") is False and late.pop("cronchain.run_batch") is False
     assert late and all(late.values()), late
     assert importlib.import_module("cronchain.celeryconfig").broker_heartbeat == 10
+
+
+def test_no_pool_thread_raises_the_prefetch_count_after_a_reconnection() -> None:
+    """Celery would raise it from the callback of each acknowledgement: on the work
+    path's threads, a read of the connection the main thread reads (the RabbitMQ faults
+    watch for it: tests.faults.amqp_watch)."""
+    config = importlib.import_module("cronchain.celeryconfig")
+    assert config.worker_enable_prefetch_count_reduction is False
