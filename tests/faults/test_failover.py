@@ -11,7 +11,10 @@ manual states for it (docs/concepts/exactly-once.md).
 from __future__ import annotations
 
 import random
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -19,22 +22,43 @@ from pathlib import Path
 import pytest
 
 from tests.faults.rig import Rig, running, whole_after
-from tests.support.services import postgres_server
+from tests.support.services import free_port, postgres_server
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.mark.faults]
 
 
 @pytest.fixture(params=["synchronous", "asynchronous"])
-def replicated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rig]:
+def replicated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Rig, int]]:
+    """The rig on a primary and its streaming replica, and ``cronchain serve`` (its
+    port) beside it."""
     with postgres_server() as pg:
         standby = pg.replica()
         if request.param == "synchronous":
             pg.synchronous()
         try:
             with running(tmp_path, pg, standby=standby) as rig:
-                yield rig
+                port = free_port()
+                rig.cluster.start("serve", *SERVE, str(port))
+                wait_until(lambda: healthz(port)[0] == 200, 60, "serve to be healthy")
+                yield rig, port
         finally:
             standby.destroy()
+
+
+SERVE = (sys.executable, "-m", "cronchain.scheduler.cli", "serve", "--port")
+
+
+def healthz(port: int) -> tuple[int, str]:
+    """``cronchain serve``'s health: 200 once every check passes, which reads the
+    database."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""
 
 
 def failover(rig: Rig, rng: random.Random) -> datetime:
@@ -64,9 +88,13 @@ def failover_behind(rig: Rig, rng: random.Random) -> datetime:
     return datetime.now().astimezone()
 
 
-def test_failover(replicated: Rig, request: pytest.FixtureRequest) -> None:
+def test_failover(replicated: tuple[Rig, int], request: pytest.FixtureRequest) -> None:
     mode = request.node.callspec.params["replicated"]
     fault = failover if mode == "synchronous" else failover_behind
-    ledger, detail = whole_after(replicated, [fault], f"failover_{mode}")
+    rig, port = replicated
+    ledger, detail = whole_after(rig, [fault], f"failover_{mode}")
+    # serve, started before the failover, answers from the new primary (the rig checked
+    # that no process of it died).
+    wait_until(lambda: healthz(port)[0] == 200, 30, f"serve healthy again\n{detail}")
     if mode == "asynchronous":  # the replica was seconds behind: some work was forgotten
         assert ledger.redone > 0, detail
