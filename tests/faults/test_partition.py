@@ -76,13 +76,34 @@ def split(tmp_path: Path) -> Iterator[Rig]:
         namespace.destroy()
 
 
+def holding(rig: Rig) -> None:
+    """Wait until the namespace's worker of the user's tasks runs one (its run claimed,
+    not ended), so that a split that comes now finds it holding work. A fixed wait after
+    the rig's own worker stopped did not always: on a busy machine the namespace's took
+    its first task seconds later."""
+
+    def claimed() -> bool:
+        with rig.db.connect() as conn:
+            return bool(
+                conn.execute(
+                    select(func.count()).where(
+                        invocations.c.worker.like("%tasks\\_ns@%", escape="\\"),
+                        invocations.c.status == "RUNNING",
+                    )
+                ).scalar_one()
+            )
+
+    wait_until(claimed, 30, "the namespace's worker to run a task of the user's")
+
+
 def partition(rig: Rig, rng: random.Random) -> datetime:
     """The namespace cut off for three to four leases, then healed. Its worker of the
     user's tasks holds them as the split comes: the rig's own is away for a few seconds
     before, and starts again on this side of the split to take the retries."""
     assert rig.namespace is not None
     rig.kill("tasks")
-    time.sleep(rng.uniform(2.0, 3.0))
+    time.sleep(rng.uniform(0.5, 1.0))
+    holding(rig)
     rig.namespace.cut()
     cut = time.monotonic()
     rig.start_worker("tasks")
@@ -206,7 +227,8 @@ def broker_cut_off(split: Split) -> Fault:
         lapses)."""
         assert rig.namespace is not None
         rig.cluster.kill("tasks", signal.SIGTERM)
-        time.sleep(rng.uniform(2.0, 3.0))
+        time.sleep(rng.uniform(0.5, 1.0))
+        holding(rig)
         rig.namespace.cut(1)
         split.cut = now()
         cut = time.monotonic()
@@ -267,7 +289,8 @@ def database_cut_off(split: Split) -> Fault:
         seconds before, so that the namespace's holds some as the split comes."""
         assert rig.namespace is not None
         rig.kill("tasks")
-        time.sleep(rng.uniform(2.0, 3.0))
+        time.sleep(rng.uniform(0.5, 1.0))
+        holding(rig)
         rig.namespace.cut(1)
         split.cut = now()
         cut = time.monotonic()
