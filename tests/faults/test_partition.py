@@ -25,9 +25,11 @@ import random
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -57,23 +59,34 @@ CUT_OFF = {
 }
 
 
-@pytest.fixture
-def split(tmp_path: Path) -> Iterator[Rig]:
-    namespace = Namespace.create()
+@contextmanager
+def beside(tmp_path: Path, namespace: Namespace, pg_link: int = 0, **options: Any) -> Iterator[Rig]:
+    """A rig whose servers listen on the namespace's pairs (PostgreSQL on ``pg_link``'s,
+    the others on the first unless ``options`` say), with the ``CUT_OFF`` workers in
+    the namespace; the namespace is destroyed after."""
 
     def cut_off(rig: Rig) -> None:
         rig.cluster.netns = {name: namespace.prefix() for name in CUT_OFF}
 
+    pair = (namespace.host_of(pg_link), namespace.subnet_of(pg_link))
     try:
         with (
-            postgres_server(namespace.host, namespace.subnet) as pg,
-            running(tmp_path, pg, cut_off, host=namespace.host, namespace=namespace) as rig,
+            postgres_server(*pair) as pg,
+            running(
+                tmp_path, pg, cut_off, host=namespace.host, namespace=namespace, **options
+            ) as rig,
         ):
             for name, (queues, like) in CUT_OFF.items():
                 rig.start_worker(name, queues, like)
             yield rig
     finally:
         namespace.destroy()
+
+
+@pytest.fixture
+def split(tmp_path: Path) -> Iterator[Rig]:
+    with beside(tmp_path, Namespace.create()) as rig:
+        yield rig
 
 
 def holding(rig: Rig) -> None:
@@ -202,31 +215,19 @@ def broker_apart(tmp_path: Path) -> Iterator[Rig]:
     """The rig with Redis on a pair of its own, and workers in the namespace (as in
     ``split``) that reach the database over the first pair and Redis over the second."""
     namespace = Namespace.create(links=2)
-
-    def cut_off(rig: Rig) -> None:
-        rig.cluster.netns = {name: namespace.prefix() for name in CUT_OFF}
-
-    options = dict(host=namespace.host, broker_host=namespace.host_of(1), namespace=namespace)
-    try:
-        with (
-            postgres_server(namespace.host, namespace.subnet) as pg,
-            running(tmp_path, pg, cut_off, **options) as rig,
-        ):
-            for name, (queues, like) in CUT_OFF.items():
-                rig.start_worker(name, queues, like)
-            yield rig
-    finally:
-        namespace.destroy()
+    with beside(tmp_path, namespace, broker_host=namespace.host_of(1)) as rig:
+        yield rig
 
 
-def broker_cut_off(split: Split) -> Fault:
-    def broker_cut_off(rig: Rig, rng: random.Random) -> datetime:
-        """The namespace's workers away from Redis for three to four leases, the
-        database still in reach. The namespace's worker of the user's tasks holds them
-        as the split comes: the rig's own stops first, warmly (its tasks end, none
-        lapses)."""
+def cut_off_alone(split: Split, name: str, stop: signal.Signals) -> Fault:
+    """The namespace's workers away from the servers of its second pair for three to
+    four leases, those of its first still in reach. The rig's own worker of the user's
+    tasks stops first (``stop``), so that the namespace's holds some as the split
+    comes; it starts again on this side."""
+
+    def fault(rig: Rig, rng: random.Random) -> datetime:
         assert rig.namespace is not None
-        rig.cluster.kill("tasks", signal.SIGTERM)
+        rig.cluster.kill("tasks", stop)
         time.sleep(rng.uniform(0.5, 1.0))
         holding(rig)
         rig.namespace.cut(1)
@@ -238,7 +239,8 @@ def broker_cut_off(split: Split) -> Fault:
         split.healed = now()
         return split.healed
 
-    return broker_cut_off
+    fault.__name__ = name
+    return fault
 
 
 def test_workers_cut_off_from_the_broker_alone(broker_apart: Rig) -> None:
@@ -246,7 +248,9 @@ def test_workers_cut_off_from_the_broker_alone(broker_apart: Rig) -> None:
     outcomes: what it held finishes there, during the split, once; its
     acknowledgements wait for the broker. Nothing is retried for want of a lease."""
     split = Split()
-    _, detail = whole_after(broker_apart, [broker_cut_off(split)], "partition:broker")
+    # Its tasks end, warmly: none lapses.
+    cut_off = cut_off_alone(split, "broker_cut_off", signal.SIGTERM)
+    _, detail = whole_after(broker_apart, [cut_off], "partition:broker")
     lapsed = lapsed_leases(broker_apart)
     with broker_apart.db.connect() as conn:
         recorded_inside = conn.execute(
@@ -265,42 +269,8 @@ def database_apart(tmp_path: Path) -> Iterator[Rig]:
     """The rig with PostgreSQL on a pair of its own, and workers in the namespace (as in
     ``split``) that reach Redis and the http endpoint over the first pair and the
     database over the second."""
-    namespace = Namespace.create(links=2)
-
-    def cut_off(rig: Rig) -> None:
-        rig.cluster.netns = {name: namespace.prefix() for name in CUT_OFF}
-
-    try:
-        with (
-            postgres_server(namespace.host_of(1), namespace.subnet_of(1)) as pg,
-            running(tmp_path, pg, cut_off, host=namespace.host, namespace=namespace) as rig,
-        ):
-            for name, (queues, like) in CUT_OFF.items():
-                rig.start_worker(name, queues, like)
-            yield rig
-    finally:
-        namespace.destroy()
-
-
-def database_cut_off(split: Split) -> Fault:
-    def database_cut_off(rig: Rig, rng: random.Random) -> datetime:
-        """The namespace's workers away from PostgreSQL for three to four leases, Redis
-        still in reach. The rig's own worker of the user's tasks is away for a few
-        seconds before, so that the namespace's holds some as the split comes."""
-        assert rig.namespace is not None
-        rig.kill("tasks")
-        time.sleep(rng.uniform(0.5, 1.0))
-        holding(rig)
-        rig.namespace.cut(1)
-        split.cut = now()
-        cut = time.monotonic()
-        rig.start_worker("tasks")
-        time.sleep(max(0.0, rng.uniform(3 * LEASE, 4 * LEASE) - (time.monotonic() - cut)))
-        rig.namespace.heal(1)
-        split.healed = now()
-        return split.healed
-
-    return database_cut_off
+    with beside(tmp_path, Namespace.create(links=2), pg_link=1) as rig:
+        yield rig
 
 
 def test_workers_cut_off_from_the_database_alone(database_apart: Rig) -> None:
@@ -310,7 +280,8 @@ def test_workers_cut_off_from_the_database_alone(database_apart: Rig) -> None:
     superseded and their attempts no longer current), while the watchdog sends what
     they held again. Every slot once, each attempt's work done once."""
     split = Split()
-    _, detail = whole_after(database_apart, [database_cut_off(split)], "partition:database")
+    cut_off = cut_off_alone(split, "database_cut_off", signal.SIGKILL)
+    _, detail = whole_after(database_apart, [cut_off], "partition:database")
     lapsed = len(lapsed_leases(database_apart))
     print(f"leases lapsed and retried: {lapsed}")
     assert lapsed > 0, f"the cut-off workers held no attempt:\n{detail}"
