@@ -111,7 +111,7 @@ def holding(rig: Rig) -> None:
 
 def partition(rig: Rig, rng: random.Random) -> datetime:
     """The namespace cut off for three to four leases, then healed. Its worker of the
-    user's tasks holds them as the split comes: the rig's own is away for a few seconds
+    user's tasks holds one as the split comes (``holding``): the rig's own is stopped
     before, and starts again on this side of the split to take the retries."""
     assert rig.namespace is not None
     rig.kill("tasks")
