@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 import uuid
@@ -67,7 +68,23 @@ def database() -> Iterator[tuple[str, sqlalchemy.Engine]]:
 
 
 def cluster(folder: Path, **env: str) -> Cluster:
-    return Cluster.create(folder, PYTHONPATH=str(ROOT), **env)
+    return Cluster.create(folder, **{"PYTHONPATH": str(ROOT), **env})
+
+
+@contextmanager
+def previous_code(revision: str, folder: Path) -> Iterator[str]:
+    """The code at git ``revision``, checked out in a worktree under ``folder``: yields a
+    ``PYTHONPATH`` under which ``cronchain`` (and ``tests``) are that code's, for a
+    deployment to run as the baseline of the same benchmark run."""
+    tree, names = folder / "previous", folder / "previous-names"
+    git = ["git", "-C", str(ROOT), "worktree"]
+    subprocess.run([*git, "add", "--detach", "-q", str(tree), revision], check=True)
+    try:
+        names.mkdir()
+        (names / "cronchain").symlink_to(tree)  # the installed name, mapped as pip maps it
+        yield f"{names}:{tree}"
+    finally:
+        subprocess.run([*git, "remove", "--force", str(tree)], check=False)
 
 
 @dataclass

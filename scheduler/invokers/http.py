@@ -1,37 +1,48 @@
-"""The ``http`` kind: one request per attempt, guarded and redacted.
+"""The ``http`` kind: one request per attempt, guarded and redacted, on the process's
+event loop (:mod:`.aio`), so that a work-path worker holds thousands of slow calls at once.
 
 - The destination must be a public address unless ``CRONCHAIN_HTTP_ALLOW`` allows it
   (``scheduler.invokers.netguard``), checked at connect time, on every redirect too.
 - ``timeout`` is a deadline for the whole request: connecting, sending, every redirect,
-  the head and the body. Each blocking step may take only what is left of it, so a server
-  that trickles its answer a byte at a time is cut there too (reason ``timeout``).
-- Redirects are followed up to ``max_redirects`` (default 5); secret headers and
-  credentials (``Authorization``, ``Cookie``, ``Proxy-Authorization``) are not sent on to
-  another origin (scheme, host and port), as curl and requests do.
+  the head and the body, so a server that trickles its answer a byte at a time is cut
+  there too (reason ``timeout``).
+- Redirects are followed up to ``max_redirects`` (default 5), as urllib followed them
+  (which this replaced): a ``GET`` or ``HEAD`` on any of 301, 302, 303, 307 and 308, a
+  ``POST`` on 301, 302 and 303, each as a ``GET`` without its body; any other is the
+  answer. Secret headers and credentials (``Authorization``, ``Cookie``,
+  ``Proxy-Authorization``) are not sent on to another origin (scheme, host and port),
+  as curl and requests do.
 - ``accept`` lists the status codes that succeed (default ``2xx``).
 - The invocation id goes out as ``Idempotency-Key`` (the same on every attempt, so the
   endpoint can deduplicate retries) and ``X-Cronchain-Invocation``; the attempt's
   number as ``X-Cronchain-Attempt``.
 - Secret header values (``{secret: ...}`` or ``{env: NAME}``) are replaced by
   ``[secret]`` in everything written to history and logs, response bodies included.
+
+HTTP/1.1 is spoken here, over asyncio's streams, one connection per request (``Connection:
+close``, nothing pooled). Not with a full client (httpx, aiohttp): the guard must see the
+address connected to on every hop, the deadline is one ``asyncio.timeout`` over all of
+it, and an answer is read as leniently as http.client read it (a header of any bytes,
+a NUL among them, must not fail a run whose status said it succeeded), where their
+strict parsers (h11, llhttp) refuse it.
 """
 
 from __future__ import annotations
 
-import http.client
-import io
+import asyncio
 import os
-import socket
+import ssl
+import string
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
-from functools import partial
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
-from cronchain.scheduler.invokers import netguard
+from cronchain.scheduler.invokers import aio, netguard
 from cronchain.scheduler.invokers.call import SUCCEEDED, Call, Outcome
+from cronchain.scheduler.version import VERSION
 
 DEFAULT_REDIRECTS = 5
 READ_LIMIT = 64 * 1024  # bytes of a response body read at most
@@ -39,6 +50,12 @@ SNIPPET = 1024  # characters of it kept in the debug log
 # Sent only to the origin they were given for: not on after a redirect to another one.
 CREDENTIAL_HEADERS = ("Authorization", "Cookie", "Proxy-Authorization")
 DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_LINE = 64 * 1024  # bytes of an answer's status or header line, as http.client
+MAX_HEADERS = 100  # headers of an answer, as http.client
+REDIRECTS = (301, 302, 303, 307, 308)
+# Set by cronchain, whatever the job's headers say: the request's framing.
+FRAMING = {"content-length", "transfer-encoding", "connection"}
+UNSENDABLE = ("\r", "\n", "\0")
 
 
 class Redactor:
@@ -54,122 +71,234 @@ class Redactor:
         return text
 
 
-class Deadline:
-    """The one clock of a request: every blocking step asks it for what is left, and a
-    step that finds nothing left fails with ``TimeoutError``."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.at = time.monotonic() + seconds
-
-    def left(self) -> float:
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"no answer within {self.seconds:g}s")
-        return left
+@dataclass(frozen=True)
+class Request:
+    method: str
+    url: str
+    headers: dict[str, str]  # as the job names them; cronchain's own among them
+    body: bytes | None
+    private: frozenset[str]  # names (lower case) not sent on to another origin
 
 
-class _DeadlineSocket:
-    """A connected socket, plain or TLS, whose every send and receive may take only what
-    is left of the deadline. A socket's own timeout bounds one call, which a server that
-    trickles its bytes meets on every call; this bounds them all together."""
+class HttpInvoker:
+    def __init__(self, allow: tuple[netguard.Network, ...] = ()):
+        self.allow = allow
 
-    def __init__(self, sock: socket.socket, deadline: Deadline):
-        self._sock = sock
-        self._deadline = deadline
+    def invoke(self, call: Call) -> Outcome:
+        """The call made on the process's loop, this thread waiting for it."""
+        return aio.run(self.ainvoke(call))
 
-    def sendall(self, data: Any) -> None:
-        view = memoryview(data).cast("B")
-        while view:
-            self._sock.settimeout(self._deadline.left())
-            view = view[self._sock.send(view) :]
-
-    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
-        if mode != "rb":
-            raise ValueError(f"only reads are timed, not mode {mode!r}")
-        raw = self._sock.makefile("rb", buffering=0)  # counted by the socket, as http wants
-        return io.BufferedReader(_DeadlineReader(raw, self._sock, self._deadline))
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-class _DeadlineReader(io.RawIOBase):
-    def __init__(self, raw: Any, sock: socket.socket, deadline: Deadline):
-        self._raw, self._sock, self._deadline = raw, sock, deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int | None:
-        self._sock.settimeout(self._deadline.left())
-        return self._raw.readinto(buffer)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-def _guarded(
-    base: type[http.client.HTTPConnection],
-    allow: tuple[netguard.Network, ...],
-    deadline: Deadline,
-):
-    class Guarded(base):  # type: ignore[valid-type, misc]
-        def __init__(self, *args: Any, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self._create_connection = self._connect_guarded
-
-        def _connect_guarded(self, address, timeout=None, source_address=None):  # type: ignore[no-untyped-def]
-            host, port = address
-            sock = netguard.connect(host, port, None, allow, source_address, deadline.at)
-            try:
-                sock.settimeout(deadline.left())  # what the TLS handshake, if any, may take
-            except BaseException:  # the deadline passed while connecting
-                sock.close()
-                raise
-            return sock
-
-        def connect(self) -> None:
-            super().connect()
-            self.sock = _DeadlineSocket(self.sock, deadline)
-
-    return Guarded
-
-
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Follows at most ``limit`` redirects in all, within the deadline (urllib's own
-    limits count distinct URLs and stop at 10, so they are set out of the way)."""
-
-    def __init__(self, limit: int, secret_headers: set[str], deadline: Deadline):
-        self.limit = limit
-        self.max_repeats = self.max_redirections = limit + 1
-        names = (*secret_headers, *CREDENTIAL_HEADERS)
-        self.private_headers = {h.capitalize() for h in names}  # as urllib stores them
-        self.deadline = deadline
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    async def ainvoke(self, call: Call) -> Outcome:
+        o = call.options
+        headers, secrets, missing = _headers(o["headers"])
+        redact = Redactor(secrets)
+        what = redact(f"http: {o['method']} {o['url']}")
+        if missing:
+            return Outcome.failed(f"{what}: environment variable {missing} is not set", "launch")
+        if any(c in value for value in headers.values() for c in UNSENDABLE):
+            return Outcome.failed("a header's value holds CR, LF or NUL: not sent", "launch")
+        timeout = o["timeout"]
+        if call.timeout is not None:
+            timeout = min(timeout, call.timeout.total_seconds())
+        headers |= {
+            "Idempotency-Key": call.key,
+            "X-Cronchain-Invocation": str(call.invocation_id),
+            "X-Cronchain-Attempt": str(call.attempt),
+        }
+        secret_names = {n for n, v in o["headers"].items() if not isinstance(v, str)}
+        private = {n.lower() for n in (*secret_names, *CREDENTIAL_HEADERS, "Host")}
+        body = o["body"].encode() if o["body"] is not None else None
+        request = Request(o["method"], o["url"], headers, body, frozenset(private))
+        redirects = o.get("max_redirects", DEFAULT_REDIRECTS)
         try:
-            self.deadline.left()
-        except BaseException:  # out of time: the 3xx is closed, not left to the collector
-            fp.close()
-            raise
-        followed = getattr(req, "cronchain_redirects", 0)
-        if followed >= self.limit:
-            return None  # the 3xx itself is the answer, judged by ``accept``
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is None:
-            return None
-        fp.close()  # unread: urllib would read all of the body, whatever its size
-        new.cronchain_redirects = followed + 1
-        if origin(new.full_url) != origin(req.full_url):
-            for name in self.private_headers:
-                new.headers.pop(name, None)
-                new.unredirected_hdrs.pop(name, None)
-        return new
+            async with asyncio.timeout(timeout):
+                status, text = await self._fetch(request, redirects, timeout)
+        except TimeoutError:
+            return Outcome.failed(redact(f"{what}: no answer within {timeout:g}s"), "timeout")
+        except netguard.Refused as err:
+            return Outcome.failed(redact(f"{what}: refused: {err}"), "refused")
+        except (OSError, ValueError) as err:
+            return Outcome.failed(redact(f"{what}: {type(err).__name__}: {err}"), "launch")
+        lines = (redact(f"answered {status}: {text}" if text else f"answered {status}"),)
+        if accepted(status, o.get("accept", ["2xx"])):
+            return Outcome(SUCCEEDED.status, log=lines)
+        return Outcome.failed(f"{what} answered {status}", "status", lines)
+
+    async def _fetch(self, request: Request, redirects: int, timeout: float) -> tuple[int, str]:
+        """The status and the start of the body of the last answer, redirects followed."""
+        deadline = time.monotonic() + timeout
+        followed = 0
+        while True:
+            allowed = followed < redirects
+            status, location, body = await _exchange(request, self.allow, deadline, allowed)
+            then = redirected(request, status, location) if location is not None else None
+            if then is None:
+                return status, _snippet(body)
+            request, followed = then, followed + 1
+
+
+async def _exchange(
+    request: Request, allow: tuple[netguard.Network, ...], deadline: float, follow: bool
+) -> tuple[int, str | None, bytes]:
+    """One request on a connection of its own: the status, the ``Location`` of a redirect
+    that may be followed (its body left unread) or else the start of the body."""
+    parts = urlsplit(request.url)
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        raise ValueError(f"not an http or https URL: {request.url}")
+    tls = parts.scheme == "https"
+    port = parts.port or DEFAULT_PORTS[parts.scheme]
+    sock = await netguard.open_connection(parts.hostname, port, allow, deadline)
+    try:
+        reader, writer = await asyncio.open_connection(
+            sock=sock,
+            ssl=_tls_context() if tls else None,
+            server_hostname=parts.hostname if tls else None,
+            limit=MAX_LINE,
+        )
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        writer.write(_head(request, target, parts.netloc.rpartition("@")[2]))
+        if request.body:
+            writer.write(request.body)
+        await writer.drain()
+        status, headers = await _answer_head(reader)
+        if follow and status in REDIRECTS:
+            location = headers.get("location", headers.get("uri"))
+            if location is not None:
+                return status, location, b""
+        if request.method == "HEAD" or status in (204, 304):
+            return status, None, b""
+        return status, None, await _body(reader, headers)
+    finally:
+        writer.transport.abort()  # at once: a cut connection frees the server and the socket
+
+
+def _head(request: Request, target: str, host: str) -> bytes:
+    """The request's line and headers: the job's (Latin-1, as HTTP carries them),
+    cronchain's own, and the request's framing."""
+    given = {name.lower() for name in request.headers}
+    lines = [f"{request.method} {target} HTTP/1.1"]
+    if "host" not in given:
+        lines.append(f"Host: {host}")
+    lines += [f"{n}: {v}" for n, v in request.headers.items() if n.lower() not in FRAMING]
+    if "user-agent" not in given:
+        lines.append(f"User-Agent: cronchain/{VERSION}")
+    if "accept-encoding" not in given:
+        lines.append("Accept-Encoding: identity")  # the body read for the log is plain
+    if request.body is not None:
+        lines.append(f"Content-Length: {len(request.body)}")
+        if "content-type" not in given:
+            lines.append("Content-Type: application/x-www-form-urlencoded")  # as urllib
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def _answer_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    """The status and headers (names in lower case) of the answer, 1xx skipped. Read as
+    http.client read them, leniently: a header of any bytes is kept as Latin-1, a line
+    that is no header is passed over, and only the status line must be one. Bounded as
+    http.client bounds them: a line of 64 KiB, a hundred headers."""
+    while True:
+        line = await _line(reader, "the status line")
+        if not line:
+            raise ConnectionResetError("the server closed the connection without an answer")
+        version, _, rest = line.partition(" ")
+        code = rest.strip()[:3]
+        if not (version.startswith("HTTP/") and code.isdigit() and len(code) == 3):
+            raise ValueError(f"not an HTTP answer: {line[:80]!r}")
+        headers: dict[str, str] = {}
+        for _ in range(MAX_HEADERS + 1):
+            line = await _line(reader, "a header line")
+            if not line.strip():
+                break
+            name, colon, value = line.partition(":")
+            if colon:
+                headers.setdefault(name.strip().lower(), value.strip())
+        else:
+            raise ValueError(f"more than {MAX_HEADERS} headers")
+        if not 100 <= int(code) < 200:
+            return int(code), headers
+
+
+async def _line(reader: asyncio.StreamReader, what: str) -> str:
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as err:
+        line = err.partial  # the end of the stream: no more lines
+    except asyncio.LimitOverrunError:
+        raise ValueError(f"{what} longer than {MAX_LINE} bytes") from None
+    return line.rstrip(b"\r\n").decode("latin-1")
+
+
+async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    """The start of the body, by its framing; one cut short or framed wrongly is logged
+    empty, but one that runs past the deadline fails the request (the deadline's
+    cancellation is not caught here)."""
+    try:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return await _chunks(reader)
+        length = headers.get("content-length", "")
+        if length.isdigit():
+            return await reader.readexactly(min(int(length), READ_LIMIT))
+        return await _up_to(reader, READ_LIMIT)  # to the end of the connection
+    except TimeoutError:
+        raise
+    except (OSError, ValueError, EOFError, asyncio.LimitOverrunError):
+        return b""
+
+
+async def _chunks(reader: asyncio.StreamReader) -> bytes:
+    data = bytearray()
+    while len(data) < READ_LIMIT:
+        size = int((await _line(reader, "a chunk's size")).split(";")[0].strip(), 16)
+        if size == 0:
+            break
+        data += await reader.readexactly(min(size, READ_LIMIT - len(data)))
+        if len(data) < READ_LIMIT:
+            await reader.readexactly(2)  # the chunk's CRLF
+    return bytes(data)
+
+
+async def _up_to(reader: asyncio.StreamReader, limit: int) -> bytes:
+    data = bytearray()
+    while len(data) < limit and (more := await reader.read(limit - len(data))):
+        data += more
+    return bytes(data)
+
+
+def redirected(request: Request, status: int, location: str) -> Request | None:
+    """The request that a redirect asks for, as urllib made it; None when the redirect
+    is itself the answer (a method that is not redirected, a scheme not http(s))."""
+    method = request.method
+    if not (method in ("GET", "HEAD") or (status in (301, 302, 303) and method == "POST")):
+        return None
+    parts = urlsplit(location.replace(" ", "%20"))
+    if not parts.path and parts.netloc:
+        parts = parts._replace(path="/")
+    url = quote(
+        urljoin(request.url, urlunsplit(parts)), encoding="iso-8859-1", safe=string.punctuation
+    )
+    if urlsplit(url).scheme not in DEFAULT_PORTS:
+        return None
+    headers = {
+        name: value
+        for name, value in request.headers.items()
+        if name.lower() not in ("content-length", "content-type")
+        and (origin(url) == origin(request.url) or name.lower() not in request.private)
+    }
+    return replace(
+        request, method="HEAD" if method == "HEAD" else "GET", url=url, headers=headers, body=None
+    )
+
+
+@cache
+def _tls_context() -> ssl.SSLContext:
+    """The system's certificate authorities and hostname checks (built once: loading
+    the authorities takes milliseconds)."""
+    return ssl.create_default_context()
 
 
 def origin(url: str) -> tuple[str, str | None, int | None]:
@@ -178,102 +307,8 @@ def origin(url: str) -> tuple[str, str | None, int | None]:
     return parts.scheme, parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme)
 
 
-def _opener(
-    allow: tuple[netguard.Network, ...], redirects: int, secret: set[str], deadline: Deadline
-):
-    class Http(urllib.request.HTTPHandler):
-        def http_open(self, req):  # type: ignore[no-untyped-def]
-            return self.do_open(_guarded(http.client.HTTPConnection, allow, deadline), req)
-
-    class Https(urllib.request.HTTPSHandler):
-        def https_open(self, req):  # type: ignore[no-untyped-def]
-            connection = partial(_guarded(http.client.HTTPSConnection, allow, deadline))
-            return self.do_open(connection, req, context=self._context)
-
-    opener = urllib.request.OpenerDirector()
-    for handler in (
-        Http(),
-        Https(),
-        urllib.request.HTTPDefaultErrorHandler(),
-        urllib.request.HTTPErrorProcessor(),
-        _Redirects(redirects, secret, deadline),
-    ):
-        opener.add_handler(handler)
-    return opener
-
-
 def accepted(status: int, accept: list[int | str]) -> bool:
     return any(status == a if isinstance(a, int) else str(status)[0] == a[0] for a in accept)
-
-
-class HttpInvoker:
-    def __init__(self, allow: tuple[netguard.Network, ...] = ()):
-        self.allow = allow
-
-    def invoke(self, call: Call) -> Outcome:
-        o = call.options
-        headers, secrets, missing = _headers(o["headers"])
-        redact = Redactor(secrets)
-        what = redact(f"http: {o['method']} {o['url']}")
-        if missing:
-            return Outcome.failed(f"{what}: environment variable {missing} is not set", "launch")
-        timeout = o["timeout"]
-        if call.timeout is not None:
-            timeout = min(timeout, call.timeout.total_seconds())
-        body = o["body"].encode() if o["body"] is not None else None
-        request = urllib.request.Request(o["url"], data=body, method=o["method"])
-        for name, value in headers.items():
-            request.add_header(name, value)
-        request.add_header("Idempotency-Key", call.key)
-        request.add_header("X-Cronchain-Invocation", str(call.invocation_id))
-        request.add_header("X-Cronchain-Attempt", str(call.attempt))
-        secret_names = {n for n, v in o["headers"].items() if not isinstance(v, str)}
-        deadline = Deadline(timeout)
-        redirects = o.get("max_redirects", DEFAULT_REDIRECTS)
-        answer = _send(_opener(self.allow, redirects, secret_names, deadline), request, deadline)
-        if isinstance(answer, Outcome):
-            return Outcome.failed(redact(f"{what}: {answer.error}"), answer.reason)
-        status, text = answer
-        lines = (redact(f"answered {status}: {text}" if text else f"answered {status}"),)
-        if accepted(status, o.get("accept", ["2xx"])):
-            return Outcome(SUCCEEDED.status, log=lines)
-        return Outcome.failed(f"{what} answered {status}", "status", lines)
-
-
-def _send(
-    opener: Any, request: urllib.request.Request, deadline: Deadline
-) -> tuple[int, str] | Outcome:
-    """The status and the start of the body, or the failure to get them."""
-    late = f"no answer within {deadline.seconds:g}s"
-    try:
-        return _answer(opener, request, deadline)
-    except urllib.error.URLError as err:
-        if isinstance(err.reason, netguard.Refused):
-            return Outcome.failed(f"refused: {err.reason}", "refused")
-        if isinstance(err.reason, TimeoutError):
-            return Outcome.failed(late, "timeout")
-        return Outcome.failed(str(err.reason), "launch")
-    except netguard.Refused as err:
-        return Outcome.failed(f"refused: {err}", "refused")
-    except TimeoutError:
-        return Outcome.failed(late, "timeout")
-    except ValueError as err:  # a header value from the environment HTTP cannot carry
-        if str(err).startswith("Invalid header"):  # http.client quotes it: a secret
-            return Outcome.failed("a header's value holds CR, LF or NUL: not sent", "launch")
-        return Outcome.failed(f"{type(err).__name__}: {err}", "launch")
-    except (OSError, http.client.HTTPException) as err:
-        return Outcome.failed(f"{type(err).__name__}: {err}", "launch")
-
-
-def _answer(opener: Any, request: urllib.request.Request, deadline: Deadline) -> tuple[int, str]:
-    try:
-        response = opener.open(request, timeout=deadline.seconds)
-    except urllib.error.HTTPError as err:
-        response = err  # a status urllib calls an error: judged by ``accept`` all the same
-    try:
-        return response.status, _read(response)
-    finally:
-        response.close()  # at once, so a cut connection frees the server and the socket
 
 
 def _headers(spec: dict[str, Any]) -> tuple[dict[str, str], list[str], str | None]:
@@ -295,14 +330,6 @@ def _headers(spec: dict[str, Any]) -> tuple[dict[str, str], list[str], str | Non
     return headers, secrets, None
 
 
-def _read(response: Any) -> str:
-    """The start of the body for the log; a body cut short is logged empty, but one that
-    runs past the deadline fails the request."""
-    try:
-        data = response.read(READ_LIMIT)
-    except TimeoutError:
-        raise
-    except (OSError, http.client.HTTPException):
-        return ""
+def _snippet(data: bytes) -> str:
     text = data.decode("utf-8", errors="replace").strip()
     return text[:SNIPPET] + (f"... ({len(text) - SNIPPET} more)" if len(text) > SNIPPET else "")

@@ -9,6 +9,7 @@ check and use) and IPv4 spelled as an integer or as IPv4-mapped IPv6 do not get 
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 import time
@@ -58,6 +59,7 @@ def refused(address: Address, allow: tuple[Network, ...]) -> bool:
     return not inner.is_global or inner.is_multicast
 
 
+NUMERIC = socket.AI_NUMERICHOST
 # The least time one address of several is given to answer a connection.
 MIN_CONNECT_SHARE = 0.25
 
@@ -76,19 +78,12 @@ def connect(
     last: OSError | None = None
     found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     for index, (family, kind, proto, _, sockaddr) in enumerate(found):
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
-        if refused(address, allow):
-            named = address if host.strip("[]") == str(address) else f"{host} ({address})"
-            last = Refused(f"{named} is not a public address; CRONCHAIN_HTTP_ALLOW can allow it")
+        if (no := _refusal(host, sockaddr, allow)) is not None:
+            last = no
             continue
         wait = timeout
         if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no connection to {host} before the deadline")
-            # Each address left gets its share, so that one that never answers (a broken
-            # IPv6 route listed first) leaves time for the next.
-            share = max(left / (len(found) - index), min(left, MIN_CONNECT_SHARE))
+            share = _share(host, deadline, len(found) - index)
             wait = share if timeout is None else min(timeout, share)
         sock = socket.socket(family, kind, proto)
         try:
@@ -102,3 +97,53 @@ def connect(
             sock.close()
             last = err
     raise last or OSError(f"{host} has no address")
+
+
+async def open_connection(
+    host: str, port: int, allow: tuple[Network, ...], deadline: float
+) -> socket.socket:
+    """``connect`` on an event loop: a connected, non-blocking socket to a permitted
+    address of ``host``, reached before ``deadline`` (a ``time.monotonic()`` instant)."""
+    loop = asyncio.get_running_loop()
+    last: OSError | None = None
+    try:  # an address needs no resolver: no trip to the loop's resolving threads
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=NUMERIC)
+    except socket.gaierror:
+        found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    for index, (family, kind, proto, _, sockaddr) in enumerate(found):
+        if (no := _refusal(host, sockaddr, allow)) is not None:
+            last = no
+            continue
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            if index == len(found) - 1:  # the last: the call's own deadline bounds it
+                await loop.sock_connect(sock, sockaddr)
+            else:
+                async with asyncio.timeout(_share(host, deadline, len(found) - index)):
+                    await loop.sock_connect(sock, sockaddr)
+            return sock
+        except BaseException as err:
+            sock.close()
+            if not isinstance(err, OSError):  # cancelled: the call's own deadline passed
+                raise
+            last = err
+    raise last or OSError(f"{host} has no address")
+
+
+def _refusal(host: str, sockaddr: tuple, allow: tuple[Network, ...]) -> Refused | None:
+    address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+    if not refused(address, allow):
+        return None
+    named = address if host.strip("[]") == str(address) else f"{host} ({address})"
+    return Refused(f"{named} is not a public address; CRONCHAIN_HTTP_ALLOW can allow it")
+
+
+def _share(host: str, deadline: float, addresses_left: int) -> float:
+    """What one address may take to answer: each address left gets its share of the time
+    left, so that one that never answers (a broken IPv6 route listed first) leaves time
+    for the next."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"no connection to {host} before the deadline")
+    return max(left / addresses_left, min(left, MIN_CONNECT_SHARE))

@@ -12,16 +12,18 @@ Each attempt is named with its job, and is claimed and recorded only on a run of
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from cronchain.scheduler import outside
 from cronchain.scheduler.core.attempts import AttemptRef
 from cronchain.scheduler.core.leases import Lease
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.invokers import Call, Invoker, Outcome
+from cronchain.scheduler.invokers import Call, Invoker, Outcome, aio
 from cronchain.scheduler.workers import events
 
 log = logging.getLogger("cronchain.work")
@@ -52,7 +54,8 @@ def execute_batch(
     (one slow endpoint must not hold up the others) and record each outcome as it
     comes; returns once all are recorded, so that the worker's thread stays taken
     until then: ``--concurrency`` bounds the batches a worker runs at once, and a warm
-    shutdown waits for them."""
+    shutdown waits for them. Calls of a kind that has a coroutine (``http``) are made
+    on the process's event loop, however many; the others on ``threads`` threads."""
     calls = engine.attempts.claim_many(attempts, worker)
     for call in calls:
         events.started(call)
@@ -65,15 +68,18 @@ def execute_batch(
     if len(calls) <= 1:
         return [_run(engine, call) for call in calls]
     pool = _calls_pool(threads)
-    futures = [pool.submit(_run, engine, call) for call in calls[1:]]
-    outcomes = [_run(engine, calls[0])]  # this thread makes one call itself
-    wait(futures)
-    return outcomes + [f.result() for f in futures]
+    on_loop = [call for call in calls if _coroutine_of(engine, call) is not None]
+    in_threads = [call for call in calls if _coroutine_of(engine, call) is None]
+    futures = {call.invocation_id: aio.submit(_arun(engine, call, pool)) for call in on_loop}
+    futures |= {call.invocation_id: pool.submit(_run, engine, call) for call in in_threads[1:]}
+    done = {call.invocation_id: _run(engine, call) for call in in_threads[:1]}  # this thread's
+    wait(futures.values())
+    done |= {invocation_id: future.result() for invocation_id, future in futures.items()}
+    return [done[call.invocation_id] for call in calls]
 
 
 def _run(engine: Engine, call: Call) -> Outcome:
-    lease = Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost, job_id=call.job_id)
-    engine.leases.hold(lease)  # until the outcome is recorded: the watchdog leaves it alone
+    lease = _hold(engine, call)
     started = time.monotonic()
     try:
         outcome = make_call(engine.invokers.get(call.kind), call)
@@ -81,9 +87,37 @@ def _run(engine: Engine, call: Call) -> Outcome:
         # the attempt is the watchdog's once its lease lapses
         engine.leases.release(lease)
         raise
+    return _report(engine, call, lease, outcome, started)
+
+
+async def _arun(engine: Engine, call: Call, pool: ThreadPoolExecutor) -> Outcome:
+    """``_run`` on the event loop: the call awaited there, its outcome recorded on one of
+    ``pool``'s threads (a write to the database must not stop the loop's other calls)."""
+    lease = _hold(engine, call)
+    started = time.monotonic()
+    try:
+        outcome = await _acall(_coroutine_of(engine, call), call)
+    except BaseException:  # cancelled: the loop is stopping, as a worker's thread may
+        engine.leases.release(lease)
+        raise
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(pool, _report, engine, call, lease, outcome, started)
+
+
+def _hold(engine: Engine, call: Call) -> Lease:
+    lease = Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost, job_id=call.job_id)
+    engine.leases.hold(lease)  # until the outcome is recorded: the watchdog leaves it alone
+    return lease
+
+
+def _report(engine: Engine, call: Call, lease: Lease, outcome: Outcome, started: float) -> Outcome:
     recorded = engine.runs.report(lease, outcome)
     events.ended(call, outcome, recorded, time.monotonic() - started)
     return outcome
+
+
+def _coroutine_of(engine: Engine, call: Call) -> Callable[[Call], Awaitable[Outcome]] | None:
+    return getattr(engine.invokers.get(call.kind), "ainvoke", None)
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -105,5 +139,18 @@ def make_call(invoker: Invoker | None, call: Call) -> Outcome:
     try:
         return invoker.invoke(call)
     except Exception as err:  # an invoker bug must not leave the run RUNNING
-        log.exception("invoker %s failed for invocation %s", call.kind, call.invocation_id)
-        return Outcome.failed(f"{call.kind}: {outside.described(err)}")
+        return _invoker_failed(call, err)
+
+
+async def _acall(ainvoke: Callable[[Call], Awaitable[Outcome]] | None, call: Call) -> Outcome:
+    """``make_call`` of a coroutine."""
+    assert ainvoke is not None
+    try:
+        return await ainvoke(call)
+    except Exception as err:
+        return _invoker_failed(call, err)
+
+
+def _invoker_failed(call: Call, err: Exception) -> Outcome:
+    log.exception("invoker %s failed for invocation %s", call.kind, call.invocation_id)
+    return Outcome.failed(f"{call.kind}: {outside.described(err)}")
