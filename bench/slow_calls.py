@@ -11,8 +11,10 @@ in this process (asyncio: it holds every connection at once and answers each aft
 ``--duration``). The workers start first, then the jobs are applied; their first herd
 is followed until every run has finished, or for a period at most:
 
-- ``start``: when the endpoint received each run's call, minus the slot;
+- ``sent``: when the control path sent each run to the work path, minus the slot (the
+  claim, less the wait the claim logs);
 - ``claim``: when the work path claimed each run (its ``started_at``), minus the slot;
+- ``start``: when the endpoint received each run's call, minus the slot;
 - ``finish``: when each run's outcome was recorded (its ``finished_at``), minus the slot;
 - ``answer``: when the endpoint answered each call, minus the slot;
 - ``record``: from the endpoint's answer to the record;
@@ -48,7 +50,7 @@ from bench.common import (
     percentile,
     previous_code,
 )
-from bench.slow_runs import check
+from bench.slow_runs import CLAIMED, check
 from cronchain.scheduler.storage.models import invocations, jobs
 
 # The targets.
@@ -134,6 +136,7 @@ class Result:
     starts: list[float]
     answers: list[float]
     records: list[float]  # from the endpoint's answer to the outcome's record
+    sends: list[float]  # when the control path sent each run to the work path
     claims: list[float]
     finishes: list[float]
     expected: int
@@ -161,6 +164,7 @@ def run(folder: Path, args: argparse.Namespace, pythonpath: str | None) -> Resul
             invocations.c.started_at,
             invocations.c.finished_at,
             invocations.c.worker,
+            invocations.c.log,
         ).where(invocations.c.slot == at)
         done = select(func.count()).where(
             invocations.c.slot == at, invocations.c.finished_at.isnot(None)
@@ -188,6 +192,11 @@ def run(folder: Path, args: argparse.Namespace, pythonpath: str | None) -> Resul
         starts=[endpoint.received[r.id] - slot for r in rows if r.id in endpoint.received],
         answers=[answered[r.id] - slot for r in rows if r.id in answered],
         claims=[(r.started_at - at).total_seconds() for r in claimed],
+        sends=[
+            (r.started_at - at).total_seconds() - float(waited[-1])
+            for r in claimed
+            if (waited := CLAIMED.findall(r.log or ""))
+        ],
         finishes=[(r.finished_at - at).total_seconds() for r in claimed if r.finished_at],
         expected=args.jobs,
         failed=sum(r.status == "FAILED" for r in rows),
@@ -200,7 +209,7 @@ def report(name: str, r: Result) -> None:
     figure(name, "started", len(r.starts))
     figure(name, "finished", len(r.finishes))
     figure(name, "failed", r.failed)
-    figures = (("start", r.starts), ("claim", r.claims), ("finish", r.finishes))
+    figures = (("sent", r.sends), ("claim", r.claims), ("start", r.starts), ("finish", r.finishes))
     for what, values in (*figures, ("answer", r.answers), ("record", r.records)):
         figure(name, f"{what}_p50", percentile(values, 0.5), "s")
         figure(name, f"{what}_p99", percentile(values, 0.99), "s")
