@@ -4,9 +4,10 @@ after the other, printed as Markdown rows with the command that measures each ro
 
     python -m bench.table [--quick] > /tmp/table.md
 
-Each load is ``bench.fire_rate`` (or ``bench.slow_runs``) run as a command of its own, as
-a reader would run it; this only reads their figure lines. ``--quick`` runs each load
-smaller, to try the table's plumbing (its figures are not the page's).
+Each load is ``bench.fire_rate`` (or ``bench.slow_runs``, ``bench.slow_calls``) run as a
+command of its own, as a reader would run it; this only reads their figure lines.
+``--quick`` runs each load smaller, to try the table's plumbing (its figures are not the
+page's).
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ LOADS = (
         ("--no-check",),
         ("--fast", "200", "--slow", "10", "--window", "20", "--no-check"),
         "bench.slow_runs",
+    ),
+    Load(
+        "1,000 http jobs due at one instant, whose calls take 2 s, on one work worker",
+        ("--no-check",),
+        ("--jobs", "200", "--period", "30", "--no-check"),
+        "bench.slow_calls",
     ),
 )
 
@@ -135,6 +142,38 @@ def slow_runs_rows(seen: dict[str, str], args: tuple[str, ...]) -> list[str]:
     return rows
 
 
+# slow_calls' runs, as the table names them (the previous code is its baseline).
+_ARMS = {
+    "current": "cronchain, calls on the event loop",
+    "baseline": "cronchain before (`4162c2e`), calls on 100 threads",
+}
+
+
+def _in_ms(seconds: str | None) -> str | None:
+    return None if seconds is None else str(float(seconds.split()[0]) * 1000)
+
+
+def slow_calls_rows(seen: dict[str, str], args: tuple[str, ...]) -> list[str]:
+    """A run's calls as a herd: its lag is a call's arrival at the endpoint, its drain
+    the last arrival; the last outcome recorded follows in the fires column."""
+    rows = []
+    for arm, shown in _ARMS.items():
+        named = re.compile(rf"^(slow_calls\[[^\]]*\] {arm}) jobs$")
+        [prefix] = [m.group(1) for key in seen if (m := named.match(key))] or [None]
+        if prefix is None:
+            rows.append(f"| | {shown} | did not run (see its log) | | | | |")
+            continue
+
+        def get(name: str, prefix: str = prefix) -> str | None:
+            return seen.get(f"{prefix} {name}")
+
+        finish = float((get("finish_max") or "nan").split()[0])
+        made = f"{get('started')} of {get('jobs')} calls made, the last recorded at {finish:.1f} s"
+        p50, p99, last = (_ms(_in_ms(get(f"start_{q}"))) for q in ("p50", "p99", "max"))
+        rows.append(f"| | {shown} | {made} | {p50} | {p99} | {last} | — |")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.table", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller loads, to try it")
@@ -153,7 +192,9 @@ def main() -> None:
         print(f"| **{name}**: {command} | | | | | | |", flush=True)
         seen, ran = figures(load.module, args)
         failed = failed or not ran
-        rows = slow_runs_rows if load.module == "bench.slow_runs" else fire_rate_rows
+        rows = {"bench.slow_runs": slow_runs_rows, "bench.slow_calls": slow_calls_rows}.get(
+            load.module, fire_rate_rows
+        )
         for row in rows(seen, args):
             print(row, flush=True)
     if failed:

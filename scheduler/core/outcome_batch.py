@@ -103,6 +103,22 @@ class GroupCommit:
                 self._writing = False
                 self._changed.notify_all()
 
+    def finish_all(self, reports: list[Report]) -> None:
+        """Write ``reports`` with whatever else is waiting, and return once they are
+        written, each with its ``recorded``, ``error`` or ``alone`` set: the outcomes of
+        one thread's batch, which it records together. A report not recorded is for the
+        caller to record alone (``Runs.report_all``)."""
+        group: list[Report] = []
+        with self._changed:
+            self._waiting.extend(reports)
+            while not all(r.done for r in reports) and not group:
+                if self._writing:
+                    self._changed.wait()
+                else:
+                    group, self._waiting, self._writing = self._waiting, [], True
+        if group:
+            self._write_group(group)
+
     def finish(self, report: Report) -> bool:
         """Record ``report`` with whatever else is waiting; returns once it is written,
         as ``Runs.finish_invocation`` does, and raises what writing it raised. A report

@@ -89,6 +89,25 @@ class Runs:
         finally:
             self.engine.leases.release(lease)
 
+    def report_all(self, leases: list[Lease], outcomes: list[Outcome]) -> list[bool | None]:
+        """``report`` for outcomes that one thread has together (a batch's runs that
+        answered at once): written as one group, with what other threads report
+        meanwhile; an outcome the group did not record (a run another transaction
+        holds, a database away) goes the way of ``report``, patiently and alone."""
+        reports = [
+            Report(lease.invocation_id, lease.attempt, outcome, lease.job_id)
+            for lease, outcome in zip(leases, outcomes, strict=True)
+        ]
+        self.together.finish_all(reports)
+        results: list[bool | None] = []
+        for lease, outcome, written in zip(leases, outcomes, reports, strict=True):
+            if written.recorded:
+                self.engine.leases.release(lease)
+                results.append(True)
+            else:
+                results.append(self.report(lease, outcome))
+        return results
+
     def record_patiently(
         self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
     ) -> bool:

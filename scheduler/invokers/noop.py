@@ -9,6 +9,11 @@ class NoopInvoker:
     """Does nothing (after ``sleep`` seconds), or fails if ``fail`` is set: for tests,
     demos and measuring cronchain itself."""
 
+    def instant(self, call: Call) -> bool:
+        """Whether the call answers at once: its batch records it with the others, in
+        the thread that took them (``scheduler.workers.work``)."""
+        return not call.options["sleep"]
+
     def invoke(self, call: Call) -> Outcome:
         if call.options["sleep"] and call.lost.wait(call.options["sleep"]):
             return Outcome.failed("noop: stopped, the attempt is no longer current")

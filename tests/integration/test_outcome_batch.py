@@ -14,6 +14,7 @@ import sqlalchemy
 from sqlalchemy import Connection, select, update
 
 from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.core.leases import Lease
 from cronchain.scheduler.core.outcome_batch import GroupCommit, Report, finish_together
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import TransientError
@@ -21,6 +22,7 @@ from cronchain.scheduler.invokers import Call, Outcome, default_invokers
 from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import jobs
+from cronchain.scheduler.workers import work
 from cronchain.statemachine import InvocationStatus
 from tests.support.deliver import sent
 from tests.support.engine import GRACE, Clock, RecordingPort
@@ -264,3 +266,51 @@ def test_a_writer_that_dies_leaves_the_others_to_retry():
     errors = [results[i] for i in (1, 2, 3) if isinstance(results[i], TransientError)]
     assert errors[0] is not errors[1]
     assert not together._writing and not together._waiting
+
+
+def test_a_threads_outcomes_are_written_as_one_group_and_the_rest_alone(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """``Runs.report_all``: the outcomes one thread has together share one transaction;
+    one the group does not record (its attempt ended elsewhere) goes the one-outcome way
+    and is refused there, and every lease is let go."""
+    port = RecordingPort()
+    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+    apply(engine, *(make(name=name) for name in "abc"))
+    calls = running(engine, port, clock)
+    stale = calls[0]
+    assert engine.runs.finish_invocation(stale.invocation_id, FAILED, attempt=stale.attempt)
+    leases = [
+        engine.leases.hold(Lease(c.invocation_id, c.attempt, c.lease, job_id=c.job_id))
+        for c in calls
+    ]
+    before = engine.transactions
+    assert engine.runs.report_all(leases, [OK] * 3) == [False, True, True]
+    # The group; then the stale one as one outcome is: a group of one, which leaves it to
+    # finish_invocation, which refuses it.
+    assert engine.transactions - before == 3
+    assert engine.leases._held == set()
+    statuses = {r["job_id"]: r["status"] for r in rows(engine)}
+    assert statuses[stale.job_id] == "FAILED"
+    assert sorted(statuses.values()) == ["FAILED", "SUCCEEDED", "SUCCEEDED"]
+
+
+def test_a_batch_of_runs_that_answer_at_once_is_recorded_in_one_transaction(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """The work path's batch of no-ops: claimed in one transaction, recorded in one,
+    by the thread that took the message (``scheduler.workers.work``)."""
+    port = RecordingPort()
+    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+    apply(engine, *(make(name=f"n{i}") for i in range(20)))
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    [batch] = port.run_batches
+    before = engine.transactions
+    outcomes = work.execute_batch(
+        engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
+    )
+    assert engine.transactions - before == 2  # the claim and the outcomes
+    assert [o.status for o in outcomes] == ["SUCCEEDED"] * 20
+    assert {r["status"] for r in rows(engine)} == {"SUCCEEDED"}
+    assert engine.leases._held == set()
