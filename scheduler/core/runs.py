@@ -93,12 +93,16 @@ class Runs:
         """``report`` for outcomes that one thread has together (a batch's runs that
         answered at once): written as one group, with what other threads report
         meanwhile; an outcome the group did not record (a run another transaction
-        holds, a database away) goes the way of ``report``, patiently and alone."""
+        holds, a database away, a group whose writing raised) goes the way of ``report``,
+        patiently and alone, and so lets its lease go whatever happens to it."""
         reports = [
             Report(lease.invocation_id, lease.attempt, outcome, lease.job_id)
             for lease, outcome in zip(leases, outcomes, strict=True)
         ]
-        self.together.finish_all(reports)
+        try:
+            self.together.finish_all(reports)
+        except Exception:  # e.g. the messages after the commit: what was not recorded
+            log.exception("%s outcomes written together: one by one", len(reports))
         results: list[bool | None] = []
         for lease, outcome, written in zip(leases, outcomes, reports, strict=True):
             if written.recorded:

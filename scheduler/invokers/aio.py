@@ -3,7 +3,7 @@
 sockets, not a thousand threads.
 
 Threads hand it coroutines (``submit``, ``run``). Each process has its own: a prefork
-child that inherited a parent's loop (its thread did not survive the fork) starts one.
+child forgets the loop it inherited (its thread did not survive the fork) and starts one.
 """
 
 from __future__ import annotations
@@ -25,22 +25,31 @@ RESOLVERS = 32
 OPEN_FILES = 65_536  # asked for when the hard limit is unbounded
 
 _loop: asyncio.AbstractEventLoop | None = None
-_pid = 0
 _lock = threading.Lock()
 
 
 def loop() -> asyncio.AbstractEventLoop:
     """This process's loop, started on first use."""
-    global _loop, _pid
+    global _loop
     with _lock:
-        if _loop is None or _pid != os.getpid():
+        if _loop is None:
             _more_open_files()
-            _loop, _pid = asyncio.new_event_loop(), os.getpid()
+            _loop = asyncio.new_event_loop()
             _loop.set_default_executor(
                 ThreadPoolExecutor(RESOLVERS, thread_name_prefix="cronchain-resolve")
             )
             threading.Thread(target=_loop.run_forever, name="cronchain-calls", daemon=True).start()
         return _loop
+
+
+def _forgotten() -> None:
+    """In a forked child: the parent's loop, its thread and its lock are not this
+    process's (the lock may have been held by a thread the fork left behind)."""
+    global _loop, _lock
+    _loop, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forgotten)
 
 
 def submit(coroutine: Coroutine[Any, Any, T]) -> Future[T]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import ssl
 import string
 import time
@@ -38,10 +39,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+from urllib.parse import SplitResult, quote, urljoin, urlsplit, urlunsplit
 
 from cronchain.scheduler.invokers import aio, netguard
 from cronchain.scheduler.invokers.call import SUCCEEDED, Call, Outcome
+from cronchain.scheduler.spec.model import HEADER_NAME, HTTP_METHODS
 from cronchain.scheduler.version import VERSION
 
 DEFAULT_REDIRECTS = 5
@@ -56,6 +58,8 @@ REDIRECTS = (301, 302, 303, 307, 308)
 # Set by cronchain, whatever the job's headers say: the request's framing.
 FRAMING = {"content-length", "transfer-encoding", "connection"}
 UNSENDABLE = ("\r", "\n", "\0")
+UNSAFE = re.compile(r"[\x00-\x20\x7f]")  # never in a request's target or host
+EXPECT_BODY = ("POST", "PUT", "PATCH")  # said to have none by Content-Length: 0
 
 
 class Redactor:
@@ -100,11 +104,13 @@ class HttpInvoker:
         timeout = o["timeout"]
         if call.timeout is not None:
             timeout = min(timeout, call.timeout.total_seconds())
-        headers |= {
+        own = {
             "Idempotency-Key": call.key,
             "X-Cronchain-Invocation": str(call.invocation_id),
             "X-Cronchain-Attempt": str(call.attempt),
         }
+        ours = {name.lower() for name in own}  # they replace the job's, in any case
+        headers = {n: v for n, v in headers.items() if n.lower() not in ours} | own
         secret_names = {n for n, v in o["headers"].items() if not isinstance(v, str)}
         private = {n.lower() for n in (*secret_names, *CREDENTIAL_HEADERS, "Host")}
         body = o["body"].encode() if o["body"] is not None else None
@@ -130,8 +136,7 @@ class HttpInvoker:
         followed = 0
         while True:
             allowed = followed < redirects
-            status, location, body = await _exchange(request, self.allow, deadline, allowed)
-            then = redirected(request, status, location) if location is not None else None
+            status, then, body = await _exchange(request, self.allow, deadline, allowed)
             if then is None:
                 return status, _snippet(body)
             request, followed = then, followed + 1
@@ -139,9 +144,9 @@ class HttpInvoker:
 
 async def _exchange(
     request: Request, allow: tuple[netguard.Network, ...], deadline: float, follow: bool
-) -> tuple[int, str | None, bytes]:
-    """One request on a connection of its own: the status, the ``Location`` of a redirect
-    that may be followed (its body left unread) or else the start of the body."""
+) -> tuple[int, Request | None, bytes]:
+    """One request on a connection of its own: the status, and the request a redirect
+    asks for when it is followed (its body left unread), or else the start of the body."""
     parts = urlsplit(request.url)
     if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
         raise ValueError(f"not an http or https URL: {request.url}")
@@ -160,15 +165,16 @@ async def _exchange(
         raise
     try:
         target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        writer.write(_head(request, target, parts.netloc.rpartition("@")[2]))
+        writer.write(_head(request, target, _host(parts)))
         if request.body:
             writer.write(request.body)
         await writer.drain()
         status, headers = await _answer_head(reader)
-        if follow and status in REDIRECTS:
-            location = headers.get("location", headers.get("uri"))
-            if location is not None:
-                return status, location, b""
+        location = headers.get("location", headers.get("uri"))
+        if follow and status in REDIRECTS and location is not None:
+            then = redirected(request, status, location)
+            if then is not None:
+                return status, then, b""
         if request.method == "HEAD" or status in (204, 304):
             return status, None, b""
         return status, None, await _body(reader, headers)
@@ -176,9 +182,21 @@ async def _exchange(
         writer.transport.abort()  # at once: a cut connection frees the server and the socket
 
 
+def _host(parts: SplitResult) -> str:
+    """The ``Host`` header, as http.client wrote it: an international name in IDNA, an
+    IPv6 address in brackets, the port only when it is not the scheme's own."""
+    name = parts.hostname or ""
+    name = f"[{name}]" if ":" in name else name.encode("idna").decode("ascii")
+    port = parts.port
+    return name if port in (None, DEFAULT_PORTS[parts.scheme]) else f"{name}:{port}"
+
+
 def _head(request: Request, target: str, host: str) -> bytes:
     """The request's line and headers: the job's (Latin-1, as HTTP carries them),
-    cronchain's own, and the request's framing."""
+    cronchain's own, and the request's framing. The job's spec was checked when it was
+    applied; what goes on the wire is checked again here, as http.client checked it, so
+    that no stored option can split the request."""
+    _check(request, target, host)
     given = {name.lower() for name in request.headers}
     lines = [f"{request.method} {target} HTTP/1.1"]
     if "host" not in given:
@@ -188,12 +206,22 @@ def _head(request: Request, target: str, host: str) -> bytes:
         lines.append(f"User-Agent: cronchain/{VERSION}")
     if "accept-encoding" not in given:
         lines.append("Accept-Encoding: identity")  # the body read for the log is plain
-    if request.body is not None:
-        lines.append(f"Content-Length: {len(request.body)}")
-        if "content-type" not in given:
-            lines.append("Content-Type: application/x-www-form-urlencoded")  # as urllib
+    if request.body is not None or request.method in EXPECT_BODY:
+        lines.append(f"Content-Length: {len(request.body or b'')}")
+    if request.body is not None and "content-type" not in given:
+        lines.append("Content-Type: application/x-www-form-urlencoded")  # as urllib
     lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _check(request: Request, target: str, host: str) -> None:
+    if request.method not in HTTP_METHODS:
+        raise ValueError(f"{request.method!r} is not one of {', '.join(HTTP_METHODS)}")
+    if UNSAFE.search(target) or UNSAFE.search(host):
+        raise ValueError("the URL holds a space or a control character")
+    for name in request.headers:
+        if not HEADER_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a header's name")
 
 
 async def _answer_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
@@ -205,9 +233,8 @@ async def _answer_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str
         line = await _line(reader, "the status line")
         if not line:
             raise ConnectionResetError("the server closed the connection without an answer")
-        version, _, rest = line.partition(" ")
-        code = rest.strip()[:3]
-        if not (version.startswith("HTTP/") and code.isdigit() and len(code) == 3):
+        version, code, *_ = [*line.split(None, 2), "", ""]
+        if not (version.startswith("HTTP/") and len(code) == 3 and code.isdecimal()):
             raise ValueError(f"not an HTTP answer: {line[:80]!r}")
         headers: dict[str, str] = {}
         for _ in range(MAX_HEADERS + 1):
@@ -298,7 +325,9 @@ def redirected(request: Request, status: int, location: str) -> Request | None:
 def _tls_context() -> ssl.SSLContext:
     """The system's certificate authorities and hostname checks (built once: loading
     the authorities takes milliseconds)."""
-    return ssl.create_default_context()
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(["http/1.1"])  # as http.client offered it
+    return context
 
 
 def origin(url: str) -> tuple[str, str | None, int | None]:

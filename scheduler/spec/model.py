@@ -52,7 +52,7 @@ MAX_REQUIRES = 20
 MAX_URL = 8192  # signed webhook URLs run long; the whole job is at most 64 KiB
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")  # what HTTP/1.1 carries as it is
 _URL = re.compile(r"[\x21-\x7e]+")
 _NETLOC = re.compile(r"[^\s\x00-\x1f\x7f/?#@]+")  # no user:password@, checked first
@@ -183,7 +183,7 @@ def _http_headers(headers: Any, field: str) -> Any:
     if not isinstance(headers, Mapping):
         return headers  # pydantic says it must be a mapping
     for name, value in sorted(headers.items(), key=lambda item: str(item[0])):
-        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not a header name")
         text = value if isinstance(value, str) else ""
         if isinstance(value, Mapping) and isinstance(value.get("secret"), str):

@@ -94,11 +94,11 @@ def _run_together(engine: Engine, calls: list[Call]) -> dict[int, Outcome]:
     started = time.monotonic()
     try:
         outcomes = [make_call(engine.invokers.get(call.kind), call) for call in calls]
-    except BaseException:
+    except BaseException:  # the worker is stopping: the attempts are the watchdog's
         for lease in leases:
             engine.leases.release(lease)
         raise
-    recorded = engine.runs.report_all(leases, outcomes)
+    recorded = engine.runs.report_all(leases, outcomes)  # lets every lease go
     took = time.monotonic() - started
     for call, outcome, written in zip(calls, outcomes, recorded, strict=True):
         events.ended(call, outcome, written, took)

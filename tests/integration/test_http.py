@@ -34,6 +34,7 @@ class Server:
 
     def __init__(self, host: str = "127.0.0.1"):
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.fields: list[list[tuple[str, str]]] = []  # each request's headers, every copy
         self.routes: dict[str, tuple[int, dict[str, str], str]] = {}
         self.slow: dict[str, tuple[float, int | None]] = {}
         self.cut = threading.Event()
@@ -42,6 +43,7 @@ class Server:
         class Handler(BaseHTTPRequestHandler):
             def handle_one(self) -> None:
                 server.requests.append((self.path, dict(self.headers)))
+                server.fields.append(list(self.headers.items()))
                 path = self.path.split("?")[0]
                 status, headers, body = server.routes.get(path, (200, {}, "ok"))
                 if status == 0:  # hang
@@ -407,3 +409,73 @@ def test_an_address_that_never_answers_leaves_time_for_the_next(
         for c in [*filling, black]:
             c.close()
         good.close()
+
+
+def test_a_post_without_a_body_says_its_length(server: Server):
+    """As http.client did: front ends answer 411 to a POST of no stated length."""
+    url = f"http://127.0.0.1:{server.port}/hook"
+    outcome = HttpInvoker(LOOPBACK).invoke(call(url, method="POST"))
+    assert outcome.status == "SUCCEEDED", outcome
+    [(_, headers)] = server.requests
+    assert headers["Content-Length"] == "0"
+
+
+def test_cronchains_own_headers_replace_the_jobs_in_any_case(server: Server):
+    c = call(
+        f"http://127.0.0.1:{server.port}/x",
+        headers={"idempotency-key": "spoofed", "X-CRONCHAIN-ATTEMPT": "99"},
+    )
+    assert HttpInvoker(LOOPBACK).invoke(c).status == "SUCCEEDED"
+    [fields] = server.fields
+    sent = [(name.lower(), value) for name, value in fields]
+    assert [v for n, v in sent if n == "idempotency-key"] == [c.key]
+    assert [v for n, v in sent if n == "x-cronchain-attempt"] == ["1"]
+
+
+def test_an_international_name_is_sent_in_idna(server: Server, monkeypatch: pytest.MonkeyPatch):
+    real = socket.getaddrinfo
+
+    def resolved(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        if host != "bücher.test":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolved)
+    outcome = HttpInvoker(LOOPBACK).invoke(call(f"http://bücher.test:{server.port}/x"))
+    assert outcome.status == "SUCCEEDED", outcome
+    [(_, headers)] = server.requests
+    assert headers["Host"] == f"xn--bcher-kva.test:{server.port}"
+
+
+def test_a_redirect_not_followed_is_the_answer_with_its_body(server: Server):
+    """A POST is not sent on after a 307 (as urllib): the 307 is judged, and its body
+    logged, as any answer's is."""
+    server.routes["/moved"] = (307, {"Location": "/elsewhere"}, "moved for now")
+    url = f"http://127.0.0.1:{server.port}/moved"
+    outcome = HttpInvoker(LOOPBACK).invoke(call(url, method="POST", body="{}"))
+    assert (outcome.status, outcome.reason) == ("FAILED", "status")
+    assert outcome.log == ("answered 307: moved for now",)
+    assert [path for path, _ in server.requests] == ["/moved"]
+
+
+@pytest.mark.parametrize(
+    "line", [b"HTTP/1.1 2000 OK", b"HTTP/1.1 20 OK", b"ICY 200 OK", b"HTTP/1.1 two OK"]
+)
+def test_a_status_line_that_is_none_fails_the_call(line: bytes):
+    """Read as http.client read it: a status of exactly three digits."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(line + b"\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+        outcome = HttpInvoker(LOOPBACK).invoke(call(url))
+    finally:
+        listener.close()
+    assert (outcome.status, outcome.reason) == ("FAILED", "launch"), outcome
+    assert "not an HTTP answer" in (outcome.error or "")

@@ -314,3 +314,40 @@ def test_a_batch_of_runs_that_answer_at_once_is_recorded_in_one_transaction(
     assert [o.status for o in outcomes] == ["SUCCEEDED"] * 20
     assert {r["status"] for r in rows(engine)} == {"SUCCEEDED"}
     assert engine.leases._held == set()
+
+
+def test_outcomes_of_a_group_whose_writing_raised_are_recorded_alone(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """A group that raises after its commit (sending its messages, say) or before it:
+    what it did not record is recorded one by one, and every lease is let go."""
+    port = RecordingPort()
+    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+    apply(engine, *(make(name=name) for name in "ab"))
+    calls = running(engine, port, clock)
+
+    def broken(runs: Any, group: list[Report]) -> None:
+        raise RuntimeError("the broker went away")
+
+    leases = [
+        engine.leases.hold(Lease(c.invocation_id, c.attempt, c.lease, job_id=c.job_id))
+        for c in calls
+    ]
+    engine.runs.together._write = finish_together_once(broken)
+    assert engine.runs.report_all(leases, [OK] * 2) == [True, True]
+    assert engine.leases._held == set()
+    assert [r["status"] for r in rows(engine)] == ["SUCCEEDED"] * 2
+
+
+def finish_together_once(first: Any) -> Any:
+    """A group writer that calls ``first`` once, then writes as groups do."""
+    calls = []
+
+    def write(runs: Any, group: list[Report]) -> None:
+        calls.append(group)
+        if len(calls) == 1:
+            first(runs, group)
+        else:
+            finish_together(runs, group)
+
+    return write
