@@ -64,46 +64,13 @@ NUMERIC = socket.AI_NUMERICHOST
 MIN_CONNECT_SHARE = 0.25
 
 
-def connect(
-    host: str,
-    port: int,
-    timeout: float | None,
-    allow: tuple[Network, ...],
-    source_address: tuple[str, int] | None = None,
-    deadline: float | None = None,
-) -> socket.socket:
-    """Like ``socket.create_connection``, but only to permitted addresses. ``timeout``
-    bounds each address tried; ``deadline`` (a ``time.monotonic()`` instant) bounds them
-    all together, so a name with several unreachable addresses cannot multiply it."""
-    last: OSError | None = None
-    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    for index, (family, kind, proto, _, sockaddr) in enumerate(found):
-        if (no := _refusal(host, sockaddr, allow)) is not None:
-            last = no
-            continue
-        wait = timeout
-        if deadline is not None:
-            share = _share(host, deadline, len(found) - index)
-            wait = share if timeout is None else min(timeout, share)
-        sock = socket.socket(family, kind, proto)
-        try:
-            if wait is not None:
-                sock.settimeout(wait)
-            if source_address:
-                sock.bind(source_address)
-            sock.connect(sockaddr)
-            return sock
-        except OSError as err:
-            sock.close()
-            last = err
-    raise last or OSError(f"{host} has no address")
-
-
 async def open_connection(
     host: str, port: int, allow: tuple[Network, ...], deadline: float
 ) -> socket.socket:
-    """``connect`` on an event loop: a connected, non-blocking socket to a permitted
-    address of ``host``, reached before ``deadline`` (a ``time.monotonic()`` instant)."""
+    """Like ``socket.create_connection``, on an event loop and only to permitted
+    addresses: a connected, non-blocking socket to one of ``host``'s, reached before
+    ``deadline`` (a ``time.monotonic()`` instant), which bounds every address tried
+    together, so that a name with several unreachable addresses cannot multiply it."""
     loop = asyncio.get_running_loop()
     last: OSError | None = None
     try:  # an address needs no resolver: no trip to the loop's resolving threads
