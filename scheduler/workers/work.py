@@ -55,7 +55,9 @@ def execute_batch(
     comes; returns once all are recorded, so that the worker's thread stays taken
     until then: ``--concurrency`` bounds the batches a worker runs at once, and a warm
     shutdown waits for them. Calls of a kind that has a coroutine (``http``) are made
-    on the process's event loop, however many; the others on ``threads`` threads."""
+    on the process's event loop, however many; those that answer at once (a ``noop``
+    that does not sleep) in this thread, recorded as one group; the others on
+    ``threads`` threads."""
     calls = engine.attempts.claim_many(attempts, worker)
     for call in calls:
         events.started(call)
