@@ -79,7 +79,8 @@ def update_joined(
     paid SQLAlchemy's and psycopg's work per row, a fifth of a herd's CPU on each path.
     Otherwise, and on SQLite (in-process, quick already), that executemany. An UPDATE
     joined to two rows that name the same row sets it once, where the executemany set
-    it twice in order: such rows take the executemany."""
+    it twice in order: such rows take the executemany. The arrays go in binary, as
+    ``run_store.insert_invocations``'s do."""
     if not rows:
         return 0
     first = next(iter(match))
@@ -106,7 +107,7 @@ def _joined_update(table: Table, keys: tuple[str, ...], match: tuple[tuple[str, 
     dialect = postgresql.dialect()
     matched = dict(match)
     arrays = ", ".join(
-        f"%s::{table.c[matched.get(k, k)].type.compile(dialect=dialect)}[]" for k in keys
+        f"%b::{table.c[matched.get(k, k)].type.compile(dialect=dialect)}[]" for k in keys
     )
     assigned = ", ".join(f"{k} = u.{k}" for k in keys if k not in matched)
     where = " AND ".join(f"t.{column} = u.{key}" for key, column in match)
