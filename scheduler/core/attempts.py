@@ -8,7 +8,9 @@ it sees as a ``host.CoreHost``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -16,15 +18,16 @@ from sqlalchemy import Connection
 
 from cronchain.scheduler import debuglog, outside
 from cronchain.scheduler.core.effects import Message, SendRun, SendStart, Stepped
-from cronchain.scheduler.invokers import Call
+from cronchain.scheduler.core.outcome_batch import HeldWrites
+from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.invokers import Call, Outcome
 from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.storage import run_store
-from cronchain.scheduler.storage.rows import InvocationRow, JobRow
+from cronchain.scheduler.storage.rows import ConcurrentUpdate, InvocationRow, JobRow
 from cronchain.statemachine import InvocationStarted, InvocationStatus
 
 if TYPE_CHECKING:
     from cronchain.scheduler.core.host import CoreHost
-    from cronchain.scheduler.core.outcome_batch import HeldWrites
 
 log = logging.getLogger("cronchain.engine")
 S = InvocationStatus
@@ -166,18 +169,57 @@ class Attempts:
         attempt, and only one delivery of it, can be claimed. From now on its lease and
         its timeout count. None: it is not current, or was claimed already, or (with
         ``job_id``, which the engine's messages carry) it is not that job's run."""
-        return next(iter(self.claim_many([(invocation_id, attempt, job_id)], worker)), None)
+        calls, _ = self.claim_many([(invocation_id, attempt, job_id)], worker)
+        return next(iter(calls), None)
 
-    def claim_many(self, attempts: list[AttemptRef], worker: str) -> list[Call]:
+    def claim_many(
+        self,
+        attempts: list[AttemptRef],
+        worker: str,
+        answer: Callable[[Call], Outcome | None] | None = None,
+    ) -> tuple[list[Call], dict[int, Outcome]]:
         """``claim`` for attempts sent together, in one transaction: the calls of those
-        that could be claimed. Each is ``(invocation, attempt)`` or ``(invocation,
-        attempt, job)``."""
+        that could be claimed, and the outcomes recorded, by invocation. Each attempt is
+        ``(invocation, attempt)`` or ``(invocation, attempt, job)``.
+
+        A call that ``answer`` makes at once (a ``noop`` that does not sleep: nothing
+        outside is called, so it may be made again) is recorded in the same
+        transaction, as the group commit records it (``scheduler.core.outcome_batch``):
+        no lease, no second transaction, no second lock of its rows. Its job is locked
+        with it, as the group locks it; a run whose rows another transaction holds is
+        claimed after, without ``answer``. Should that transaction fail, the batch is
+        claimed again without ``answer``: the calls are then the caller's to make."""
+        if answer is not None:
+            try:
+                return self._claim(attempts, worker, answer)
+            except ConcurrentUpdate:  # a job changed under a lockless database: as below
+                pass
+            except TransientError:
+                raise
+            except Exception:
+                log.exception("%s attempts claimed and recorded together failed", len(attempts))
+        return self._claim(attempts, worker, None)
+
+    def _claim(
+        self,
+        attempts: list[AttemptRef],
+        worker: str,
+        answer: Callable[[Call], Outcome | None] | None,
+    ) -> tuple[list[Call], dict[int, Outcome]]:
         wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
         worker = outside.storable(worker)[:WORKER_LIMIT]  # a host's name, as its worker says
-        calls, claims, alerts = [], [], []
+        calls: list[Call] = []
+        answered: dict[int, Outcome] = {}
+        claims: list[dict[str, Any]] = []
+        messages: list[Message] = []
+        held, jobs_ended = HeldWrites(), set()
         with self.engine.transaction() as conn:
             now = self.engine.clock()
-            for inv, job in run_store.lock_attempts(conn, list(wanted)):
+            if answer is None:  # the runs alone: a claim never waits on a job
+                found = run_store.lock_attempts(conn, list(wanted))
+            else:  # and their jobs, which an end writes: locked as the group locks them
+                found = list(run_store.lock_runs(conn, list(wanted)).values())
+            for inv, job in found:
                 attempt, job_id = wanted[inv.id]
                 if job_id is not None and job_id != job.id:
                     log_other_job("claim", inv.id, attempt, job_id, job.id)
@@ -185,13 +227,34 @@ class Attempts:
                 if inv.status != RUNNING or inv.attempt != attempt or inv.worker:
                     continue
                 call = self.call_of(job, inv.id, inv.attempt, inv.slot, inv.trigger_id)
-                claims.append(_claim_columns(inv, call, worker, now) | {"b_id": inv.id})
+                columns = _claim_columns(inv, call, worker, now)
                 calls.append(call)
                 for hook in self.engine.plugins.claims:
-                    alerts += hook.claimed(conn, job, inv, now)
+                    messages += hook.claimed(conn, job, inv, now)
+                # Made and recorded as any call is, as the group leaves them to their own
+                # threads: a job's second run in the batch (it would step a job row the
+                # first one's end changed), an end that a listener reads or writes more
+                # for (a trigger: it would change rows read here already).
+                outcome = None if answer is None or job.id in jobs_ended else answer(call)
+                if outcome is not None and self.engine.runs.reads(job, inv, outcome):
+                    outcome = None
+                if outcome is None:
+                    claims.append(columns | {"b_id": inv.id})
+                    continue
+                answered[inv.id] = outcome
+                jobs_ended.add(job.id)
+                held.update_run(inv.id, **columns)  # written before the end's own update
+                claimed = dataclasses.replace(inv, **columns)
+                ended = self.engine.runs.record_outcome(conn, claimed, job, outcome, now, held)
+                messages += ended.messages
             run_store.update_invocations(conn, claims)
-        self.engine.send(alerts)
-        return calls
+            held.write(conn)
+        self.engine.send(messages)
+        seen = {inv.id for inv, _ in found}
+        left = [ref for ref in attempts if ref[0] not in seen]
+        if answer is not None and left:  # locked elsewhere: claimed as any claim is
+            calls += self._claim(left, worker, None)[0]
+        return calls, answered
 
 
 def log_other_job(

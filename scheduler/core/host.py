@@ -64,6 +64,23 @@ class RunEnds(Protocol):
         """What follows a run's end, its row written ended as ``outcome`` says."""
         ...
 
+    def record_outcome(
+        self,
+        conn: Connection,
+        inv: InvocationRow,
+        job: JobRow,
+        outcome: Outcome,
+        now: datetime,
+        held: Any = None,
+    ) -> Stepped:
+        """End a locked attempt as ``outcome`` says; with ``held`` (an
+        ``outcome_batch.HeldWrites``), its writes are held with others'."""
+        ...
+
+    def reads(self, job: JobRow, inv: InvocationRow, outcome: Outcome) -> bool:
+        """Whether a listener of this end reads or writes rows beyond the run and its job."""
+        ...
+
 
 @runtime_checkable
 class Host(Protocol):

@@ -56,24 +56,34 @@ def execute_batch(
     until then: ``--concurrency`` bounds the batches a worker runs at once, and a warm
     shutdown waits for them. Calls of a kind that has a coroutine (``http``) are made
     on the process's event loop, however many; those that answer at once (a ``noop``
-    that does not sleep) in this thread, recorded as one group; the others on
-    ``threads`` threads."""
-    calls = engine.attempts.claim_many(attempts, worker)
+    that does not sleep) in this thread, as they are claimed, and recorded in the
+    claim's transaction; the others on ``threads`` threads."""
+    started = time.monotonic()
+    calls, answered = engine.attempts.claim_many(
+        attempts, worker, lambda call: _answer_at_once(engine, call)
+    )
     for call in calls:
         events.started(call)
+    took = time.monotonic() - started  # the claim's transaction, which made them
+    for call in calls:
+        if call.invocation_id in answered:
+            events.ended(call, answered[call.invocation_id], True, took)
     if len(calls) < len(attempts):
         log.info(
             "%s of %s attempts not current or claimed already",
             len(attempts) - len(calls),
             len(attempts),
         )
-    if len(calls) <= 1:
-        return [_run(engine, call) for call in calls]
+    done = dict(answered)
+    waiting = [call for call in calls if call.invocation_id not in answered]
+    if len(waiting) <= 1:
+        done |= {call.invocation_id: _run(engine, call) for call in waiting}
+        return [done[call.invocation_id] for call in calls]
     pool = _calls_pool(threads)
     instant: list[Call] = []
     on_loop: list[Call] = []
     in_threads: list[Call] = []
-    for call in calls:
+    for call in waiting:
         if _instant(engine, call):
             instant.append(call)
         elif _coroutine_of(engine, call) is not None:
@@ -82,16 +92,18 @@ def execute_batch(
             in_threads.append(call)
     futures = {call.invocation_id: aio.submit(_arun(engine, call, pool)) for call in on_loop}
     futures |= {call.invocation_id: pool.submit(_run, engine, call) for call in in_threads}
-    done = _run_together(engine, instant) if instant else {}
+    if instant:
+        done |= _run_together(engine, instant)
     wait(futures.values())
     done |= {invocation_id: future.result() for invocation_id, future in futures.items()}
     return [done[call.invocation_id] for call in calls]
 
 
 def _run_together(engine: Engine, calls: list[Call]) -> dict[int, Outcome]:
-    """Calls that answer at once (a ``noop`` that does not sleep), made here one after
-    the other and recorded together: no thread, no handing over, one group commit for
-    the batch. By invocation."""
+    """Calls that answer at once (a ``noop`` that does not sleep) that their claim did
+    not record (a job's second run in the batch, a claim that could not record them):
+    made here one after the other and recorded together, no thread, no handing over,
+    one group commit. By invocation."""
     leases = [_hold(engine, call) for call in calls]
     started = time.monotonic()
     try:
@@ -105,6 +117,12 @@ def _run_together(engine: Engine, calls: list[Call]) -> dict[int, Outcome]:
     for call, outcome, written in zip(calls, outcomes, recorded, strict=True):
         events.ended(call, outcome, written, took)
     return {call.invocation_id: outcome for call, outcome in zip(calls, outcomes, strict=True)}
+
+
+def _answer_at_once(engine: Engine, call: Call) -> Outcome | None:
+    """The outcome of a call that answers at once, made as its attempt is claimed: in
+    the claim's transaction, which records it (``Attempts.claim_many``)."""
+    return make_call(engine.invokers.get(call.kind), call) if _instant(engine, call) else None
 
 
 def _instant(engine: Engine, call: Call) -> bool:

@@ -244,5 +244,5 @@ def test_a_batch_is_claimed_in_one_transaction(db: sqlalchemy.Engine, clock: Clo
     engine.tick_many(sent(port), start_here=True)
     [batch] = port.run_batches
     before = engine.transactions
-    calls = engine.attempts.claim_many([(c.invocation_id, c.attempt) for c in batch], "w")
+    calls, _ = engine.attempts.claim_many([(c.invocation_id, c.attempt) for c in batch], "w")
     assert len(calls) == 2 and engine.transactions - before == 1

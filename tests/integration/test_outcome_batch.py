@@ -48,7 +48,7 @@ def running(engine: Engine, port: RecordingPort, clock: Clock, advance: float = 
     clock.advance(advance)
     engine.tick_many(sent(port), start_here=True)
     attempts = [(c.invocation_id, c.attempt, c.job_id) for c in port.runs]
-    calls = engine.attempts.claim_many(attempts, "w")
+    calls, _ = engine.attempts.claim_many(attempts, "w")
     port.runs.clear()
     return calls
 
@@ -114,7 +114,7 @@ def test_a_group_writes_the_rows_one_outcome_at_a_time_writes(
         port.starts.clear()
         calls += engine.attempts.claim_many(
             [(c.invocation_id, c.attempt, c.job_id) for c in port.runs], "w"
-        )
+        )[0]
         port.runs.clear()
         if round_ % 2:  # two rounds' runs finish together: two of one job ("allow")
             outcome = {c.invocation_id: FAILED if c.job.endswith("retried") else OK for c in calls}
@@ -298,8 +298,8 @@ def test_a_threads_outcomes_are_written_as_one_group_and_the_rest_alone(
 def test_a_batch_of_runs_that_answer_at_once_is_recorded_in_one_transaction(
     db: sqlalchemy.Engine, clock: Clock
 ):
-    """The work path's batch of no-ops: claimed in one transaction, recorded in one,
-    by the thread that took the message (``scheduler.workers.work``)."""
+    """The work path's batch of no-ops: claimed and recorded in one transaction, by the
+    thread that took the message (``scheduler.workers.work``)."""
     port = RecordingPort()
     engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
     apply(engine, *(make(name=f"n{i}") for i in range(20)))
@@ -310,10 +310,141 @@ def test_a_batch_of_runs_that_answer_at_once_is_recorded_in_one_transaction(
     outcomes = work.execute_batch(
         engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
     )
-    assert engine.transactions - before == 2  # the claim and the outcomes
+    assert engine.transactions - before == 1
     assert [o.status for o in outcomes] == ["SUCCEEDED"] * 20
-    assert {r["status"] for r in rows(engine)} == {"SUCCEEDED"}
+    written = rows(engine)
+    assert {r["status"] for r in written} == {"SUCCEEDED"}
+    assert {r["worker"] for r in written} == {"w"}
+    assert all(r["started_at"] == r["finished_at"] == clock() for r in written)
+    assert all(r["log"].index("claimed by w") < r["log"].index("SUCCEEDED") for r in written)
     assert engine.leases._held == set()
+    again = work.execute_batch(  # a message delivered twice finds them ended
+        engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
+    )
+    assert again == [] and rows(engine) == written
+
+
+def test_runs_claimed_and_recorded_together_write_the_rows_of_a_claim_and_each_outcome(
+    db: sqlalchemy.Engine, clock: Clock, caplog: pytest.LogCaptureFixture
+):
+    """The same no-op jobs in two projects (successes, failures that retry, a retry and
+    a slot of one job in one batch, a success that triggers another job): each round's
+    runs are claimed and recorded in one transaction (``work.execute_batch``) in one
+    project, and claimed, then recorded one by one in the other."""
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+    fails = {"retried", "z_cancel"}
+    for project in ("together", "each"):
+        specs = [
+            JobSpec(project, n, "every 10s", kind="noop", options={"fail": n in fails}, controls=c)
+            for n, c in SPECS.items()
+        ]
+        Scheduler(engine).apply(specs, project=project)
+    with db.connect() as conn:
+        together = set(
+            conn.execute(select(jobs.c.id).where(jobs.c.project == "together")).scalars()
+        )
+    for _ in range(6):
+        clock.advance(10)
+        engine.tick_many(sent(port), start_here=True)
+        for invocation_id in port.starts:  # retries and triggered runs
+            engine.attempts.start_invocation(invocation_id)
+        port.starts.clear()
+        refs = sorted((c.job_id, c.invocation_id, c.attempt) for c in port.runs)
+        port.runs.clear()
+        ours = [(inv, attempt, job_id) for job_id, inv, attempt in refs if job_id in together]
+        work.execute_batch(engine, ours, "w", threads=2)
+        theirs = [(inv, attempt, job_id) for job_id, inv, attempt in refs if job_id not in together]
+        calls, answered = engine.attempts.claim_many(theirs, "w")
+        assert answered == {}
+        for c in in_batch_order(calls):
+            outcome = work.make_call(engine.invokers.get(c.kind), c)
+            engine.runs.finish_invocation(
+                c.invocation_id, outcome, attempt=c.attempt, job_id=c.job_id
+            )
+    ours_written, theirs_written = described(engine, "together"), described(engine, "each")
+    assert ours_written == theirs_written
+    assert "failed" not in caplog.text  # claimed and recorded together every time
+    statuses = [run[2] for run in ours_written[1]]  # name, slot, status, ...
+    assert statuses.count("SUCCEEDED") > 10
+    # a failure whose retry is due, a run that a triggered run cancelled
+    assert {("retried", "STARTING"), ("z_cancel", "ABORTED")} <= {
+        (r[0], r[2]) for r in ours_written[1]
+    }
+
+
+def in_batch_order(calls: list[Call]) -> list[Call]:
+    """The order ``work.execute_batch`` records a batch's no-ops in: by job, each job's
+    first run in the claim; then, as a group, a job's second run, and after the group's
+    the ends of jobs that trigger others (recorded apart)."""
+    first: dict[int, int] = {}
+    for c in sorted(calls, key=lambda c: c.invocation_id):
+        first.setdefault(c.job_id, c.invocation_id)
+
+    def order(c: Call) -> tuple[bool, bool, int, int]:
+        triggers = bool(SPECS[c.job.split("/")[1]].get("triggers"))
+        later = triggers or first[c.job_id] != c.invocation_id
+        return later, triggers, c.job_id, c.invocation_id
+
+    return sorted(calls, key=order)
+
+
+def test_a_claim_that_cannot_record_its_runs_claims_them_for_their_calls(
+    db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    """Should recording in the claim's transaction fail, the batch is claimed without
+    it, and its calls are made and recorded as any are."""
+    port = RecordingPort()
+    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+    apply(engine, *(make(name=f"n{i}") for i in range(3)))
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    [batch] = port.run_batches
+    real = engine.runs.record_outcome
+    broken = iter([RuntimeError("a bug")])
+
+    def record_once_broken(*args: Any, **kwargs: Any) -> Any:
+        error = next(broken, None)
+        if error is not None:
+            raise error
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine.runs, "record_outcome", record_once_broken)
+    outcomes = work.execute_batch(
+        engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
+    )
+    assert [o.status for o in outcomes] == ["SUCCEEDED"] * 3
+    assert [(r["status"], r["worker"], r["attempt"]) for r in rows(engine)] == [
+        ("SUCCEEDED", "w", 1)
+    ] * 3
+    assert engine.leases._held == set()
+
+
+def test_a_run_whose_job_is_locked_elsewhere_is_claimed_after_the_others(pg_url: str, clock: Clock):
+    """A batch's run whose job another transaction holds (a tick, the watchdog) is not
+    waited for by the claim that records the others: it is claimed after (a claim does
+    not wait on a job), and its call is the caller's to make."""
+    db = make_engine(pg_url)
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+    apply(engine, *(make(name=name) for name in "ab"))
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    [batch] = port.run_batches
+    a, b = job(engine, "p/a").id, job(engine, "p/b").id
+    with db.begin() as conn:
+        conn.execute(select(jobs.c.id).where(jobs.c.id == b).with_for_update())
+        calls, answered = engine.attempts.claim_many(
+            [(c.invocation_id, c.attempt, c.job_id) for c in batch],
+            "w",
+            lambda call: work.make_call(engine.invokers.get(call.kind), call),
+        )
+    assert sorted(c.job_id for c in calls) == [a, b]
+    assert [c.job_id for c in calls if c.invocation_id in answered] == [a]
+    assert [(r["job_id"], r["status"], r["worker"]) for r in rows(engine)] == [
+        (a, "SUCCEEDED", "w"),
+        (b, "RUNNING", "w"),
+    ]
 
 
 def test_outcomes_of_a_group_whose_writing_raised_are_recorded_alone(
