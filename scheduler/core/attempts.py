@@ -243,7 +243,7 @@ class Attempts:
                     continue
                 answered[inv.id] = outcome
                 jobs_ended.add(job.id)
-                held.update_run(inv.id, **columns)  # written before the end's own update
+                held.update_run(inv.id, **columns)  # joined by the end's own update
                 claimed = dataclasses.replace(inv, **columns)
                 ended = self.engine.runs.record_outcome(conn, claimed, job, outcome, now, held)
                 messages += ended.messages

@@ -154,14 +154,21 @@ class HeldWrites:
     a listener reads more for is recorded alone (``Runs.reads``)."""
 
     def __init__(self) -> None:
-        self._runs: dict[frozenset[str], list[dict[str, Any]]] = {}
+        # Each run's held update, by its set of columns; a second update of a run joins
+        # its first (a claim and the end recorded with it: one new row version, not two).
+        self._runs: dict[frozenset[str], dict[int, dict[str, Any]]] = {}
+        self._columns: dict[int, frozenset[str]] = {}
         self._jobs: list[dict[str, Any]] = []
         # The group's successes of upstreams (``requires``) so far, where each is filed:
         # their runs' updates may still be held when a downstream is checked.
         self.fresh: dict[str, datetime] = {}
 
     def update_run(self, invocation_id: int, **values: Any) -> None:
-        self._runs.setdefault(frozenset(values), []).append(values | {"b_id": invocation_id})
+        earlier = self._columns.pop(invocation_id, None)
+        row = {"b_id": invocation_id} if earlier is None else self._runs[earlier].pop(invocation_id)
+        row |= values
+        self._columns[invocation_id] = key = frozenset(row)
+        self._runs.setdefault(key, {})[invocation_id] = row
 
     def feed(
         self, engine: CoreHost, conn: Connection, job: JobRow, event: Event, now: datetime
@@ -180,9 +187,10 @@ class HeldWrites:
 
     def write(self, conn: Connection) -> None:
         for rows in self._runs.values():
-            run_store.update_invocations(conn, rows)
+            if rows:
+                run_store.update_invocations(conn, list(rows.values()))
         job_store.save_jobs(conn, self._jobs, copy=False)
-        self._runs, self._jobs = {}, []
+        self._runs, self._columns, self._jobs = {}, {}, []
 
 
 def finish_together(runs: Runs, reports: list[Report]) -> None:
