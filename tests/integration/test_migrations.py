@@ -336,3 +336,73 @@ def test_0009_counts_a_bulk_insert_once_per_statement(db: sqlalchemy.Engine):
         if db.dialect.name == "postgresql":
             query = "SELECT tgtype & 1 FROM pg_trigger WHERE tgname = 'invocations_count_inserted'"
             assert conn.exec_driver_sql(query).scalar_one() == 0  # FOR EACH STATEMENT
+
+
+def test_0016_counts_what_one_update_ends_and_claims_once_per_statement(
+    db: sqlalchemy.Engine,
+):
+    """Runs claimed, then ended, by one UPDATE each (an outcome group's, a batch's of
+    no-ops) are counted as row by row they were: lags, outcomes, each job's successes,
+    failures and run time; on PostgreSQL by one statement trigger (a row trigger added to
+    one counter row N times in a statement: N²/2 steps)."""
+
+    def typed(text: str) -> str:  # PostgreSQL types a CASE of strings as text
+        return f"CAST({text} AS timestamptz)" if db.dialect.name == "postgresql" else text
+
+    runs = {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "b3": "b"}
+    with db.begin() as conn:
+        jobs = {name: _insert_job(conn, name) for name in ("a", "b")}
+        for n, (trigger, job) in enumerate(runs.items()):
+            _insert_run(conn, jobs[job], trigger)
+            slot = f"2025-12-31 23:59:{('59.3', '58', '57', '56', '54')[n]}+00:00"
+            conn.execute(
+                sqlalchemy.text(
+                    "UPDATE invocations SET slot = :slot, filed_at = :slot, worker = NULL"
+                    " WHERE trigger_id = :t"
+                ),
+                {"slot": slot, "t": trigger},
+            )
+        conn.exec_driver_sql(
+            "UPDATE invocations SET worker = 'w', started_at = '2026-01-01 00:00:00+00:00'"
+        )
+        ends = {
+            "a1": ("SUCCEEDED", "00:02"),
+            "a2": ("SUCCEEDED", "00:05"),
+            "b1": ("FAILED", "00:03"),
+            "b2": ("SUCCEEDED", "00:04"),
+            "b3": ("ABORTED", "00:06"),
+        }
+        status = " ".join(f"WHEN '{t}' THEN '{s}'" for t, (s, _) in ends.items())
+        at = " ".join(f"WHEN '{t}' THEN '2026-01-01 {m}:00+00:00'" for t, (_, m) in ends.items())
+        end = (
+            f"UPDATE invocations SET status = CASE trigger_id {status} END,"
+            f" finished_at = {typed(f'CASE trigger_id {at} END')}, deadline = NULL"
+        )
+        conn.exec_driver_sql(end)
+        conn.exec_driver_sql(end)  # ended already: counted once
+    with db.connect() as conn:
+        outcomes = "SELECT status, sum(count) FROM slot_outcomes GROUP BY status"
+        assert {s: int(n) for s, n in conn.exec_driver_sql(outcomes)} == {
+            "SUCCEEDED": 3,
+            "FAILED": 1,
+            "ABORTED": 1,
+        }
+        lags = "SELECT le, sum(count), sum(seconds) FROM fire_lags GROUP BY le"
+        found = {le: (int(n), round(s, 3)) for le, n, s in conn.exec_driver_sql(lags)}
+        # lags of 0.7, 2, 3, 4 and 6 s: each bucket counts those up to its bound
+        assert found == {"1": (1, 0.7), "2.5": (1, 2.0), "5": (2, 7.0), "10": (1, 6.0)}
+        kept = (
+            "SELECT name, last_success_at, last_failure_at, failures, runs_timed, run_seconds"
+            " FROM jobs ORDER BY name"
+        )
+        found = [
+            (name, str(ok)[:16] if ok else None, str(ko)[:16] if ko else None, n, timed, round(s))
+            for name, ok, ko, n, timed, s in conn.exec_driver_sql(kept)  # SQLite: julianday
+        ]
+        assert found == [
+            ("a", "2026-01-01 00:05", None, 0, 2, 420),  # 2 + 5 minutes
+            ("b", "2026-01-01 00:04", "2026-01-01 00:03", 1, 2, 420),  # 3 + 4
+        ]
+        if db.dialect.name == "postgresql":
+            query = "SELECT tgtype & 1 FROM pg_trigger WHERE tgname = 'invocations_count_updated'"
+            assert conn.exec_driver_sql(query).scalar_one() == 0  # FOR EACH STATEMENT
