@@ -24,10 +24,9 @@ whose slots are spread reach the control path: the cost of a lone tick.
 beside the plain load for what a job's alerts cost each fire.
 
 ``--counters both`` measures the cost of /metrics' counters (migrations 0009's and
-0016's triggers on ``invocations``, 0016's keeping each job's outcomes too): the rounds
-alternate between the triggers enabled and disabled on the same database, and each arm
-prints its figures (``counters=on``, ``counters=off``) and ``counters_wall_ratio``, on
-over off, for both paths together.
+0016's triggers on ``invocations``): the rounds alternate between the triggers enabled
+and disabled on the same database, and each arm prints its figures (``counters=on``,
+``counters=off``) and ``counters_wall_ratio``, on over off, for both paths together.
 """
 
 from __future__ import annotations
@@ -171,8 +170,8 @@ def warm_up(engine: Engine, port: RecordingPort, clock: Clock, overhead: tuple) 
             work.execute(engine, call.invocation_id, call.attempt, "bench")
 
 
-# Migrations 0009's and 0016's triggers: the counters of /metrics (0016's also keeps
-# each job's outcomes: its last success and failure, its failures, its run time).
+# Migrations 0009's and 0016's triggers: the counters of /metrics (0016's other trigger,
+# which keeps each job's outcomes, stays on: ``requires`` reads them).
 COUNTER_TRIGGERS = ("invocations_count_inserted", "invocations_count_updated")
 
 

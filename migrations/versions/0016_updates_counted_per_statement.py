@@ -6,15 +6,17 @@ triggers ran: 0008's added one to a counter row (``slot_outcomes`` at the end,
 ``fire_lags`` at the first claim), and 0014's updated the run's job. A hundred additions
 to the same counter row in one transaction make a hundred versions of it, each found by
 walking the ones before it, as 0009 found for inserts. Measured on such statements, the
-three triggers took 60-125 µs per run, more than the update itself. On PostgreSQL one
-statement trigger now does their work over the rows each UPDATE changed (transition
+three triggers took 60-125 µs per run, more than the update itself. On PostgreSQL two
+statement triggers now do their work over the rows each UPDATE changed (transition
 tables, before and after): one addition per counter row, one update per job. What is
 counted is unchanged; of two runs of one job that end in one statement, the job keeps
 the later end.
 
-A statement trigger cannot name its columns (0008's ``UPDATE OF status``), so it runs on
-every UPDATE of ``invocations`` and finds nothing to count in most. SQLite keeps its row
-triggers. 0008's and 0014's functions stay, for the downgrade.
+A trigger with transition tables cannot name its columns (0008's ``UPDATE OF status``),
+so these run on every UPDATE of ``invocations`` (a lease renewed, a log appended) and
+find nothing to count in most. The upgrade locks ``invocations`` and its partitions, as
+0009's did, for a moment. SQLite keeps its row triggers. 0008's and 0014's functions
+stay, for the downgrade.
 
 Revision ID: 0016
 Revises: 0015
@@ -36,7 +38,7 @@ _BUCKET = (
 )
 _SECONDS = "COALESCE(EXTRACT(EPOCH FROM n.finished_at - n.started_at), 0)"
 
-_FUNCTION = f"""
+_COUNTERS = f"""
 CREATE FUNCTION cronchain_count_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO slot_outcomes AS o (status, reason, shard, count)
@@ -58,6 +60,12 @@ BEGIN
     ON CONFLICT (le, shard) DO UPDATE
     SET count = f.count + excluded.count, seconds = f.seconds + excluded.seconds;
 
+    RETURN NULL;
+END $$
+"""
+_OUTCOMES = f"""
+CREATE FUNCTION cronchain_job_outcomes() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
     UPDATE jobs SET
         last_success_at = COALESCE(e.success_at, jobs.last_success_at),
         last_success_filed = GREATEST(jobs.last_success_filed, e.success_filed),
@@ -82,10 +90,17 @@ BEGIN
     RETURN NULL;
 END $$
 """
+# Two triggers, so that the counters can be turned off alone (``bench.hot_path
+# --counters``): the job's outcomes are what ``requires`` reads. They share the
+# statement's transition tables.
+_TRIGGERS = {
+    "invocations_count_updated": "cronchain_count_updated",
+    "invocations_job_outcomes": "cronchain_job_outcomes",
+}
 _TRIGGER = """
-CREATE TRIGGER invocations_count_updated AFTER UPDATE ON invocations
+CREATE TRIGGER {name} AFTER UPDATE ON invocations
 REFERENCING OLD TABLE AS before_update NEW TABLE AS after_update
-FOR EACH STATEMENT EXECUTE FUNCTION cronchain_count_updated()
+FOR EACH STATEMENT EXECUTE FUNCTION {function}()
 """
 # The row triggers this replaces, as 0008 and 0014 left them: to go back to.
 _ROW_TRIGGERS = {
@@ -113,14 +128,17 @@ def upgrade() -> None:
         return
     for name in _ROW_TRIGGERS:
         op.execute(f"DROP TRIGGER {name} ON invocations")
-    op.execute(_FUNCTION)
-    op.execute(_TRIGGER)
+    op.execute(_COUNTERS)
+    op.execute(_OUTCOMES)
+    for name, function in _TRIGGERS.items():
+        op.execute(_TRIGGER.format(name=name, function=function))
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.execute("DROP TRIGGER invocations_count_updated ON invocations")
-    op.execute("DROP FUNCTION cronchain_count_updated()")
+    for name, function in _TRIGGERS.items():
+        op.execute(f"DROP TRIGGER {name} ON invocations")
+        op.execute(f"DROP FUNCTION {function}()")
     for create in _ROW_TRIGGERS.values():
         op.execute(create)

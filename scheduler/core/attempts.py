@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -183,41 +184,56 @@ class Attempts:
         ``(invocation, attempt)`` or ``(invocation, attempt, job)``.
 
         A call that ``answer`` makes at once (a ``noop`` that does not sleep: nothing
-        outside is called, so it may be made again) is recorded in the same
-        transaction, as the group commit records it (``scheduler.core.outcome_batch``):
-        no lease, no second transaction, no second lock of its rows. Its job is locked
-        with it, as the group locks it; a run whose rows another transaction holds is
-        claimed after, without ``answer``. Should that transaction fail, the batch is
-        claimed again without ``answer``: the calls are then the caller's to make."""
-        if answer is not None:
+        outside is called, so it may be made again) and that succeeds is recorded in
+        the same transaction, as the group commit records it
+        (``scheduler.core.outcome_batch``): no lease, no second transaction, no second
+        lock of its rows. Its job is locked with it, as the group locks it; a run whose
+        rows another transaction holds is claimed after, without ``answer``. Should
+        that transaction fail, the batch is claimed again without ``answer``: the calls
+        are then the caller's to make."""
+        if answer is None:
+            claimed = self._claim(attempts, worker, None)
+        else:
             try:
-                return self._claim(attempts, worker, answer)
-            except ConcurrentUpdate:  # a job changed under a lockless database: as below
-                pass
+                claimed = self._claim(attempts, worker, answer)
+            except ConcurrentUpdate:  # a job changed under us (SQLite has no row locks)
+                log.warning("%s attempts claimed and recorded together: claimed", len(attempts))
+                claimed = self._claim(attempts, worker, None)
             except TransientError:
                 raise
             except Exception:
                 log.exception("%s attempts claimed and recorded together failed", len(attempts))
-        return self._claim(attempts, worker, None)
+                claimed = self._claim(attempts, worker, None)
+        calls = claimed.calls
+        self.engine.send(claimed.messages)  # what was committed stays so, whatever follows
+        if claimed.left:  # locked elsewhere: claimed as any claim is
+            try:
+                more = self._claim(claimed.left, worker, None)
+            except Exception:  # unclaimed, they are the watchdog's to send again
+                log.exception("%s attempts locked elsewhere were not claimed", len(claimed.left))
+            else:
+                calls += more.calls
+                self.engine.send(more.messages)
+        return calls, claimed.answered
 
     def _claim(
         self,
         attempts: list[AttemptRef],
         worker: str,
         answer: Callable[[Call], Outcome | None] | None,
-    ) -> tuple[list[Call], dict[int, Outcome]]:
+    ) -> _Claimed:
+        """One transaction of ``claim_many``: nothing is sent from here."""
         wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
         worker = outside.storable(worker)[:WORKER_LIMIT]  # a host's name, as its worker says
-        calls: list[Call] = []
-        answered: dict[int, Outcome] = {}
+        claimed = _Claimed()
         claims: list[dict[str, Any]] = []
-        messages: list[Message] = []
         held, jobs_ended = HeldWrites(), set()
         with self.engine.transaction() as conn:
             now = self.engine.clock()
             if answer is None:  # the runs alone: a claim never waits on a job
                 found = run_store.lock_attempts(conn, list(wanted))
-            else:  # and their jobs, which an end writes: locked as the group locks them
+            else:  # and their jobs, which an end writes, locked as the group locks them:
+                # in id order, none waited for
                 found = list(run_store.lock_runs(conn, list(wanted)).values())
             for inv, job in found:
                 attempt, job_id = wanted[inv.id]
@@ -228,33 +244,46 @@ class Attempts:
                     continue
                 call = self.call_of(job, inv.id, inv.attempt, inv.slot, inv.trigger_id)
                 columns = _claim_columns(inv, call, worker, now)
-                calls.append(call)
+                claimed.calls.append(call)
                 for hook in self.engine.plugins.claims:
-                    messages += hook.claimed(conn, job, inv, now)
-                # Made and recorded as any call is, as the group leaves them to their own
-                # threads: a job's second run in the batch (it would step a job row the
-                # first one's end changed), an end that a listener reads or writes more
-                # for (a trigger: it would change rows read here already).
+                    claimed.messages += hook.claimed(conn, job, inv, now)
+                # Left to the caller, made and recorded after the claim: a job's second
+                # run in the batch (its end would step a job row this one's end changed);
+                # a failure (a retry would give the claim back in the same UPDATE, and
+                # the fire lag counts a claim that a statement makes); an end that a
+                # listener reads or writes more for (a trigger of another job: it would
+                # change rows read here already).
                 outcome = None if answer is None or job.id in jobs_ended else answer(call)
-                if outcome is not None and self.engine.runs.reads(job, inv, outcome):
+                if outcome is not None and (
+                    outcome.status != S.SUCCEEDED or self.engine.runs.reads(job, inv, outcome)
+                ):
                     outcome = None
                 if outcome is None:
                     claims.append(columns | {"b_id": inv.id})
                     continue
-                answered[inv.id] = outcome
+                claimed.answered[inv.id] = outcome
                 jobs_ended.add(job.id)
                 held.update_run(inv.id, **columns)  # joined by the end's own update
-                claimed = dataclasses.replace(inv, **columns)
-                ended = self.engine.runs.record_outcome(conn, claimed, job, outcome, now, held)
-                messages += ended.messages
+                run = dataclasses.replace(inv, **columns)
+                ended = self.engine.runs.record_outcome(conn, run, job, outcome, now, held)
+                claimed.messages += ended.messages
             run_store.update_invocations(conn, claims)
             held.write(conn)
-        self.engine.send(messages)
         seen = {inv.id for inv, _ in found}
-        left = [ref for ref in attempts if ref[0] not in seen]
-        if answer is not None and left:  # locked elsewhere: claimed as any claim is
-            calls += self._claim(left, worker, None)[0]
-        return calls, answered
+        claimed.left = [ref for ref in attempts if ref[0] not in seen] if answer else []
+        return claimed
+
+
+@dataclass
+class _Claimed:
+    """What one claim's transaction did: the calls claimed, the outcomes it recorded (by
+    invocation), what to send now that it has committed, and the attempts it skipped
+    (locked elsewhere)."""
+
+    calls: list[Call] = field(default_factory=list)
+    answered: dict[int, Outcome] = field(default_factory=dict)
+    messages: list[Message] = field(default_factory=list)
+    left: list[AttemptRef] = field(default_factory=list)
 
 
 def log_other_job(

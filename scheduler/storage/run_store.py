@@ -49,7 +49,8 @@ _LOCK_RUN = (
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 # A worker's claim locks the run alone: it never waits on the job, so it cannot take the
-# two locks in the other order than the writers that lock the job first.
+# two locks in the other order than the writers that lock the job first. (A claim that
+# records its no-ops at once locks their jobs too, by ``_LOCK_RUNS``.)
 _LOCK_ATTEMPTS = (
     select(jobs, invocations)
     .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
@@ -60,7 +61,8 @@ _LOCK_ATTEMPTS = (
 )
 # Runs and their jobs, all locked by one statement, job first then run as every writer
 # locks, the jobs in id order as every batch locks them. Rows locked elsewhere are
-# skipped, not waited for: the outcome group records those apart (outcome_batch).
+# skipped, not waited for: the outcome group records those apart (outcome_batch), and a
+# claim that records its no-ops claims those after (``Attempts.claim_many``).
 _LOCK_RUNS = (
     select(jobs, invocations)
     .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))

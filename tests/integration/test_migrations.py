@@ -8,7 +8,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from cronchain.migrations import downgrade, upgrade
+from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import metadata
+from tests.support import services
 
 pytestmark = pytest.mark.postgres
 
@@ -406,3 +408,90 @@ def test_0016_counts_what_one_update_ends_and_claims_once_per_statement(
         if db.dialect.name == "postgresql":
             query = "SELECT tgtype & 1 FROM pg_trigger WHERE tgname = 'invocations_count_updated'"
             assert conn.exec_driver_sql(query).scalar_one() == 0  # FOR EACH STATEMENT
+
+
+# Statements that end and claim runs, as the engine's paths make them: a claim of three
+# (one a retry's, one a backfill's: not counted in the lag), a claim and an end in one
+# statement, ends of several jobs at once (a failure that never started among them: r5), an
+# update that ends nothing, and an end of a run ended already.
+_UPDATES = (
+    "UPDATE invocations SET status = 'RUNNING', worker = 'w',"
+    " started_at = slot + interval '2 seconds' WHERE trigger_id IN ('r1', 'r2', 'r3')",
+    "UPDATE invocations SET worker = 'w', started_at = slot + interval '30 seconds',"
+    " status = 'SUCCEEDED', finished_at = slot + interval '40 seconds', deadline = NULL"
+    " WHERE trigger_id = 'r4'",
+    "UPDATE invocations SET status = CASE trigger_id WHEN 'r1' THEN 'SUCCEEDED'"
+    " WHEN 'r2' THEN 'FAILED' ELSE 'FAILED' END, reason = CASE trigger_id WHEN 'r2'"
+    " THEN 'timeout' END, finished_at = slot + interval '90 seconds', deadline = NULL"
+    " WHERE trigger_id IN ('r1', 'r2', 'r5')",
+    "UPDATE invocations SET deadline = deadline + interval '1 minute' WHERE status = 'RUNNING'",
+    "UPDATE invocations SET status = 'ABORTED', reason = 'aborted', finished_at ="
+    " slot + interval '95 seconds', deadline = NULL WHERE trigger_id IN ('r3', 'r1')",
+)
+
+
+def _counted_after_updates(pg_url: str, revision: str | None) -> tuple[object, ...]:
+    """What the triggers of ``revision`` (None: the newest) count for ``_UPDATES``, on
+    the migrated database at ``pg_url``."""
+    db = make_engine(pg_url)
+    try:
+        if revision is not None:
+            downgrade(db, revision)
+        with db.begin() as conn:
+            jobs = [_insert_job(conn, name) for name in ("a", "b", "c")]
+            for n, (trigger, job, attempt, backfill) in enumerate(
+                (
+                    ("r1", jobs[0], 1, False),
+                    ("r2", jobs[1], 2, False),
+                    ("r3", jobs[2], 1, True),
+                    ("r4", jobs[2], 1, False),
+                    ("r5", jobs[2], 1, False),
+                )
+            ):
+                _insert_run(conn, job, trigger)
+                conn.execute(
+                    sqlalchemy.text(
+                        "UPDATE invocations SET slot = :slot, filed_at = :slot, worker = NULL,"
+                        " status = 'STARTING', started_at = NULL, attempt = :attempt,"
+                        " backfill = :backfill"
+                        " WHERE trigger_id = :t"
+                    ),
+                    {
+                        "slot": f"2026-01-01 00:0{n}:00+00",
+                        "attempt": attempt,
+                        "backfill": backfill,
+                        "t": trigger,
+                    },
+                )
+        for statement in _UPDATES:
+            with db.begin() as conn:
+                conn.exec_driver_sql(statement)
+        with db.connect() as conn:
+            return tuple(
+                conn.exec_driver_sql(query).all()
+                for query in (
+                    "SELECT status, reason, sum(count) FROM slot_outcomes GROUP BY 1, 2"
+                    " ORDER BY 1, 2",
+                    "SELECT le, sum(count), sum(seconds) FROM fire_lags GROUP BY 1 ORDER BY 1",
+                    "SELECT name, last_success_at, last_success_filed, last_failure_at,"
+                    " failures, runs_timed, run_seconds FROM jobs ORDER BY name",
+                )
+            )
+    finally:
+        db.dispose()
+
+
+def test_0016_counts_what_0015s_row_triggers_counted(
+    pg_admin: sqlalchemy.Engine, pg_template: str, pg_url: str
+):
+    """The same statements, on PostgreSQL, counted by 0015's row triggers and by 0016's
+    statement triggers: the same counters, the same outcomes on each job."""
+    other = services.create_database(pg_admin, template=pg_template)
+    try:
+        before = _counted_after_updates(services.database_url(other), "0015")
+    finally:
+        services.drop_database(pg_admin, other)
+    after = _counted_after_updates(pg_url, None)
+    outcomes, lags, jobs = after
+    assert len(outcomes) == 4 and lags and len(jobs) == 3  # it counted something
+    assert after == before

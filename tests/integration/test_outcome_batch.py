@@ -357,7 +357,7 @@ def test_runs_claimed_and_recorded_together_write_the_rows_of_a_claim_and_each_o
         theirs = [(inv, attempt, job_id) for job_id, inv, attempt in refs if job_id not in together]
         calls, answered = engine.attempts.claim_many(theirs, "w")
         assert answered == {}
-        for c in in_batch_order(calls):
+        for c in in_batch_order(calls, fails):
             outcome = work.make_call(engine.invokers.get(c.kind), c)
             engine.runs.finish_invocation(
                 c.invocation_id, outcome, attempt=c.attempt, job_id=c.job_id
@@ -373,24 +373,29 @@ def test_runs_claimed_and_recorded_together_write_the_rows_of_a_claim_and_each_o
     }
 
 
-def in_batch_order(calls: list[Call]) -> list[Call]:
+def in_batch_order(calls: list[Call], failing: set[str]) -> list[Call]:
     """The order ``work.execute_batch`` records a batch's no-ops in: by job, each job's
-    first run in the claim; then, as a group, a job's second run, and after the group's
-    the ends of jobs that trigger others (recorded apart)."""
+    first run that succeeds, in the claim; then, as a group, a job's second run and the
+    failures, and after the group's the ends of jobs that trigger others (recorded
+    apart)."""
     first: dict[int, int] = {}
     for c in sorted(calls, key=lambda c: c.invocation_id):
         first.setdefault(c.job_id, c.invocation_id)
 
     def order(c: Call) -> tuple[bool, bool, int, int]:
-        triggers = bool(SPECS[c.job.split("/")[1]].get("triggers"))
-        later = triggers or first[c.job_id] != c.invocation_id
+        name = c.job.split("/")[1]
+        triggers = bool(SPECS[name].get("triggers"))
+        later = triggers or name in failing or first[c.job_id] != c.invocation_id
         return later, triggers, c.job_id, c.invocation_id
 
     return sorted(calls, key=order)
 
 
 def test_a_claim_that_cannot_record_its_runs_claims_them_for_their_calls(
-    db: sqlalchemy.Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    db: sqlalchemy.Engine,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ):
     """Should recording in the claim's transaction fail, the batch is claimed without
     it, and its calls are made and recorded as any are."""
@@ -410,14 +415,44 @@ def test_a_claim_that_cannot_record_its_runs_claims_them_for_their_calls(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(engine.runs, "record_outcome", record_once_broken)
+    before = engine.transactions
     outcomes = work.execute_batch(
         engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
     )
+    assert "3 attempts claimed and recorded together failed" in caplog.text
+    assert engine.transactions - before == 3  # the one that failed, the claim, the group
     assert [o.status for o in outcomes] == ["SUCCEEDED"] * 3
     assert [(r["status"], r["worker"], r["attempt"]) for r in rows(engine)] == [
         ("SUCCEEDED", "w", 1)
     ] * 3
     assert engine.leases._held == set()
+
+
+def test_a_batchs_failures_are_claimed_apart_from_their_retries(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """A no-op that fails with attempts left is not recorded in its claim's UPDATE: its
+    retry would give the claim back in the same statement, and the fire lag counts each
+    slot's first claim as a statement makes it (migration 0016)."""
+    port = RecordingPort()
+    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+    retried = {"retries": {"max_attempts": 2, "jitter": 0}}
+    specs = [
+        JobSpec("p", f"f{i}", "every 10s", kind="noop", options={"fail": True}, controls=retried)
+        for i in range(3)
+    ]
+    Scheduler(engine).apply(specs, project="p")
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    [batch] = port.run_batches
+    outcomes = work.execute_batch(
+        engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
+    )
+    assert [o.status for o in outcomes] == ["FAILED"] * 3
+    assert [(r["status"], r["attempt"]) for r in rows(engine)] == [("STARTING", 1)] * 3
+    with db.connect() as conn:
+        counted = conn.exec_driver_sql("SELECT sum(count) FROM fire_lags").scalar_one()
+    assert counted == 3
 
 
 def test_a_run_whose_job_is_locked_elsewhere_is_claimed_after_the_others(pg_url: str, clock: Clock):
