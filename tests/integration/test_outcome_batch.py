@@ -14,6 +14,7 @@ import sqlalchemy
 from sqlalchemy import Connection, select, update
 
 from cronchain.scheduler.api import Scheduler
+from cronchain.scheduler.core.attempts import AttemptRef
 from cronchain.scheduler.core.leases import Lease
 from cronchain.scheduler.core.outcome_batch import GroupCommit, Report, finish_together
 from cronchain.scheduler.engine import Engine
@@ -295,21 +296,28 @@ def test_a_threads_outcomes_are_written_as_one_group_and_the_rest_alone(
     assert sorted(statuses.values()) == ["FAILED", "SUCCEEDED", "SUCCEEDED"]
 
 
+def ticked_batch(
+    db: sqlalchemy.Engine, clock: Clock, *specs: JobSpec
+) -> tuple[CountingEngine, list[AttemptRef]]:
+    """Project ``p`` is ``specs``, ticked at their first slot: the engine, and the
+    attempts of the one batch of runs it sent to the work path."""
+    port = RecordingPort()
+    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
+    apply(engine, *specs)
+    clock.advance(10)
+    engine.tick_many(sent(port), start_here=True)
+    [batch] = port.run_batches
+    return engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch]
+
+
 def test_a_batch_of_runs_that_answer_at_once_is_recorded_in_one_transaction(
     db: sqlalchemy.Engine, clock: Clock
 ):
     """The work path's batch of no-ops: claimed and recorded in one transaction, by the
     thread that took the message (``scheduler.workers.work``)."""
-    port = RecordingPort()
-    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
-    apply(engine, *(make(name=f"n{i}") for i in range(20)))
-    clock.advance(10)
-    engine.tick_many(sent(port), start_here=True)
-    [batch] = port.run_batches
+    engine, batch = ticked_batch(db, clock, *(make(name=f"n{i}") for i in range(20)))
     before = engine.transactions
-    outcomes = work.execute_batch(
-        engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
-    )
+    outcomes = work.execute_batch(engine, batch, "w", threads=2)
     assert engine.transactions - before == 1
     assert [o.status for o in outcomes] == ["SUCCEEDED"] * 20
     written = rows(engine)
@@ -318,9 +326,7 @@ def test_a_batch_of_runs_that_answer_at_once_is_recorded_in_one_transaction(
     assert all(r["started_at"] == r["finished_at"] == clock() for r in written)
     assert all(r["log"].index("claimed by w") < r["log"].index("SUCCEEDED") for r in written)
     assert engine.leases._held == set()
-    again = work.execute_batch(  # a message delivered twice finds them ended
-        engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
-    )
+    again = work.execute_batch(engine, batch, "w", threads=2)  # delivered twice: ended
     assert again == [] and rows(engine) == written
 
 
@@ -399,12 +405,7 @@ def test_a_claim_that_cannot_record_its_runs_claims_them_for_their_calls(
 ):
     """Should recording in the claim's transaction fail, the batch is claimed without
     it, and its calls are made and recorded as any are."""
-    port = RecordingPort()
-    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
-    apply(engine, *(make(name=f"n{i}") for i in range(3)))
-    clock.advance(10)
-    engine.tick_many(sent(port), start_here=True)
-    [batch] = port.run_batches
+    engine, batch = ticked_batch(db, clock, *(make(name=f"n{i}") for i in range(3)))
     real = engine.runs.record_outcome
     broken = iter([RuntimeError("a bug")])
 
@@ -416,9 +417,7 @@ def test_a_claim_that_cannot_record_its_runs_claims_them_for_their_calls(
 
     monkeypatch.setattr(engine.runs, "record_outcome", record_once_broken)
     before = engine.transactions
-    outcomes = work.execute_batch(
-        engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
-    )
+    outcomes = work.execute_batch(engine, batch, "w", threads=2)
     assert "3 attempts claimed and recorded together failed" in caplog.text
     assert engine.transactions - before == 3  # the one that failed, the claim, the group
     assert [o.status for o in outcomes] == ["SUCCEEDED"] * 3
@@ -434,20 +433,13 @@ def test_a_batchs_failures_are_claimed_apart_from_their_retries(
     """A no-op that fails with attempts left is not recorded in its claim's UPDATE: its
     retry would give the claim back in the same statement, and the fire lag counts each
     slot's first claim as a statement makes it (migration 0016)."""
-    port = RecordingPort()
-    engine = CountingEngine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
     retried = {"retries": {"max_attempts": 2, "jitter": 0}}
     specs = [
         JobSpec("p", f"f{i}", "every 10s", kind="noop", options={"fail": True}, controls=retried)
         for i in range(3)
     ]
-    Scheduler(engine).apply(specs, project="p")
-    clock.advance(10)
-    engine.tick_many(sent(port), start_here=True)
-    [batch] = port.run_batches
-    outcomes = work.execute_batch(
-        engine, [(c.invocation_id, c.attempt, c.job_id) for c in batch], "w", threads=2
-    )
+    engine, batch = ticked_batch(db, clock, *specs)
+    outcomes = work.execute_batch(engine, batch, "w", threads=2)
     assert [o.status for o in outcomes] == ["FAILED"] * 3
     assert [(r["status"], r["attempt"]) for r in rows(engine)] == [("STARTING", 1)] * 3
     with db.connect() as conn:
@@ -460,19 +452,12 @@ def test_a_run_whose_job_is_locked_elsewhere_is_claimed_after_the_others(pg_url:
     waited for by the claim that records the others: it is claimed after (a claim does
     not wait on a job), and its call is the caller's to make."""
     db = make_engine(pg_url)
-    port = RecordingPort()
-    engine = Engine(db, port, default_invokers(), grace=GRACE, clock=clock, batch=100)
-    apply(engine, *(make(name=name) for name in "ab"))
-    clock.advance(10)
-    engine.tick_many(sent(port), start_here=True)
-    [batch] = port.run_batches
+    engine, batch = ticked_batch(db, clock, *(make(name=name) for name in "ab"))
     a, b = job(engine, "p/a").id, job(engine, "p/b").id
     with db.begin() as conn:
         conn.execute(select(jobs.c.id).where(jobs.c.id == b).with_for_update())
         calls, answered = engine.attempts.claim_many(
-            [(c.invocation_id, c.attempt, c.job_id) for c in batch],
-            "w",
-            lambda call: work.make_call(engine.invokers.get(call.kind), call),
+            batch, "w", lambda call: work.make_call(engine.invokers.get(call.kind), call)
         )
     assert sorted(c.job_id for c in calls) == [a, b]
     assert [c.job_id for c in calls if c.invocation_id in answered] == [a]
@@ -480,6 +465,7 @@ def test_a_run_whose_job_is_locked_elsewhere_is_claimed_after_the_others(pg_url:
         (a, "SUCCEEDED", "w"),
         (b, "RUNNING", "w"),
     ]
+    db.dispose()
 
 
 def test_outcomes_of_a_group_whose_writing_raised_are_recorded_alone(
