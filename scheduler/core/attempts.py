@@ -8,10 +8,9 @@ it sees as a ``host.CoreHost``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -197,7 +196,7 @@ class Attempts:
             try:
                 claimed = self._claim(attempts, worker, answer)
             except ConcurrentUpdate:  # a job changed under us (SQLite has no row locks)
-                log.warning("%s attempts claimed and recorded together: claimed", len(attempts))
+                log.warning("%s attempts met a changed job: claimed, not recorded", len(attempts))
                 claimed = self._claim(attempts, worker, None)
             except TransientError:
                 raise
@@ -264,7 +263,7 @@ class Attempts:
                 claimed.answered[inv.id] = outcome
                 jobs_ended.add(job.id)
                 held.update_run(inv.id, **columns)  # joined by the end's own update
-                run = dataclasses.replace(inv, **columns)
+                run = replace(inv, **columns)
                 ended = self.engine.runs.record_outcome(conn, run, job, outcome, now, held)
                 claimed.messages += ended.messages
             run_store.update_invocations(conn, claims)

@@ -62,10 +62,9 @@ def execute_batch(
     calls, answered = engine.attempts.claim_many(
         attempts, worker, lambda call: _answer_at_once(engine, call)
     )
-    for call in calls:
-        events.started(call)
     took = time.monotonic() - started  # the claim's transaction, which made them
     for call in calls:
+        events.started(call)
         if call.invocation_id in answered:
             events.ended(call, answered[call.invocation_id], True, took)
     if len(calls) < len(attempts):
@@ -101,9 +100,8 @@ def execute_batch(
 
 def _run_together(engine: Engine, calls: list[Call]) -> dict[int, Outcome]:
     """Calls that answer at once (a ``noop`` that does not sleep) that their claim did
-    not record (a job's second run in the batch, a claim that could not record them):
-    made here one after the other and recorded together, no thread, no handing over,
-    one group commit. By invocation."""
+    not record (``Attempts.claim_many`` says which): made here one after the other and
+    recorded together, no thread, no handing over, one group commit. By invocation."""
     leases = [_hold(engine, call) for call in calls]
     started = time.monotonic()
     try:
