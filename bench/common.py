@@ -173,6 +173,21 @@ def job_document(jobs: int, period: float, step: float = 0, requires: bool = Fal
     return {"project": "bench", "jobs": specs}
 
 
+# A large registry's periods, as a fleet has them: few jobs every minute, most hourly or
+# slower. (period in seconds, share of the jobs); at 1,000,000 jobs about 830 fire a second.
+MIXED_PERIODS = ((60, 0.02), (300, 0.08), (900, 0.10), (3600, 0.40), (21600, 0.20), (86400, 0.20))
+
+
+def mixed_document(jobs: int) -> dict:
+    """N no-op jobs with periods from a minute to a day (``MIXED_PERIODS``), each share
+    spread over its period on whole seconds, as cron jobs are."""
+    specs: list[dict] = []
+    for period, share in MIXED_PERIODS:
+        count = round(jobs * share) if period != MIXED_PERIODS[-1][0] else jobs - len(specs)
+        specs += job_specs(count, period, step=1, prefix=f"p{period}-")
+    return {"project": "bench", "jobs": specs}
+
+
 def with_requirements(specs: list[dict], within: str) -> list[dict]:
     """Every third job (0, 3, 6, ...) requires three of the others (the two before it and
     the fourth before it; at the start, the first such ones after it), each

@@ -1,6 +1,6 @@
 """A large registry: 100k jobs applied, swept while idle, held in flight by a worker.
 
-    python -m bench.registry_scale [--jobs 100000] [--period 3600] [--hold 60]
+    python -m bench.registry_scale [--jobs 100000] [--period 3600 | --mixed] [--hold 60]
                                    [--baseline GITREF]
 
 Figures: the time of ``cronchain apply`` of a file of the jobs (one transaction, then the
@@ -11,6 +11,8 @@ and the peak resident size of each worker process while the workers (both paths,
 ``cronchain up`` deploys them) hold every job's chain. Each apply is timed alone: the
 file is written before. ``--baseline`` also times the apply of the same file by the code
 of a git commit (``git archive``), on a database of its own: the figure to compare with.
+With ``--mixed`` the jobs' periods run from a minute to a day (``MIXED_PERIODS``), as a
+large registry's do, rather than all ``--period``.
 """
 
 from __future__ import annotations
@@ -26,36 +28,47 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from bench.common import PeakRss, database, deployment, figure, job_document, percentile
+from bench.common import (
+    PeakRss,
+    database,
+    deployment,
+    figure,
+    job_document,
+    mixed_document,
+    percentile,
+)
 from cronchain.scheduler.maintenance.watchdog import run_once
 from cronchain.scheduler.storage.models import jobs
 from tests.e2e.harness import Cluster
 from tests.support.repo import ROOT
 from tests.support.services import redis_server
 
+PER_FILE = 100_000
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.registry_scale", description=__doc__)
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--period", type=float, default=3600)
+    parser.add_argument("--mixed", action="store_true", help="periods from a minute to a day")
     parser.add_argument("--hold", type=float, default=60, help="seconds the worker runs")
     parser.add_argument("--baseline", metavar="GITREF", help="also time this commit's apply")
     args = parser.parse_args(argv)
-    name = f"registry_scale[jobs={args.jobs},period={args.period:g}s]"
+    periods = "mixed" if args.mixed else f"{args.period:g}s"
+    name = f"registry_scale[jobs={args.jobs},period={periods}]"
     with (
         tempfile.TemporaryDirectory(prefix="bench-registry-") as tmp,
         deployment(Path(tmp)) as d,
     ):
         db, redis, c = d.db, d.redis, d.cluster
-        document = job_document(args.jobs, args.period)
-        path = write(Path(tmp) / "jobs.yaml", document)
+        document = mixed_document(args.jobs) if args.mixed else job_document(args.jobs, args.period)
+        paths = write(Path(tmp), document)
         applied_at = datetime.now(UTC)
-        figure(name, "apply", timed(lambda: c.cronchain("apply", str(path), timeout=900)), "s")
+        figure(name, "apply", timed(lambda: apply(c, paths)), "s")
         figure(name, "tick_messages_queued", redis.client().llen("cronchain"))
-        again = timed(lambda: c.cronchain("apply", str(path), timeout=900))
-        figure(name, "apply_unchanged", again, "s")
+        figure(name, "apply_unchanged", timed(lambda: apply(c, paths)), "s")
         if args.baseline:
-            figure(name, "apply_baseline", baseline(args.baseline, path, Path(tmp)), "s")
+            figure(name, "apply_baseline", baseline(args.baseline, paths, Path(tmp)), "s")
 
         # An idle pass: the watchdog's clock reads the moment apply began, when no job
         # had lapsed. (By now, those whose first slot came during the apply have: no
@@ -108,15 +121,28 @@ def main(argv: list[str] | None = None) -> None:
         # Last, as it sends every job a new tick: each job's zone changed, each one updated.
         for job in document["jobs"]:
             job["timezone"] = "Europe/Berlin"
-        write(path, document)
-        moved = timed(lambda: c.cronchain("apply", str(path), timeout=900))
-        figure(name, "apply_every_job_updated", moved, "s")
+        paths = write(Path(tmp), document)
+        figure(name, "apply_every_job_updated", timed(lambda: apply(c, paths)), "s")
         engine.db.dispose()
 
 
-def write(path: Path, document: dict) -> Path:
-    path.write_text(json.dumps(document))  # JSON is YAML
-    return path
+def write(folder: Path, document: dict) -> list[Path]:
+    """The document as files of at most ``PER_FILE`` jobs, each a project of its own
+    (``bench-0``, ``bench-1``, ...): a registry of a million jobs is many teams' files,
+    and one file of them would pass the bound on a YAML file's size."""
+    specs = document["jobs"]
+    paths = []
+    for n, i in enumerate(range(0, len(specs), PER_FILE)):
+        path = folder / f"jobs-{n}.yaml"
+        path.write_text(json.dumps({"project": f"bench-{n}", "jobs": specs[i : i + PER_FILE]}))
+        paths.append(path)  # JSON is YAML
+    return paths
+
+
+def apply(c: Cluster, paths: list[Path]) -> None:
+    """``cronchain apply`` of each file, one after another."""
+    for path in paths:
+        c.cronchain("apply", str(path), timeout=900)
 
 
 def timed(run: Callable[[], object]) -> float:
@@ -125,8 +151,8 @@ def timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - t
 
 
-def baseline(ref: str, path: Path, folder: Path) -> float:
-    """The time the code of commit ``ref`` takes to apply ``path`` (a checkout of it
+def baseline(ref: str, paths: list[Path], folder: Path) -> float:
+    """The time the code of commit ``ref`` takes to apply ``paths`` (a checkout of it
     made with ``git archive``), on a fresh database and a Redis of its own."""
     checkout, redis_folder = folder / "baseline", folder / "baseline-redis"
     checkout.mkdir()
@@ -140,7 +166,7 @@ def baseline(ref: str, path: Path, folder: Path) -> float:
             CRONCHAIN_DATABASE_URL=url,
             CRONCHAIN_BROKER_URL=redis.url,
         )
-        return timed(lambda: c.cronchain("apply", str(path), timeout=3600))
+        return timed(lambda: apply(c, paths))
 
 
 if __name__ == "__main__":
