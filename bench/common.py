@@ -436,11 +436,13 @@ def rss_bytes(pid: int) -> int:
 
 @dataclass
 class PeakRss:
-    """The largest resident size any one process of a tree reached, sampled twice a
-    second on a thread."""
+    """The largest resident size any one process of a tree reached (``peak``) and the
+    largest the tree's processes reached together (``total``), sampled twice a second on
+    a thread."""
 
     pid: int
     peak: int = 0
+    total: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __enter__(self) -> PeakRss:
@@ -449,7 +451,9 @@ class PeakRss:
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            self.peak = max([self.peak, *(rss_bytes(p) for p in tree(self.pid))])
+            sizes = [rss_bytes(p) for p in tree(self.pid)]
+            self.peak = max([self.peak, *sizes])
+            self.total = max(self.total, sum(sizes))
             time.sleep(0.5)
 
     def __exit__(self, *_: object) -> None:

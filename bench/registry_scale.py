@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import tempfile
 import time
@@ -26,19 +27,24 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import redis
+import sqlalchemy
 from sqlalchemy import select
 
 from bench.common import (
     PeakRss,
+    cpu_seconds,
     database,
     deployment,
     figure,
     job_document,
     mixed_document,
     percentile,
+    recent_lags,
+    settle,
 )
 from cronchain.scheduler.maintenance.watchdog import run_once
-from cronchain.scheduler.storage.models import jobs
+from cronchain.scheduler.storage.models import invocations, jobs
 from tests.e2e.harness import Cluster
 from tests.support.repo import ROOT
 from tests.support.services import redis_server
@@ -105,17 +111,35 @@ def main(argv: list[str] | None = None) -> None:
         figure(name, "idle_watchdog_pages_read", pages)
         figure(name, "idle_watchdog_rows", node.get("Actual Rows", 0))
 
-        d.start(beat=False)
+        # The deployment as it runs: both paths and beat (whose watchdog sends parked
+        # ticks). Stopped through the applies, the workers first drain the slots that
+        # passed meanwhile; then a window of ``--hold`` seconds is measured.
+        d.start()
         pids = d.worker_pids
         with PeakRss(pids["worker"]) as rss, PeakRss(pids["work"]) as work_rss:
             d.wait_ready()
+            figure(name, "settled_after", settle(lambda: recent_lags(db), 300), "s")
+            t0 = time.time()
+            cpu0 = {path: cpu_seconds(pid) for path, pid in pids.items()}
             time.sleep(args.hold)
+            cpu = {path: cpu_seconds(pid) - cpu0[path] for path, pid in pids.items()}
+            t1 = time.time()
+            held = held_messages(redis.client())
+            expected = slots_between(document["jobs"], t0, t1)
+            runs = wait_drained(db, t0, t1, expected)
+        lags = [(started - slot).total_seconds() for slot, started in runs if started]
+        figure(name, "window", t1 - t0, "s")
+        figure(name, "fires_expected", expected)
+        figure(name, "fires_recorded", len(runs))
+        figure(name, "fire_lag_p50", percentile(lags, 0.5) * 1000, "ms")
+        figure(name, "fire_lag_p99", percentile(lags, 0.99) * 1000, "ms")
+        for path, seconds in cpu.items():
+            figure(name, f"{path}_cpu_per_fire", seconds / max(len(runs), 1) * 1000, "ms")
         figure(name, "worker_peak_rss_per_process", rss.peak / 2**20, "MiB")
         figure(name, "work_worker_peak_rss", work_rss.peak / 2**20, "MiB")
-        figure(name, "tick_messages_left_in_queue", redis.client().llen("cronchain"))
-        client = redis.client()  # runs wait in the work queue's list of their priority
-        lists = ["cronchain.work", *(f"cronchain.work\x06\x16{step}" for step in (3, 6, 9))]
-        figure(name, "runs_left_in_work_queue", sum(client.llen(key) for key in lists))
+        figure(name, "workers_peak_rss_total", (rss.total + work_rss.total) / 2**20, "MiB")
+        figure(name, "redis_rss", redis.client().info("memory")["used_memory_rss"] / 2**20, "MiB")
+        figure(name, "messages_held", held)
         c.stop_all()
 
         # Last, as it sends every job a new tick: each job's zone changed, each one updated.
@@ -124,6 +148,43 @@ def main(argv: list[str] | None = None) -> None:
         paths = write(Path(tmp), document)
         figure(name, "apply_every_job_updated", timed(lambda: apply(c, paths)), "s")
         engine.db.dispose()
+
+
+def slots_between(specs: list[dict], t0: float, t1: float) -> int:
+    """How many slots of ``specs`` (``every Ps offset Oms``, counted from the epoch) lie
+    in ``[t0, t1)``."""
+    count = 0
+    for spec in specs:
+        words = spec["schedule"].split()
+        period = float(words[1].removesuffix("s"))
+        offset = float(words[3].removesuffix("ms")) / 1000 if len(words) > 2 else 0.0
+        count += math.ceil((t1 - offset) / period) - math.ceil((t0 - offset) / period)
+    return count
+
+
+def wait_drained(
+    db: sqlalchemy.Engine, t0: float, t1: float, expected: int, patience: float = 60
+) -> list[tuple[datetime, datetime | None]]:
+    """The runs of the slots in ``[t0, t1)`` (slot, start), once all ``expected`` are
+    recorded or ``patience`` seconds pass without one more."""
+    start, end = (datetime.fromtimestamp(t, UTC) for t in (t0, t1))
+    query = select(invocations.c.slot, invocations.c.started_at).where(
+        invocations.c.slot >= start, invocations.c.slot < end
+    )
+    last, since = -1, time.monotonic()
+    while True:
+        with db.connect() as conn:
+            runs = [tuple(row) for row in conn.execute(query)]
+        if len(runs) >= expected or time.monotonic() - since > patience:
+            return runs  # type: ignore[return-value]
+        if len(runs) > last:
+            last, since = len(runs), time.monotonic()
+        time.sleep(2)
+
+
+def held_messages(client: redis.Redis) -> int:
+    """Messages in the control queue and held unacknowledged by workers (ETA ticks)."""
+    return client.llen("cronchain") + client.hlen("unacked")
 
 
 def write(folder: Path, document: dict) -> list[Path]:

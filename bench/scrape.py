@@ -11,17 +11,20 @@ the scrape's wall time p50/p99/max, its size, and the time of one in-process ren
 (the database's part and the text format's, without HTTP). Then the same for the
 page: ``/`` (its first 200 jobs, each with its strip of 30 runs), ``/?after=`` a page
 near the end (keyset paging: it should cost what the first does) and one job's page.
+Last, the scrape again with ``CRONCHAIN_METRICS_PER_JOB=false`` (``no_per_job_*``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from datetime import timedelta
 
 from bench.common import database, figure, job_specs, percentile
@@ -53,28 +56,35 @@ def main() -> None:
         started = time.perf_counter()
         render(collector)
         figure(NAME, "render_in_process", (time.perf_counter() - started) * 1000, "ms")
-        port = free_port()
-        env = dict(os.environ, CRONCHAIN_DATABASE_URL=url, PYTHONPATH=str(ROOT))
-        server = subprocess.Popen(
-            [sys.executable, "-m", "cronchain.scheduler.cli", "serve", "--port", str(port)],
-            env=env,
-            cwd=folder,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            base = f"http://127.0.0.1:{port}"
+        last = f"bench/{sorted(s.name for s in specs)[-300]}"
+        with _serving(url, folder) as base:
             _scrapes(f"{base}/metrics", args.scrapes)
-            last = f"bench/{sorted(s.name for s in specs)[-300]}"
             for name, path in (
                 ("page", "/"),
                 ("page_late", f"/?after={last}"),
                 ("job_page", f"/jobs/{last}"),
             ):
                 _scrapes(base + path, args.scrapes, name)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        with _serving(url, folder, CRONCHAIN_METRICS_PER_JOB="false") as base:
+            _scrapes(f"{base}/metrics", args.scrapes, "no_per_job")
+
+
+@contextlib.contextmanager
+def _serving(url: str, folder: str, **env: str) -> Iterator[str]:
+    """A ``cronchain serve`` process on the database; its base URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cronchain.scheduler.cli", "serve", "--port", str(port)],
+        env=dict(os.environ, CRONCHAIN_DATABASE_URL=url, PYTHONPATH=str(ROOT), **env),
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def _history(db, runs_per_job: int) -> None:  # type: ignore[no-untyped-def]
