@@ -19,7 +19,8 @@ from pathlib import Path
 from cronchain.scheduler.errors import ConfigError, SpecError
 
 # Far below the Redis visibility timeout (celeryconfig sets 1 h), so that an ETA message is
-# never redelivered while it waits; ticks further away hop.
+# never redelivered while it waits; ticks further away are parked (core.stepping), gate
+# checks further away hop.
 ETA_HORIZON = timedelta(minutes=5)
 VISIBILITY_TIMEOUT = timedelta(hours=1)
 # Ticks due at the same instant share a message and a transaction, this many at most

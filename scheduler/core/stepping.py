@@ -15,7 +15,7 @@ from cronchain.scheduler.core.effects import Message, SendTick, Stepped
 from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage.rows import JobRow
-from cronchain.scheduler.timing.eta import tick_eta
+from cronchain.scheduler.timing.eta import round_up, tick_eta
 from cronchain.scheduler.timing.schedules import Schedule, stored_schedule
 from cronchain.statemachine import Event, JobSnapshot, Repair, Step, step
 
@@ -77,15 +77,48 @@ class Stepper:
 
     def settle_tick(self, job: JobRow, event: Event, fed: Stepped) -> datetime | None:
         """Keep the current nonce's tick alone (a follow-up may have replaced the tick)
-        and return the watchdog deadline that goes with it."""
+        and return the watchdog deadline that goes with it.
+
+        A tick whose slot lies past the horizon is parked rather than sent: it stays in
+        the job's row (``tick_at``, ``tick_nonce``) and its deadline is the moment the
+        slot comes within the horizon, when the watchdog sends it (``wake``). A message
+        held until the horizon and sent on again (a hop) cost every job of a long
+        period a step and a write each horizon: 3,000 steps a second at a million
+        daily and hourly jobs, to fire none. Parked, such a job costs a row update and a
+        share of a message per slot. A parked tick is told from one in flight by its
+        deadline alone: before its slot (``parked``), where a sent one's is after."""
         tick = next((m for m in fed.messages if _is_tick(m, fed.snapshot.tick_nonce)), None)
         fed.messages = [m for m in fed.messages if not isinstance(m, SendTick) or m is tick]
-        if fed.snapshot.tick_nonce is None:
+        tick_at = fed.snapshot.tick_at
+        if fed.snapshot.tick_nonce is None or tick_at is None:
             return None
+        if tick is None:
+            return job.watchdog_at
+        if tick.eta < round_up(tick_at, self.slack):  # held to the horizon: park it
+            fed.messages.remove(tick)
+            return self.wake_at(tick_at)
         # A tick due in the past (a repair, a late slot) is sent to run now: its grace
         # counts from then, or the next sweep would repair it again.
         grace = self.repair_grace if isinstance(event, Repair) else self.grace
-        return job.watchdog_at if tick is None else tick.eta + grace
+        return tick.eta + grace
+
+    def wake_at(self, tick_at: datetime) -> datetime:
+        """When a parked tick is sent: its slot, a horizon ahead."""
+        return tick_at - self.horizon
+
+    def wake(self, job_id: int, tick_at: datetime, nonce: int, now: datetime) -> Woken:
+        """The message of a parked tick whose slot has come within the horizon, and its
+        job's new deadline; or, for a slot still past it (a tick parked under a longer
+        horizon, a hop in flight at the upgrade that began parking), no message and the
+        deadline it is parked to."""
+        if tick_at - now > self.horizon:
+            return None, self.wake_at(tick_at)
+        eta = max(round_up(tick_at, self.slack), now)  # not capped: ``wake_at`` bounds it
+        return SendTick(job_id, nonce, eta), eta + self.grace
+
+
+# A woken tick's message (None if it is parked again) and its job's watchdog deadline.
+Woken = tuple[SendTick | None, datetime]
 
 
 def _is_tick(message: Message, nonce: int | None) -> bool:

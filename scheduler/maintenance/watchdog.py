@@ -34,6 +34,9 @@ from cronchain.statemachine import Repair
 log = logging.getLogger("cronchain.watchdog")
 
 BATCH = 500
+# Parked ticks sent per statement: a wake is a row update and a share of a message, and
+# a pass at a million hourly and daily jobs wakes about 7,000 (30 s of their slots).
+WAKES = 5000
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class WatchdogReport:
     settled: int = 0
     # Gate checks asked again, their message lost.
     asked: int = 0
+    # Parked ticks sent as their slots came within the horizon: not a repair.
+    woken: int = 0
 
     @property
     def repairs(self) -> int:
@@ -65,6 +70,7 @@ class WatchdogReport:
             self.revokes + other.revokes,
             self.settled + other.settled,
             self.asked + other.asked,
+            self.woken + other.woken,
         )
 
 
@@ -92,7 +98,7 @@ def sweep(
             report.revokes,
             report.settled,
         )  # not ``asked``: those checks are taken by the work path, not by this pass
-        full = most >= limit
+        full = most >= limit or report.woken >= WAKES
         if not full or time.monotonic() >= deadline:
             break
     record_pass(engine, total)
@@ -130,6 +136,7 @@ def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)
     in the same queue, so one whose deadline passed less than that long ago is taken
     for late rather than lost, and left alone: resent, it would be done twice, and under
     load the extra work would make every tick later still."""
+    woken = wake(engine)
     messages: list[Message] = []
     with engine.transaction() as conn:
         now = engine.clock()
@@ -171,7 +178,28 @@ def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)
         revokes=len(due),
         settled=repaired["settled"],
         asked=done["asked"],
+        woken=woken,
     )
+
+
+def wake(engine: Core, limit: int = WAKES) -> int:
+    """Send the parked ticks whose slots have come within the horizon (``Stepper.
+    settle_tick`` parks them): one statement claims them, one moves their deadlines
+    past their slots, as a sent tick's are, and the ticks go out as ``tick_batch``
+    messages of those due together. The tick keeps the nonce it was parked with.
+    Returns how many were sent. Lost after the commit, they are repaired as any lost
+    tick is."""
+    messages: list[Message] = []
+    with engine.transaction() as conn:
+        now = engine.clock()
+        moved = []
+        for job in job_store.claim_parked_jobs(conn, now, limit):
+            message, deadline = engine.stepper.wake(job.id, job.tick_at, job.tick_nonce, now)
+            moved.append((job, deadline))
+            messages += [message] if message is not None else []
+        job_store.move_deadlines(conn, moved)
+    engine.send(messages)
+    return len(messages)
 
 
 def _repair_one(

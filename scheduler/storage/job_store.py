@@ -365,16 +365,48 @@ def delete_jobs(conn: Connection, job_ids: list[int]) -> None:
         conn.execute(jobs.delete().where(_id_in(conn, job_ids[i : i + _IDS_PER_STATEMENT])))
 
 
+# A parked tick's deadline is when it is to be sent, before its slot; a sent tick's is
+# after its slot, by a grace (``Stepper.settle_tick``).
+_PARKED = jobs.c.tick_at > jobs.c.watchdog_at
+
+
 def claim_lapsed_jobs(conn: Connection, now: datetime, limit: int) -> list[JobRow]:
     """Jobs whose promised tick is overdue, locked; rows other sweeps hold are skipped."""
     query = (
         select(jobs)
-        .where(jobs.c.watchdog_at < now)
+        .where(jobs.c.watchdog_at < now, ~_PARKED)
         .order_by(jobs.c.watchdog_at)
         .limit(limit)
         .with_for_update(skip_locked=True, key_share=True)
     )
     return [JobRow.from_row(r) for r in conn.execute(query)]
+
+
+class Parked(NamedTuple):
+    id: int
+    generation: int
+    tick_at: datetime
+    tick_nonce: int
+
+
+def claim_parked_jobs(conn: Connection, now: datetime, limit: int) -> list[Parked]:
+    """Jobs whose parked tick is due to be sent, locked; rows others hold are skipped."""
+    query = (
+        select(jobs.c.id, jobs.c.generation, jobs.c.tick_at, jobs.c.tick_nonce)
+        .where(jobs.c.watchdog_at < now, _PARKED)
+        .order_by(jobs.c.watchdog_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True, key_share=True)
+    )
+    return [Parked(*row) for row in conn.execute(query)]
+
+
+def move_deadlines(conn: Connection, moved: list[tuple[Parked, datetime]]) -> None:
+    """Give each claimed job its new watchdog deadline, in one statement."""
+    rows = [
+        {"b_id": job.id, "watchdog_at": at, "generation": job.generation + 1} for job, at in moved
+    ]
+    bulk.update_joined(conn, jobs, rows, {"b_id": "id"})
 
 
 # Any constant: the key of the one advisory lock that serializes changes of triggers.

@@ -1,6 +1,7 @@
 """When a tick's message goes out: its slot, rounded up to the tick slack so that ticks
-due a few milliseconds apart share a message, held within the ETA horizon so that no
-message waits in the broker longer than that (it hops instead), never in the past."""
+due a few milliseconds apart share a message, never in the past, and never further
+ahead than the ETA horizon (a tick that cap would move is parked instead:
+``Stepper.settle_tick``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ def round_up(when: datetime, step: timedelta) -> datetime:
 
 
 def tick_eta(when: datetime, now: datetime, *, slack: timedelta, horizon: timedelta) -> datetime:
-    """Slots a few ms apart, hops (which end on a whole second, so that hops made
-    together stay together) and past ticks (which go out now) share ETAs, and so
-    messages."""
-    return max(min(round_up(when, slack), (now + horizon).replace(microsecond=0)), now)
+    """Slots a few ms apart and past ticks (which go out now) share ETAs, and so
+    messages; an ETA earlier than its rounded slot is one the horizon capped."""
+    return max(min(round_up(when, slack), now + horizon), now)

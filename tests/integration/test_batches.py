@@ -15,6 +15,7 @@ from sqlalchemy import Connection
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.maintenance import watchdog
 from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.workers import work
@@ -99,13 +100,16 @@ def test_a_batch_is_one_transaction(db: sqlalchemy.Engine, clock: Clock):
     assert len(rows(engine)) == 2 and len(port.starts) == 2 and len(port.ticks) == 2
 
 
-def test_hops_end_on_a_whole_second_and_travel_together(engine: Engine, port: RecordingPort):
-    engine.clock.advance(0.25)  # type: ignore[attr-defined]
+def test_parked_ticks_due_together_are_woken_together(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
     apply(engine, make("@daily", name="a"), make("@daily", name="b"))
+    assert port.ticks == []  # parked: a day away
+    parked = job(engine)
+    clock.now = parked.watchdog_at + timedelta(seconds=1)
+    assert watchdog.run_once(engine).woken == 2
     [batch] = port.batches
-    assert len(batch) == 2
-    eta = port.ticks[0][2]
-    assert eta == (engine.clock() + engine.horizon).replace(microsecond=0)
+    assert len(batch) == 2 and {eta for *_, eta in port.ticks} == {parked.snapshot.tick_at}
 
 
 def test_a_batch_of_fires_is_one_transaction_of_the_control_path(

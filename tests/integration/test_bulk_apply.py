@@ -23,6 +23,7 @@ from cronchain.migrations import upgrade
 from cronchain.scheduler.declare import apply as declarative
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.settings import ETA_HORIZON
 from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage import job_store
 from cronchain.scheduler.storage.db import make_engine
@@ -33,6 +34,7 @@ from cronchain.statemachine import Disable, Pause, Resume
 from tests.support.cli import KEEP_HISTORY
 from tests.support.engine import GRACE, Clock, RecordingPort
 from tests.support.jobs import noop_job_file
+from tests.support.rows import parked
 
 pytestmark = pytest.mark.postgres
 
@@ -82,7 +84,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_applies_at_the_same_time_all_succeed_and_each_job_is_created_and_ticked_once(
     database_url: str, tmp_path: Path
 ):
-    path = noop_job_file(tmp_path / "jobs.yaml", JOBS, project="deploy")
+    # Due within the horizon: each first tick is sent, not parked.
+    path = noop_job_file(tmp_path / "jobs.yaml", JOBS, project="deploy", schedule="every 1m")
     env = cli_env(database_url, tmp_path / "home")
     command = [sys.executable, "-m", "cronchain.scheduler.cli", "apply", "-v", str(path)]
     processes = [
@@ -216,6 +219,7 @@ def snapshot(db: sqlalchemy.Engine, port: RecordingPort, project: str) -> dict[s
             .order_by(invocations.c.job_id, invocations.c.slot)
         ).mappings()
         nonces = {r["id"]: r["tick_nonce"] for r in rows}
+        waiting = {r["id"]: r["tick_nonce"] for r in rows if not parked(r)}
         found: dict[str, Any] = {
             "jobs": {
                 r["name"]: {k: v for k, v in r.items() if k not in ("id", "project", "tick_nonce")}
@@ -225,9 +229,10 @@ def snapshot(db: sqlalchemy.Engine, port: RecordingPort, project: str) -> dict[s
             "runs": [(names[r["job_id"]], r["slot"], r["status"], r["reason"]) for r in runs],
         }
     ticks = [(job_id, nonce, eta) for job_id, nonce, eta in port.ticks if job_id in names]
-    # Every tick a row waits for was sent; a tick sent for another nonce is stale.
+    # Every tick a row waits for was sent, but a parked one; a tick sent for another
+    # nonce is stale.
     assert {(job_id, nonce) for job_id, nonce, _ in ticks} >= {
-        (i, n) for i, n in nonces.items() if n is not None
+        (i, n) for i, n in waiting.items() if n is not None
     }
     found["ticks"] = sorted((names[j], eta) for j, n, eta in ticks if nonces[j] == n)
     return found
@@ -297,7 +302,9 @@ def test_many_jobs_are_written_in_chunks_and_read_back_whole(db: sqlalchemy.Engi
         "updated": count,
     }
     sent = {(job_id, nonce) for job_id, nonce, _ in port.ticks}
-    assert sent >= {(r["id"], r["tick_nonce"]) for r in rows}
+    assert sent >= {(r["id"], r["tick_nonce"]) for r in rows if not parked(r)}
+    far = [r for r in rows if r["tick_at"] > clock.now + ETA_HORIZON]
+    assert [r for r in rows if parked(r)] == far and far
 
 
 # --- the progress bar -------------------------------------------------------------------

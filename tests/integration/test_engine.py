@@ -110,16 +110,68 @@ def test_stale_and_repeated_ticks_fire_nothing(engine: Engine, port: RecordingPo
     assert len(port.starts) == 1
 
 
-def test_a_far_tick_hops_within_the_horizon(engine: Engine, port: RecordingPort, clock: Clock):
+def test_a_far_tick_waits_in_its_row_until_its_slot_comes_within_the_horizon(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    """No message waits in the broker for a day's slot, nor hops each horizon: the tick
+    is parked in the job's row and the watchdog sends it a horizon before its slot."""
     apply(engine, make("@daily"))
-    [(job_id, nonce, eta)] = port.ticks
-    assert eta == clock.now + engine.horizon
-    port.clear()
-    clock.now = eta
-    engine.tick(job_id, nonce)
-    [(_, new_nonce, new_eta)] = port.ticks
-    assert new_nonce != nonce and new_eta == clock.now + engine.horizon
-    assert rows(engine) == []
+    assert port.ticks == []
+    parked = job(engine)
+    tick_at, nonce = parked.snapshot.tick_at, parked.snapshot.tick_nonce
+    assert tick_at is not None and parked.watchdog_at == tick_at - engine.horizon
+    clock.now = parked.watchdog_at - timedelta(seconds=1)
+    assert watchdog.run_once(engine) == watchdog.WatchdogReport() and port.ticks == []
+    clock.advance(2)
+    report = watchdog.run_once(engine)
+    assert (report.woken, report.repairs) == (1, 0)
+    assert port.ticks == [(parked.id, nonce, tick_at)]  # the nonce it was parked with
+    assert job(engine).watchdog_at == tick_at + engine.grace  # as any sent tick's
+    assert job(engine).generation == parked.generation + 1
+    assert watchdog.run_once(engine) == watchdog.WatchdogReport()  # sent once
+    clock.now = tick_at
+    deliver_ticks(engine, port)
+    assert [r["slot"] for r in rows(engine)] == [tick_at]
+    assert port.ticks == [] and job(engine).watchdog_at == job(engine).snapshot.tick_at - (
+        engine.horizon
+    )  # the next day's slot, parked in turn
+
+
+def test_a_woken_tick_lost_is_repaired_as_any_lost_tick(db: sqlalchemy.Engine, clock: Clock):
+    dropping = Engine(db, DroppingPort(), {}, grace=timedelta(seconds=15), clock=clock)
+    apply(dropping, make("@daily"))
+    tick_at = job(dropping).snapshot.tick_at
+    assert tick_at is not None
+    parked_with = job(dropping).snapshot.tick_nonce
+    clock.now = tick_at - dropping.horizon + timedelta(seconds=1)
+    assert watchdog.run_once(dropping).woken == 1  # committed, then its message lost
+    port = RecordingPort()
+    engine = Engine(db, port, {}, grace=timedelta(seconds=15), clock=clock)
+    clock.now = tick_at + timedelta(seconds=14)  # within the grace of its slot
+    assert watchdog.run_once(engine) == watchdog.WatchdogReport()
+    clock.advance(2)
+    assert watchdog.run_once(engine).ticks == 1  # a repair, with a new nonce
+    [(_, nonce, eta)] = port.ticks
+    assert eta == clock.now and nonce == job(engine).snapshot.tick_nonce != parked_with
+
+
+def test_a_tick_parked_further_than_the_horizon_is_parked_again(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """A hop in flight when parking began (or a tick parked under a longer horizon) is
+    claimed before its slot is within the horizon: it is parked again, not sent."""
+    port = RecordingPort()
+    engine = Engine(db, port, {}, grace=timedelta(seconds=15), clock=clock)
+    apply(engine, make("@daily"))
+    row = job(engine)
+    tick_at = row.snapshot.tick_at
+    assert tick_at is not None
+    hop = clock.now + engine.horizon  # where the old code held its tick
+    with engine.db.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == row.id).values(watchdog_at=hop))
+    clock.now = hop + timedelta(seconds=1)
+    assert watchdog.run_once(engine) == watchdog.WatchdogReport()
+    assert port.ticks == [] and job(engine).watchdog_at == tick_at - engine.horizon
 
 
 class DroppingPort(RecordingPort):
@@ -300,7 +352,8 @@ def test_trigger_pause_resume(engine: Engine, port: RecordingPort, clock: Clock)
     row = job(engine)
     assert (row.snapshot.state, row.paused) == ("SCHEDULED", False)
     assert row.snapshot.tick_at == clock.now + timedelta(hours=1)  # not the missed slots
-    assert [eta for _, _, eta in port.ticks] == [clock.now + engine.horizon]
+    assert port.ticks == []  # an hour away: parked until it is within the horizon
+    assert row.watchdog_at == row.snapshot.tick_at - engine.horizon
     statuses = [(h["status"], h["reason"]) for h in sched.history("p/a")]
     paused = [("SKIPPED", "paused")] * 2  # the two hourly slots missed while paused
     assert statuses == [*paused, ("SKIPPED", "overlap"), ("SUCCEEDED", None)]

@@ -54,7 +54,7 @@ jobs:
   - {name: a, schedule: triggered, noop: {}}
   - {name: b, schedule: every 1h, noop: {}}
 """
-OTHER = "project: other\njobs:\n  - {name: new, schedule: every 1h, noop: {}}\n"
+OTHER = "project: other\njobs:\n  - {name: new, schedule: every 1m, noop: {}}\n"  # its tick is sent
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ CASES = [
     Case("trigger -> started", "triggered", trigger("t"), {}, starts=1, active=1),
     Case(
         "trigger -> abandon, fixed delay re-arms",
-        "with 10m interval",
+        "with 4m interval",
         trigger("t"),
         {},
         taken={"trigger_id": "t"},
@@ -118,7 +118,7 @@ CASES = [
     ),
     Case(
         "finish -> start buffered -> no row -> abandon, fixed delay re-arms",
-        "with 10m interval",
+        "with 4m interval",
         finish_with_a_lost_waiting_row,
         {"overlap": "buffer_all"},
         setup=busy_with_one_waiting,
@@ -154,12 +154,12 @@ def test_an_abandoned_trigger_of_a_fixed_delay_job_sends_its_next_tick(
     """The trigger's row exists already (a repeated trigger), so nothing starts: the
     fixed delay counts from now, and its tick must go out, or the chain stalls until
     the watchdog notices."""
-    apply(engine, spec(schedule="with 10m interval"))
+    apply(engine, spec(schedule="with 4m interval"))
     row = job(engine, "p/a")
     existing_row(engine, clock, trigger_id="t1")
     port.clear()
     engine.command("p/a", Trigger("t1"))
     after = job(engine, "p/a").snapshot
     assert after.active == 0 and after.tick_nonce is not None
-    assert port.ticks == [(row.id, after.tick_nonce, clock.now + timedelta(minutes=5))]
+    assert port.ticks == [(row.id, after.tick_nonce, clock.now + timedelta(minutes=4))]
     assert len(rows(engine)) == 1

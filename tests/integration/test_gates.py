@@ -378,9 +378,7 @@ def test_a_gate_that_said_no_dropped_by_an_apply_frees_a_run_whose_other_gate_sa
     assert rows(engine, "d")[0]["status"] == "STARTING" and len(no.asked) == 1
 
 
-def test_a_check_due_past_the_horizon_waits_in_hops_as_a_tick_does(
-    db: sqlalchemy.Engine, clock: Clock
-):
+def test_a_check_due_past_the_horizon_waits_in_hops(db: sqlalchemy.Engine, clock: Clock):
     """A gate asked every hour: its next check's message is held no longer than a
     tick's (the horizon), and one delivered before its time sends itself on rather
     than asking early. A broker drops a message held longer: RabbitMQ closes the

@@ -3,7 +3,7 @@ resume with and without catch-up, backfill run twice, an edited schedule, explai
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -234,8 +234,10 @@ def test_days_both_moves_the_tick_fires_its_own_days_and_is_explained(
     assert job(engine).snapshot.tick_at == friday_13th
     assert [j["days"] for j in sched.jobs()] == ["both"]
 
+    clock.now = friday_13th - engine.horizon + timedelta(seconds=1)
+    assert watchdog.run_once(engine).woken == 1  # parked until now
     clock.now = friday_13th
-    deliver_ticks(engine, port)  # the old tick (for the 6th) is ignored
+    deliver_ticks(engine, port)
     settle_starts(engine, port)
     assert [r["slot"] for r in rows(engine)] == [friday_13th]
     assert job(engine).snapshot.tick_at == datetime(2026, 11, 13, tzinfo=UTC)

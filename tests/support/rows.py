@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -87,3 +88,10 @@ def first_slot(pg_url: str) -> datetime:
     slot = wait_until(found, 60, "a first slot")
     db.dispose()
     return slot
+
+
+def parked(row: Mapping[str, Any]) -> bool:
+    """Whether a row of the jobs table waits on a parked tick (``Stepper.settle_tick``):
+    not sent, its deadline before its slot."""
+    tick_at, watchdog_at = row["tick_at"], row["watchdog_at"]
+    return tick_at is not None and watchdog_at is not None and watchdog_at < tick_at
