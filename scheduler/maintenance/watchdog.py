@@ -136,10 +136,10 @@ def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)
     in the same queue, so one whose deadline passed less than that long ago is taken
     for late rather than lost, and left alone: resent, it would be done twice, and under
     load the extra work would make every tick later still."""
-    woken = wake(engine)
-    messages: list[Message] = []
     with engine.transaction() as conn:
         now = engine.clock()
+        messages = wake(engine, conn, now)
+        woken = len(messages)
         jobs = job_store.claim_lapsed_jobs(conn, now - backlog, limit)
         for job in jobs:
             messages += engine.feed(conn, job, Repair(), now).messages
@@ -182,24 +182,20 @@ def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)
     )
 
 
-def wake(engine: Core, limit: int = WAKES) -> int:
-    """Send the parked ticks whose slots have come within the horizon (``Stepper.
-    settle_tick`` parks them): one statement claims them, one moves their deadlines
-    past their slots, as a sent tick's are, and the ticks go out as ``tick_batch``
-    messages of those due together. The tick keeps the nonce it was parked with.
-    Returns how many were sent. Lost after the commit, they are repaired as any lost
-    tick is."""
+def wake(engine: Core, conn: Connection, now: datetime, limit: int = WAKES) -> list[Message]:
+    """The parked ticks whose slots have come within the horizon (``Stepper.settle_tick``
+    parks them), to send once ``conn``'s transaction commits: one statement claims them,
+    one moves their deadlines past their slots, as a sent tick's are, and the ticks go
+    out as ``tick_batch`` messages of those due together. Each keeps the nonce it was
+    parked with. Lost after the commit, they are repaired as any lost tick is."""
+    moved: list[tuple[job_store.Parked, datetime]] = []
     messages: list[Message] = []
-    with engine.transaction() as conn:
-        now = engine.clock()
-        moved = []
-        for job in job_store.claim_parked_jobs(conn, now, limit):
-            message, deadline = engine.stepper.wake(job.id, job.tick_at, job.tick_nonce, now)
-            moved.append((job, deadline))
-            messages += [message] if message is not None else []
-        job_store.move_deadlines(conn, moved)
-    engine.send(messages)
-    return len(messages)
+    for job in job_store.claim_parked_jobs(conn, now, limit):
+        message, deadline = engine.stepper.wake(job.id, job.tick_at, job.tick_nonce, now)
+        moved.append((job, deadline))
+        messages += [message] if message is not None else []
+    job_store.move_deadlines(conn, moved)
+    return messages
 
 
 def _repair_one(
