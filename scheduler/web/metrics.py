@@ -20,7 +20,8 @@ Per job (labels ``project`` and ``job_name``: a scrape's target labels are ``job
   others, as kube-state-metrics writes a state (an alert on ``== 1`` needs no regex).
 
 ``CRONCHAIN_METRICS_PER_JOB=false`` leaves them out (a registry too large to scrape
-job by job); ``cronchain_jobs{state}`` counts the jobs in each state either way.
+job by job); ``cronchain_jobs{state}`` counts the jobs in each state either way. Without
+them, a count that took longer than 50 ms (a million jobs) is reused for a minute.
 
 Overall: ``cronchain_build_info{version}``, ``cronchain_slots_total{outcome,reason}``
 (runs ended), ``cronchain_fire_lag_seconds`` (a histogram of claim minus slot), both
@@ -38,9 +39,10 @@ them all, for a registry of one's own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from prometheus_client import generate_latest
 from prometheus_client.core import (
@@ -51,7 +53,7 @@ from prometheus_client.core import (
     SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.storage import observed
@@ -96,6 +98,12 @@ class Observed:
     now: datetime
 
 
+# A count of the jobs by state that took longer than SLOW_COUNT seconds is reused for
+# STALE_COUNT.
+SLOW_COUNT = 0.05
+STALE_COUNT = timedelta(minutes=1)
+
+
 class DatabaseCollector(Collector):
     """A prometheus_client collector that reads the database on each ``collect``."""
 
@@ -105,6 +113,7 @@ class DatabaseCollector(Collector):
         self.db = db
         self.settings = settings
         self.now = now or database_clock(db)
+        self._counted: tuple[datetime, dict[str, int]] | None = None  # (reused until, counts)
 
     def read(self) -> Observed:
         now = self.now()
@@ -112,7 +121,7 @@ class DatabaseCollector(Collector):
             per_job = observed.job_series(conn) if self.settings.metrics_per_job else []
             return Observed(
                 jobs=per_job,
-                states=_states(per_job) if per_job else observed.jobs_by_state(conn),
+                states=_states(per_job) if per_job else self._jobs_by_state(conn, now),
                 passes=observed.watchdog_passes(conn),
                 overdue=observed.overdue_ticks(conn, now - self.settings.watchdog_grace),
                 waiting=observed.waiting_by_reason(conn),
@@ -120,6 +129,20 @@ class DatabaseCollector(Collector):
                 lags=observed.fire_lag_histogram(conn),
                 now=now,
             )
+
+    def _jobs_by_state(self, conn: Connection, now: datetime) -> dict[str, int]:
+        """The jobs in each state. Counting them reads the whole registry: 3 ms at
+        10,000 jobs, 230 ms at a million, more than the rest of a scrape together. A count
+        that took longer than ``SLOW_COUNT`` is reused for ``STALE_COUNT``, so that most
+        scrapes of a large registry read indexes only; a quick one never is."""
+        kept = self._counted
+        if kept is not None and now < kept[0]:
+            return kept[1]
+        started = time.perf_counter()
+        states = observed.jobs_by_state(conn)
+        slow = time.perf_counter() - started > SLOW_COUNT
+        self._counted = (now + STALE_COUNT, states) if slow else None
+        return states
 
     def collect(self) -> Iterator[Metric]:
         seen = self.read()
@@ -148,6 +171,20 @@ def render(collector: DatabaseCollector) -> bytes:
 class _Fixed(Collector):
     def __init__(self, metrics: list[Metric]) -> None:
         self.metrics = metrics
+
+    def _jobs_by_state(self, conn: Connection, now: datetime) -> dict[str, int]:
+        """The jobs in each state. Counting them reads the whole registry: 3 ms at
+        10,000 jobs, 230 ms at a million, more than the rest of a scrape together. A count
+        that took longer than ``SLOW_COUNT`` is reused for ``STALE_COUNT``, so that most
+        scrapes of a large registry read indexes only; a quick one never is."""
+        kept = self._counted
+        if kept is not None and now < kept[0]:
+            return kept[1]
+        started = time.perf_counter()
+        states = observed.jobs_by_state(conn)
+        slow = time.perf_counter() - started > SLOW_COUNT
+        self._counted = (now + STALE_COUNT, states) if slow else None
+        return states
 
     def collect(self) -> Iterator[Metric]:
         return iter(self.metrics)

@@ -23,6 +23,7 @@ from cronchain.scheduler.storage import observed
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import JOB_STATES
 from cronchain.scheduler.version import VERSION
+from cronchain.scheduler.web import metrics
 from cronchain.scheduler.web.health import WorkerWatch, check_health
 from cronchain.scheduler.web.metrics import DatabaseCollector, render
 from cronchain.scheduler.workers.runtime import patience_of_a_command
@@ -135,6 +136,30 @@ def test_per_job_series_can_be_turned_off(engine: Engine, clock: Clock):
     assert found["cronchain_jobs", (("state", "SUSPENDED"),)] == 1
     assert found["cronchain_jobs", (("state", "DISABLED"),)] == 0
     assert Settings.from_env({"CRONCHAIN_METRICS_PER_JOB": "off"}).metrics_per_job is False
+
+
+def test_a_slow_count_of_the_jobs_by_state_is_reused_for_a_minute(
+    engine: Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    """Without per-job series, counting the jobs by state is most of a scrape of a
+    large registry: a slow count is reused, a quick one never is."""
+    sched = Scheduler(engine)
+    sched.apply([job("a")], project="p")
+    collector = DatabaseCollector(engine.db, settings(engine.db, metrics_per_job=False), clock)
+
+    def scheduled() -> float:
+        return parsed(render(collector).decode())["cronchain_jobs", (("state", "SCHEDULED"),)]
+
+    monkeypatch.setattr(metrics, "SLOW_COUNT", 10.0)  # however loaded the machine
+    assert scheduled() == 1
+    sched.apply([job("a"), job("b")], project="p")
+    assert scheduled() == 2  # quick: counted again
+    monkeypatch.setattr(metrics, "SLOW_COUNT", -1.0)  # as slow as a million jobs' count
+    assert scheduled() == 2
+    sched.apply([job("a"), job("b"), job("c")], project="p")
+    assert scheduled() == 2  # reused
+    clock.advance(metrics.STALE_COUNT.total_seconds())
+    assert scheduled() == 3
 
 
 def test_each_run_that_ends_and_each_first_claim_is_counted_once(
