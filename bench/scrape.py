@@ -1,7 +1,7 @@
 """A Prometheus scrape of ``cronchain serve``'s /metrics at 10,000 jobs (issue 17: under
 200 ms, reading indexes only), and the web page at the same size.
 
-    python -m bench.scrape [--jobs 10000] [--scrapes 50] [--history 30]
+    python -m bench.scrape [--jobs 10000] [--scrapes 50] [--history 30] [--period 60]
 
 A fresh PostgreSQL database gets the jobs through a bulk apply (one file of no-op jobs,
 as ``cronchain apply`` writes it), ``--history`` finished runs per job (so that the
@@ -46,7 +46,9 @@ def main() -> None:
     args = _arguments()
     with database() as (url, db), tempfile.TemporaryDirectory() as folder:
         engine = Engine(db, RecordingPort(), default_invokers(), grace=timedelta(seconds=15))
-        specs = [JobSpec.from_dict("bench", entry) for entry in job_specs(args.jobs, period=60)]
+        specs = [
+            JobSpec.from_dict("bench", entry) for entry in job_specs(args.jobs, period=args.period)
+        ]
         Scheduler(engine).apply(specs, project="bench")
         _history(db, args.history)
         figure(NAME, "jobs", args.jobs)
@@ -134,6 +136,7 @@ def _arguments() -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=10_000)
     p.add_argument("--scrapes", type=int, default=50)
     p.add_argument("--history", type=int, default=30, help="finished runs per job")
+    p.add_argument("--period", type=float, default=60, help="the jobs' period, in seconds")
     return p.parse_args()
 
 
