@@ -50,7 +50,7 @@ jobs:
   - {name: ping, schedule: every 5s, noop: {}}
   - {name: t, schedule: triggered, noop: {}}
   - {name: p, schedule: every 1h, noop: {}}
-  - {name: r, schedule: every 1h, noop: {}}
+  - {name: r, schedule: every 1m, noop: {}}
   - {name: a, schedule: triggered, noop: {}}
   - {name: b, schedule: every 1h, noop: {}}
 """
@@ -293,7 +293,7 @@ BROKER_AWAY = {
     "explain": 0,
     "trigger": 1,  # the run
     "pause": 0,  # nothing to send
-    "resume": 1,  # the next tick
+    "resume": 1,  # the next tick (a minute away: sent, not parked)
     "abort": 0,  # a noop run: no revoke
     "backfill": 1,  # the first start
     "next": 0,
