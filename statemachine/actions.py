@@ -12,7 +12,8 @@ from datetime import datetime
 
 @dataclass(frozen=True)
 class TickLater:
-    """Send ``tick_later(job, nonce)`` so that it runs at ``when`` (hopping if far away)."""
+    """Send ``tick_later(job, nonce)`` so that it runs at ``when`` (parked until the watchdog
+    sends it if that is past the ETA horizon)."""
 
     when: datetime
     nonce: int

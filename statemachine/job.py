@@ -183,7 +183,7 @@ _TRANSITIONS: list[dict[str, Any]] = [
         trigger="tick", source=S.SCHEDULED, dest=S.QUEUED, conditions=[cb.is_due], after=[cb.fire]
     ),
     *_overlap("tick", cb.fire, cb.is_due),
-    _internal("tick", ACTIVE, cb.rearm),  # early: the ETA horizon made it hop
+    _internal("tick", ACTIVE, cb.rearm),  # early: a hop of an older version, or a clock ahead
     dict(trigger="trigger", source=S.SCHEDULED, dest=S.QUEUED, after=[cb.trigger]),
     *_overlap("trigger", cb.trigger),
     dict(
