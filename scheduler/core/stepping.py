@@ -114,7 +114,10 @@ class Stepper:
         if tick_at - now > self.horizon:
             return None, self.wake_at(tick_at)
         eta = max(round_up(tick_at, self.slack), now)  # not capped: ``wake_at`` bounds it
-        return SendTick(job_id, nonce, eta), eta + self.grace
+        # A wake late past its slot (the watchdog was down) goes out with every other one
+        # overdue, as a mass repair does: it has as long to arrive.
+        grace = self.repair_grace if eta == now else self.grace
+        return SendTick(job_id, nonce, eta), eta + grace
 
 
 # A woken tick's message (None if it is parked again) and its job's watchdog deadline.

@@ -155,6 +155,27 @@ def test_a_woken_tick_lost_is_repaired_as_any_lost_tick(db: sqlalchemy.Engine, c
     assert eta == clock.now and nonce == job(engine).snapshot.tick_nonce != parked_with
 
 
+def test_a_parked_tick_woken_past_its_slot_fires_late_and_has_a_repair_s_grace(
+    engine: Engine, port: RecordingPort, clock: Clock
+):
+    """The watchdog was down through a parked slot: its wake sends the tick now, with the
+    nonce it was parked with, and the misfire policy judges the late slot (the default
+    runs it); like a mass
+    repair's, its deadline leaves it the repair grace to arrive."""
+    apply(engine, make("@daily"))
+    parked = job(engine)
+    tick_at = parked.snapshot.tick_at
+    assert tick_at is not None
+    clock.now = tick_at + timedelta(minutes=10)
+    report = watchdog.run_once(engine)
+    assert (report.woken, report.repairs) == (1, 0)
+    assert port.ticks == [(parked.id, parked.snapshot.tick_nonce, clock.now)]
+    assert job(engine).watchdog_at == clock.now + engine.repair_grace
+    deliver_ticks(engine, port)
+    [run] = rows(engine)
+    assert (run["slot"], run["status"]) == (tick_at, "STARTING")  # the default: run it late
+
+
 def test_a_tick_parked_further_than_the_horizon_is_parked_again(
     db: sqlalchemy.Engine, clock: Clock
 ):
