@@ -121,7 +121,9 @@ class Settings:
             ),
             broker_url=_broker_url(env),
             home=home,
-            watchdog_interval=_seconds(env, "CRONCHAIN_WATCHDOG_INTERVAL", 30),
+            watchdog_interval=_seconds(
+                env, "CRONCHAIN_WATCHDOG_INTERVAL", 30, WATCHDOG_MOST, _PARKED_LATE
+            ),
             queue=queue,
             work_queue=work_queue,
             work_concurrency=_whole(
@@ -172,6 +174,13 @@ class AlertDelivery:
 # Intervals from a second to a day: a shorter one would keep a worker busy with the
 # watchdog alone, a longer one leave a lost chain unrepaired for days.
 _SECONDS = (1.0, 86_400.0)
+# The watchdog sends each tick parked until its slot comes within the ETA horizon: a pass
+# at least every 4 minutes sends it a minute or more before its slot.
+WATCHDOG_MOST = (ETA_HORIZON - timedelta(minutes=1)).total_seconds()
+_PARKED_LATE = (
+    f"ticks more than {ETA_HORIZON.seconds // 60} minutes ahead are parked until the"
+    " watchdog sends them, and a longer interval would make them late"
+)
 
 
 def _text(env: Mapping[str, str], name: str) -> str:
@@ -231,7 +240,9 @@ def _slack(env: Mapping[str, str]) -> timedelta:
     return timedelta(milliseconds=ms)
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+def _seconds(
+    env: Mapping[str, str], name: str, default: float, high: float = _SECONDS[1], why: str = ""
+) -> float:
     text = _text(env, name)
     if not text:
         return default
@@ -239,10 +250,11 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    low, high = _SECONDS
+    low = _SECONDS[0]
     if not low <= value <= high:  # NaN compares false: refused too, as is infinity
+        reason = f": {why}" if why else ""
         raise ConfigError(
-            name, f"must be a number of seconds from {low:g} to {high:g}, not {text!r}"
+            name, f"must be a number of seconds from {low:g} to {high:g}, not {text!r}{reason}"
         )
     return value
 

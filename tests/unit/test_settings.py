@@ -66,15 +66,26 @@ def test_a_slack_that_would_move_whole_seconds_is_refused(value: str):
     "variable", ["CRONCHAIN_WATCHDOG_INTERVAL", "CRONCHAIN_RECONCILE_INTERVAL"]
 )
 @pytest.mark.parametrize("value", ["0", "-1", "0.5", "abc", "nan", "inf", "-inf", "1e400", "86401"])
-def test_an_interval_is_seconds_from_one_to_a_day(variable: str, value: str):
+def test_an_interval_is_a_number_of_seconds_in_range(variable: str, value: str):
     err = refused(variable, value)
-    assert "a number of seconds from 1 to 86400" in str(err)
+    assert "a number of seconds from 1 to" in str(err)
+
+
+@pytest.mark.parametrize("value", ["241", "300", "3600", "86400"])
+def test_a_watchdog_interval_that_would_make_parked_ticks_late_is_refused(value: str):
+    err = refused("CRONCHAIN_WATCHDOG_INTERVAL", value)
+    assert "a number of seconds from 1 to 240" in str(err) and repr(value) in str(err)
+    assert "parked" in str(err)
+
+
+def test_a_reconcile_interval_may_be_a_day():
+    assert Settings.from_env({"CRONCHAIN_RECONCILE_INTERVAL": "86400"}).reconcile_interval == 86400
 
 
 @pytest.mark.parametrize(
     "variable", ["CRONCHAIN_WATCHDOG_INTERVAL", "CRONCHAIN_RECONCILE_INTERVAL"]
 )
-@pytest.mark.parametrize("value, seconds", [("1", 1.0), ("2.5", 2.5), (" 30 ", 30.0)])
+@pytest.mark.parametrize("value, seconds", [("1", 1.0), ("2.5", 2.5), (" 30 ", 30.0), ("240", 240.0)])
 def test_an_interval_in_range_is_taken(variable: str, value: str, seconds: float):
     settings = Settings.from_env({variable: value})
     read = {
