@@ -85,7 +85,9 @@ def test_a_reconcile_interval_may_be_a_day():
 @pytest.mark.parametrize(
     "variable", ["CRONCHAIN_WATCHDOG_INTERVAL", "CRONCHAIN_RECONCILE_INTERVAL"]
 )
-@pytest.mark.parametrize("value, seconds", [("1", 1.0), ("2.5", 2.5), (" 30 ", 30.0), ("240", 240.0)])
+@pytest.mark.parametrize(
+    "value, seconds", [("1", 1.0), ("2.5", 2.5), (" 30 ", 30.0), ("240", 240.0)]
+)
 def test_an_interval_in_range_is_taken(variable: str, value: str, seconds: float):
     settings = Settings.from_env({variable: value})
     read = {
