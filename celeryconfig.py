@@ -4,7 +4,7 @@
 message. Nothing here is specific to one process.
 """
 
-from cronchain.scheduler.settings import VISIBILITY_TIMEOUT, Settings
+from cronchain.scheduler.settings import VISIBILITY_TIMEOUT, WATCHDOG_LIFETIME, Settings
 from cronchain.scheduler.workers.hooks import ANNOTATIONS
 from cronchain.scheduler.workers.patches import release_fired_eta_entries
 
@@ -75,11 +75,10 @@ beat_schedule = {
     "cronchain-watchdog": {
         "task": "cronchain.watchdog",
         "schedule": _settings.watchdog_interval,
-        # A run that waited longer than an interval is superseded by the next. This is
-        # the watchdog's backpressure: behind a queue that deep, ticks are late, not
-        # lost, and resending them with new nonces would double an overloaded worker's
-        # work. The price: a chain lost during such a backlog waits for it to drain.
-        "options": {"expires": _settings.watchdog_interval},
+        # A run that waited longer than an interval only sends parked ticks: its
+        # repairs are the next run's (scheduler.maintenance.watchdog.pass_for). The
+        # price: a chain lost during such a backlog waits for it to drain.
+        "options": {"expires": WATCHDOG_LIFETIME},
     },
 }
 if _settings.jobs_dir is not None or _settings.apps:

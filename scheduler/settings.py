@@ -22,6 +22,11 @@ from cronchain.scheduler.errors import ConfigError, SpecError
 # never redelivered while it waits; ticks further away are parked (core.stepping), gate
 # checks further away hop.
 ETA_HORIZON = timedelta(minutes=5)
+# How long a watchdog run may wait in the queue before Celery drops it unrun (its beat
+# entry's ``expires``). A run that waited longer than an interval repairs nothing: the
+# next one, sent since, will (``watchdog.pass_for``). It still sends parked ticks, which
+# nothing else sends; an hour bounds the runs that pile up while no control worker runs.
+WATCHDOG_LIFETIME = 3600.0
 VISIBILITY_TIMEOUT = timedelta(hours=1)
 # Ticks due at the same instant share a message and a transaction, this many at most
 # (the runs they begin share the work path's messages too): enough to spare Celery and

@@ -23,8 +23,8 @@ from cronchain.scheduler.declare.apply import ApplyReport, reconcile_folder
 from cronchain.scheduler.declare.apps import reconcile_apps
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Outcome
-from cronchain.scheduler.maintenance.watchdog import sweep, waited
-from cronchain.scheduler.settings import Settings
+from cronchain.scheduler.maintenance.watchdog import pass_for, waited
+from cronchain.scheduler.settings import WATCHDOG_LIFETIME, Settings
 from cronchain.scheduler.workers import heap
 from cronchain.scheduler.workers.gatecheck import check as check_gate
 from cronchain.scheduler.workers.runtime import Runtime
@@ -253,15 +253,14 @@ def _reconcile_at_start(sender: Any, **_: Any) -> None:
 @app.task(name="cronchain.watchdog", bind=True, **RETRY)
 def watchdog(self: Task) -> dict[str, int]:
     rt = runtime()
-    interval = rt.settings.watchdog_interval
-    # Beat gives each run an interval to live (celeryconfig): that tells how long it
+    # Beat gives each run WATCHDOG_LIFETIME to live (celeryconfig): that tells how long it
     # waited behind the ticks, which were held up as long.
-    backlog = waited(self.request.expires, interval, rt.engine.clock())
-    # Half an interval at most, so that runs do not pile up behind a slow database.
-    report = sweep(rt.engine, budget=interval / 2, backlog=backlog)
+    backlog = waited(self.request.expires, WATCHDOG_LIFETIME, rt.engine.clock())
+    report = pass_for(rt.engine, rt.settings.watchdog_interval, backlog)
     if report.repairs:
         log.warning("watchdog repaired %s (it waited %.1f s)", report, backlog.total_seconds())
     return {
+        "woken": report.woken,
         "ticks": report.ticks,
         "starts": report.starts,
         "expired": report.expired,

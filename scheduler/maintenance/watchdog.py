@@ -54,7 +54,8 @@ class WatchdogReport:
     settled: int = 0
     # Gate checks asked again, their message lost.
     asked: int = 0
-    # Parked ticks sent as their slots came within the horizon: not a repair.
+    # Parked ticks taken as their slots came within the horizon: sent, or parked again
+    # if still past it. Not a repair.
     woken: int = 0
 
     @property
@@ -72,6 +73,35 @@ class WatchdogReport:
             self.asked + other.asked,
             self.woken + other.woken,
         )
+
+
+def pass_for(engine: Core, interval: float, backlog: timedelta) -> WatchdogReport:
+    """The pass of a watchdog run that waited ``backlog`` in the queue; each run may spend
+    half an interval, so that runs do not pile up behind a slow database.
+
+    Behind a queue deeper than an interval, a run only wakes parked ticks. Its repairs
+    are the next run's, sent since, which knows better what is lost: this is the
+    watchdog's backpressure, since resending late ticks with new nonces would double an
+    overloaded worker's work. Wakes are not repairs, and nothing else sends parked
+    ticks: skipped while a backlog lasts, every job of a long period would wait for it to
+    drain while jobs of short periods went on ticking."""
+    if backlog > timedelta(seconds=interval):
+        return wake_all(engine, budget=interval / 2)
+    return sweep(engine, budget=interval / 2, backlog=backlog)
+
+
+def wake_all(engine: Core, budget: float) -> WatchdogReport:
+    """Wakes (``wake``), a transaction each, until none is left or ``budget`` seconds
+    are spent."""
+    deadline = time.monotonic() + budget
+    woken = 0
+    while True:
+        with engine.transaction() as conn:
+            claimed, messages = wake(engine, conn, engine.clock())
+        engine.send(messages)
+        woken += claimed
+        if claimed < WAKES or time.monotonic() >= deadline:
+            return WatchdogReport(woken=woken)
 
 
 def sweep(
@@ -130,7 +160,8 @@ def keep_history(engine: Core, retention: timedelta) -> None:
 
 
 def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)) -> WatchdogReport:
-    """One pass over what has lapsed, at most ``limit`` jobs and ``limit`` invocations.
+    """One pass over what has lapsed, at most ``limit`` jobs and ``limit`` invocations,
+    and over at most ``WAKES`` parked ticks due to be sent.
 
     ``backlog`` is how long this watchdog run waited in the queue. Ticks and starts wait
     in the same queue, so one whose deadline passed less than that long ago is taken
@@ -138,8 +169,7 @@ def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)
     load the extra work would make every tick later still."""
     with engine.transaction() as conn:
         now = engine.clock()
-        messages = wake(engine, conn, now)
-        woken = len(messages)
+        woken, messages = wake(engine, conn, now)
         jobs = job_store.claim_lapsed_jobs(conn, now - backlog, limit)
         for job in jobs:
             messages += engine.feed(conn, job, Repair(), now).messages
@@ -182,12 +212,15 @@ def run_once(engine: Core, limit: int = BATCH, backlog: timedelta = timedelta(0)
     )
 
 
-def wake(engine: Core, conn: Connection, now: datetime, limit: int = WAKES) -> list[Message]:
+def wake(
+    engine: Core, conn: Connection, now: datetime, limit: int = WAKES
+) -> tuple[int, list[Message]]:
     """The parked ticks whose slots have come within the horizon (``Stepper.settle_tick``
-    parks them), to send once ``conn``'s transaction commits: one statement claims them,
-    one moves their deadlines past their slots, as a sent tick's are, and the ticks go
-    out as ``tick_batch`` messages of those due together. Each keeps the nonce it was
-    parked with. Lost after the commit, they are repaired as any lost tick is."""
+    parks them): how many were claimed, and their messages, to send once ``conn``'s
+    transaction commits. One statement claims them, one moves their deadlines past their
+    slots, as a sent tick's are, and the ticks go out as ``tick_batch`` messages of those
+    due together. Each keeps the nonce it was parked with. Lost after the commit, they
+    are repaired as any lost tick is. One still past the horizon is parked again."""
     moved: list[tuple[job_store.Parked, datetime]] = []
     messages: list[Message] = []
     for job in job_store.claim_parked_jobs(conn, now, limit):
@@ -195,7 +228,7 @@ def wake(engine: Core, conn: Connection, now: datetime, limit: int = WAKES) -> l
         moved.append((job, deadline))
         messages += [message] if message is not None else []
     job_store.move_deadlines(conn, moved)
-    return messages
+    return len(moved), messages
 
 
 def _repair_one(

@@ -19,7 +19,7 @@ from cronchain.scheduler.storage import job_store, run_store
 from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.statemachine import InvalidTransition, InvocationStatus
 from tests.support.deliver import deliver_runs, deliver_starts, deliver_ticks
-from tests.support.engine import Clock, RecordingPort, WorkerDied
+from tests.support.engine import Clock, DroppingPort, RecordingPort, WorkerDied
 from tests.support.jobs import apply, make
 from tests.support.rows import job, rows
 
@@ -108,104 +108,6 @@ def test_stale_and_repeated_ticks_fire_nothing(engine: Engine, port: RecordingPo
     engine.tick(job_id, nonce + 1)  # a message nobody sent
     assert len(rows(engine)) == 1
     assert len(port.starts) == 1
-
-
-def test_a_far_tick_waits_in_its_row_until_its_slot_comes_within_the_horizon(
-    engine: Engine, port: RecordingPort, clock: Clock
-):
-    """No message waits in the broker for a day's slot, nor hops each horizon: the tick
-    is parked in the job's row and the watchdog sends it a horizon before its slot."""
-    apply(engine, make("@daily"))
-    assert port.ticks == []
-    parked = job(engine)
-    tick_at, nonce = parked.snapshot.tick_at, parked.snapshot.tick_nonce
-    assert tick_at is not None and parked.watchdog_at == tick_at - engine.horizon
-    clock.now = parked.watchdog_at - timedelta(seconds=1)
-    assert watchdog.run_once(engine) == watchdog.WatchdogReport() and port.ticks == []
-    clock.advance(2)
-    report = watchdog.run_once(engine)
-    assert (report.woken, report.repairs) == (1, 0)
-    assert port.ticks == [(parked.id, nonce, tick_at)]  # the nonce it was parked with
-    assert job(engine).watchdog_at == tick_at + engine.grace  # as any sent tick's
-    assert job(engine).generation == parked.generation + 1
-    assert watchdog.run_once(engine) == watchdog.WatchdogReport()  # sent once
-    clock.now = tick_at
-    deliver_ticks(engine, port)
-    assert [r["slot"] for r in rows(engine)] == [tick_at]
-    assert port.ticks == [] and job(engine).watchdog_at == job(engine).snapshot.tick_at - (
-        engine.horizon
-    )  # the next day's slot, parked in turn
-
-
-def test_a_woken_tick_lost_is_repaired_as_any_lost_tick(db: sqlalchemy.Engine, clock: Clock):
-    dropping = Engine(db, DroppingPort(), {}, grace=timedelta(seconds=15), clock=clock)
-    apply(dropping, make("@daily"))
-    tick_at = job(dropping).snapshot.tick_at
-    assert tick_at is not None
-    parked_with = job(dropping).snapshot.tick_nonce
-    clock.now = tick_at - dropping.horizon + timedelta(seconds=1)
-    assert watchdog.run_once(dropping).woken == 1  # committed, then its message lost
-    port = RecordingPort()
-    engine = Engine(db, port, {}, grace=timedelta(seconds=15), clock=clock)
-    clock.now = tick_at + timedelta(seconds=14)  # within the grace of its slot
-    assert watchdog.run_once(engine) == watchdog.WatchdogReport()
-    clock.advance(2)
-    assert watchdog.run_once(engine).ticks == 1  # a repair, with a new nonce
-    [(_, nonce, eta)] = port.ticks
-    assert eta == clock.now and nonce == job(engine).snapshot.tick_nonce != parked_with
-
-
-def test_a_parked_tick_woken_past_its_slot_fires_late_and_has_a_repair_s_grace(
-    engine: Engine, port: RecordingPort, clock: Clock
-):
-    """The watchdog was down through a parked slot: its wake sends the tick now, with the
-    nonce it was parked with, and the misfire policy judges the late slot (the default
-    runs it); like a mass
-    repair's, its deadline leaves it the repair grace to arrive."""
-    apply(engine, make("@daily"))
-    parked = job(engine)
-    tick_at = parked.snapshot.tick_at
-    assert tick_at is not None
-    clock.now = tick_at + timedelta(minutes=10)
-    report = watchdog.run_once(engine)
-    assert (report.woken, report.repairs) == (1, 0)
-    assert port.ticks == [(parked.id, parked.snapshot.tick_nonce, clock.now)]
-    assert job(engine).watchdog_at == clock.now + engine.repair_grace
-    deliver_ticks(engine, port)
-    [run] = rows(engine)
-    assert (run["slot"], run["status"]) == (tick_at, "STARTING")  # the default: run it late
-
-
-def test_a_tick_parked_further_than_the_horizon_is_parked_again(
-    db: sqlalchemy.Engine, clock: Clock
-):
-    """A hop in flight when parking began (or a tick parked under a longer horizon) is
-    claimed before its slot is within the horizon: it is parked again, not sent."""
-    port = RecordingPort()
-    engine = Engine(db, port, {}, grace=timedelta(seconds=15), clock=clock)
-    apply(engine, make("@daily"))
-    row = job(engine)
-    tick_at = row.snapshot.tick_at
-    assert tick_at is not None
-    hop = clock.now + engine.horizon  # where the old code held its tick
-    with engine.db.begin() as conn:
-        conn.execute(update(jobs).where(jobs.c.id == row.id).values(watchdog_at=hop))
-    clock.now = hop + timedelta(seconds=1)
-    assert watchdog.run_once(engine) == watchdog.WatchdogReport()
-    assert port.ticks == [] and job(engine).watchdog_at == tick_at - engine.horizon
-
-
-class DroppingPort(RecordingPort):
-    """A broker that accepts nothing: every send after a commit raises."""
-
-    def tick_later(self, *args: Any) -> None:
-        raise ConnectionError("broker down")
-
-    def tick_batch(self, *args: Any) -> None:
-        raise ConnectionError("broker down")
-
-    def start_invocation(self, *args: Any, **kwargs: Any) -> None:
-        raise ConnectionError("broker down")
 
 
 def test_a_crash_between_commit_and_send_is_repaired(db: sqlalchemy.Engine, clock: Clock):

@@ -100,6 +100,19 @@ class RecordingPort:
         self.gates.clear()
 
 
+class DroppingPort(RecordingPort):
+    """A broker that accepts nothing: every send after a commit raises."""
+
+    def tick_later(self, *args: Any) -> None:
+        raise ConnectionError("broker down")
+
+    def tick_batch(self, *args: Any) -> None:
+        raise ConnectionError("broker down")
+
+    def start_invocation(self, *args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("broker down")
+
+
 class Scripted:
     """A work-path invoker that answers from a script: one outcome per attempt, or None
     to hang like a worker that died."""

@@ -1,5 +1,5 @@
-"""How long a watchdog run waited, from the expiry beat gave it (``expires`` is the
-watchdog interval, celeryconfig)."""
+"""How long a watchdog run waited, from the expiry beat gave it (``expires`` is
+``WATCHDOG_LIFETIME`` after it was sent, celeryconfig)."""
 
 from datetime import UTC, datetime, timedelta
 
