@@ -6,7 +6,8 @@
 Figures: the time of ``cronchain apply`` of a file of the jobs (one transaction, then the
 tick messages), of the same file again (nothing to change) and, at the end, of the file
 with every job's time zone changed (every job updated, its tick moved); a watchdog pass
-when nothing has lapsed, timed in this process, with PostgreSQL's plan for its query;
+when nothing has lapsed, timed in this process, with PostgreSQL's plan of each of its
+statements and the pages they read together;
 and the peak resident size of each worker process while the workers (both paths, as
 ``cronchain up`` deploys them) hold every job's chain. Each apply is timed alone: the
 file is written before. ``--baseline`` also times the apply of the same file by the code
@@ -33,6 +34,7 @@ from sqlalchemy import select
 
 from bench.common import (
     PeakRss,
+    analyze,
     cpu_seconds,
     database,
     deployment,
@@ -44,8 +46,9 @@ from bench.common import (
     settle,
 )
 from cronchain.scheduler.maintenance.watchdog import run_once
-from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.models import invocations
 from tests.e2e.harness import Cluster
+from tests.support.plans import plan, scans, selects
 from tests.support.repo import ROOT
 from tests.support.services import redis_server
 
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         # worker runs yet.) The query and its plan are the same at any instant.
         engine = d.runtime().engine
         engine.clock = lambda: applied_at
+        analyze(db)  # as the watchdog's history pass does in a deployment
         passes = []
         for _ in range(20):
             t = time.perf_counter()
@@ -89,27 +93,20 @@ def main(argv: list[str] | None = None) -> None:
             assert report.repairs == 0, report
         figure(name, "idle_watchdog_pass_p50", percentile(passes, 0.5) * 1000, "ms")
         figure(name, "idle_watchdog_pass_max", max(passes) * 1000, "ms")
-        claim = (  # the watchdog's own query (job_store.claim_lapsed_jobs)
-            select(jobs)
-            .where(jobs.c.watchdog_at < applied_at)
-            .order_by(jobs.c.watchdog_at)
-            .limit(500)
-            .with_for_update(skip_locked=True)
-        )
-        with db.connect() as conn:  # run for real (ANALYZE): it locks nothing, as idle
-            plan = conn.exec_driver_sql(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                + str(claim.compile(db, compile_kwargs={"literal_binds": True}))
-            ).scalar_one()
-        node = plan[0]["Plan"]
-        while node.get("Plans") and node["Node Type"] in ("Limit", "LockRows", "Sort"):
-            node = node["Plans"][0]
-        print(f"{name} idle_watchdog_plan {node['Node Type']} {node.get('Index Name', '')}")
+        # PostgreSQL's plan for each statement of an idle pass, as it ran it (the claims
+        # of lapsed and of parked jobs, of lapsed starts, runs and revokes, and the
+        # features' sweeps).
+        pages = 0
+        ran = selects(engine.db, lambda: run_once(engine))
+        for n, (statement, parameters) in enumerate(ran):
+            with db.connect() as conn:  # run for real (ANALYZE): idle, it locks nothing
+                top = plan(conn, statement, parameters, analyze=True)
+            read = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+            pages += read
+            print(f"{name} idle_watchdog_plan[{n}] {'+'.join(scans(top))} pages={read}")
         # FOR UPDATE rules out an index-only scan; what shows that the pass reads only the
-        # index is that it touches a couple of index pages and no heap page at all.
-        pages = node.get("Shared Hit Blocks", 0) + node.get("Shared Read Blocks", 0)
+        # indexes is that it touches a few index pages and no heap page at all.
         figure(name, "idle_watchdog_pages_read", pages)
-        figure(name, "idle_watchdog_rows", node.get("Actual Rows", 0))
 
         # The deployment as it runs: both paths and beat (whose watchdog sends parked
         # ticks). Stopped through the applies, the workers first drain the slots that

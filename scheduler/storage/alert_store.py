@@ -336,16 +336,11 @@ def active_runs(conn: Connection, limit: int) -> list[Mapping[str, Any]]:
 
 def _any_alerted(conn: Connection, alerted: Any) -> bool:
     """Whether a job has alerts, from ``ix_jobs_alerted`` alone. PostgreSQL has no
-    statistics of the expression, guesses that nearly every job matches, and would read
-    the whole table for the first (57 ms at 100,000 jobs, none with alerts): it is told
-    not to, for this statement."""
-    postgresql = conn.dialect.name == "postgresql"
-    if postgresql:  # for this transaction; a failure rolls it back with the rest
-        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
-    found = conn.execute(select(jobs.c.id).where(alerted).limit(1)).first() is not None
-    if postgresql:
-        conn.exec_driver_sql("SET LOCAL enable_seqscan = on")
-    return found
+    statistics of the expression and guesses that nearly every job matches: asked for
+    any one, it would read the table until the first (57 ms at 100,000 jobs, none with
+    alerts). Asked for the least id, it takes the small index, which is in that order."""
+    query = select(jobs.c.id).where(alerted).order_by(jobs.c.id).limit(1)
+    return conn.execute(query).first() is not None
 
 
 def channels_of(conn: Connection, project: str) -> dict[str, dict[str, Any]]:

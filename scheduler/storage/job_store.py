@@ -366,7 +366,8 @@ def delete_jobs(conn: Connection, job_ids: list[int]) -> None:
 
 
 # A parked tick's deadline is when it is to be sent, before its slot; a sent tick's is
-# after its slot, by a grace (``Stepper.settle_tick``).
+# after its slot, by a grace (``Stepper.settle_tick``). A row with a deadline has a slot
+# (the ``tick`` and ``watchdog_tick`` checks): ``NOT _PARKED`` is never NULL.
 _PARKED = jobs.c.tick_at > jobs.c.watchdog_at
 
 

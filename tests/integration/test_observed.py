@@ -30,6 +30,7 @@ from cronchain.scheduler.workers.runtime import patience_of_a_command
 from tests.support.deliver import deliver_runs, deliver_ticks_and_starts
 from tests.support.engine import Clock, RecordingPort
 from tests.support.metrics import INTERVAL, parsed, samples, settings
+from tests.support.plans import fill_registry
 
 pytestmark = pytest.mark.postgres
 
@@ -310,22 +311,7 @@ def test_every_query_reads_an_index(pg_url: str, clock: Clock):
     """10,000 jobs and 20,000 runs on PostgreSQL (the plans that matter): the scrape's
     and the health check's queries never scan the history."""
     db = make_engine(pg_url)
-    with db.begin() as conn:
-        conn.exec_driver_sql(
-            "INSERT INTO jobs (project, name, kind, schedule, timezone, spec, revision, enabled,"
-            " paused, state, generation, tick_at, tick_nonce, watchdog_at, invocation_running,"
-            " overruns, active, buffered, created_at, updated_at) SELECT 'p', 'j' || g, 'noop',"
-            " 'every 10s', 'UTC', '{}', 'r', true, false, 'SCHEDULED', 0,"
-            " now() + g * interval '1 s', g, now() + g * interval '1 s', false, 0, 0, 0, now(),"
-            " now() FROM generate_series(1, 10000) g"
-        )
-        conn.exec_driver_sql(
-            "INSERT INTO invocations (job_id, slot, revision, status, attempt, created_at,"
-            " started_at, finished_at, backfill, filed_at) SELECT j.id, now() - s * interval"
-            " '10 s', 'r', 'SUCCEEDED', 1, now(), now(), now(), false, now() - s * interval"
-            " '10 s' FROM jobs j, generate_series(1, 2) s"
-        )
-        conn.exec_driver_sql("ANALYZE")
+    fill_registry(db, 10_000, runs_each=2)
     statements = _statements(db, clock)
     assert set(statements) == {"overdue_ticks", "waiting_by_reason", "watchdog_passes"}
     with db.connect() as conn:

@@ -1,0 +1,80 @@
+"""PostgreSQL's plans of what cronchain runs: a registry filled in bulk, the statements a
+piece of work sends, and how each is carried out. For the tests that keep hot queries on
+their indexes, and for ``bench.registry_scale``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy
+
+
+def fill_registry(db: sqlalchemy.Engine, count: int, runs_each: int) -> None:
+    """``count`` jobs of project ``p``, every other one parked (its deadline before its
+    slot) and the rest sent, their slots and deadlines ahead of the database's clock,
+    with ``runs_each`` SUCCEEDED runs each; then ANALYZE, as autovacuum would have."""
+    with db.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO jobs (project, name, kind, schedule, timezone, spec, revision, enabled,"
+            " paused, state, generation, tick_at, tick_nonce, watchdog_at, invocation_running,"
+            " overruns, active, buffered, created_at, updated_at) SELECT 'p', 'j' || g, 'noop',"
+            " 'every 10s', 'UTC', '{}', 'r', true, false, 'SCHEDULED', 0,"
+            " now() + g * interval '1 s', g, now() + g * interval '1 s'"
+            " - mod(g, 2) * interval '5 min', false, 0, 0, 0, now(),"
+            " now() FROM generate_series(1, %(count)s) g",
+            {"count": count},
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO invocations (job_id, slot, revision, status, attempt, created_at,"
+            " started_at, finished_at, backfill, filed_at) SELECT j.id, now() - s * interval"
+            " '10 s', 'r', 'SUCCEEDED', 1, now(), now(), now(), false, now() - s * interval"
+            " '10 s' FROM jobs j, generate_series(1, %(runs)s) s",
+            {"runs": runs_each},
+        )
+    with db.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+
+
+def selects(db: sqlalchemy.Engine, work: Callable[[], object]) -> list[tuple[str, Any]]:
+    """The SELECTs ``work`` sent through ``db``, with their parameters, as the driver got
+    them."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            seen.append((statement, parameters))
+
+    sqlalchemy.event.listen(db, "before_cursor_execute", record)
+    try:
+        work()
+    finally:
+        sqlalchemy.event.remove(db, "before_cursor_execute", record)
+    return seen
+
+
+def plan(
+    conn: sqlalchemy.Connection, statement: str, parameters: Any, *, analyze: bool = False
+) -> dict[str, Any]:
+    """The plan's top node, as ``EXPLAIN (FORMAT JSON)`` gives it; with ``analyze``, run
+    for real, with the pages it touched (``BUFFERS``)."""
+    options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+    explained = conn.exec_driver_sql(f"EXPLAIN ({options}) {statement}", parameters)
+    return explained.scalar_one()[0]["Plan"]
+
+
+def scans(top: dict[str, Any]) -> list[str]:
+    """Each scan of a plan, as ``Node Type(index or table)``."""
+    found, stack = [], [top]
+    while stack:
+        node = stack.pop()
+        stack += node.get("Plans", [])
+        if "Scan" in node["Node Type"]:
+            on = node.get("Index Name") or node.get("Relation Name")
+            found.append(f"{node['Node Type']}({on})")
+    return sorted(found)
+
+
+def tables_read_whole(top: dict[str, Any]) -> set[str]:
+    """The tables (or partitions) a plan reads with a sequential scan."""
+    return {s[len("Seq Scan(") : -1] for s in scans(top) if s.startswith("Seq Scan(")}
