@@ -20,6 +20,7 @@ import sqlalchemy
 from celery import Celery
 from sqlalchemy import select
 
+from bench.delay import Delays, delays
 from bench.load import offset
 from cronchain.migrations import upgrade
 from cronchain.scheduler.storage.db import make_engine
@@ -94,6 +95,9 @@ class Deployment:
     db: sqlalchemy.Engine
     redis: RedisServer
     cluster: Cluster
+    # The proxies between the deployment and its servers (``--delay-ms``); the benchmark
+    # itself reads and measures through ``db`` and ``redis`` directly.
+    delays: Delays = field(default_factory=lambda: Delays(0))
 
     def apply_jobs(self, jobs: int, period: float, timeout: float = 120, step: float = 0) -> None:
         self.apply(job_document(jobs, period, step), timeout=timeout)
@@ -131,11 +135,18 @@ class Deployment:
 
 
 @contextmanager
-def deployment(folder: Path, **env: str) -> Iterator[Deployment]:
-    with database() as (url, db), redis_server(folder) as redis:
-        c = cluster(folder, CRONCHAIN_DATABASE_URL=url, CRONCHAIN_BROKER_URL=redis.url, **env)
+def deployment(folder: Path, delay_ms: float = 0, **env: str) -> Iterator[Deployment]:
+    """cronchain's processes on a fresh database and Redis, each ``delay_ms`` of round
+    trip away (``bench.delay``)."""
+    with database() as (url, db), redis_server(folder) as redis, delays(delay_ms) as delay:
+        c = cluster(
+            folder,
+            CRONCHAIN_DATABASE_URL=delay.url(url),
+            CRONCHAIN_BROKER_URL=delay.url(redis.url),
+            **env,
+        )
         try:
-            yield Deployment(db, redis, c)
+            yield Deployment(db, redis, c, delay)
         finally:
             c.stop_all()
 

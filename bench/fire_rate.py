@@ -2,6 +2,7 @@
 
     python -m bench.fire_rate [--jobs 1000] [--period 10] [--window 40] [--step 0]
                               [--systems cronchain,beat,redbeat,bare] [--rates 300,500]
+                              [--delay-ms 0]
 
 N no-op jobs fire every P seconds, spread evenly over the period (``every P offset O``);
 with ``--step 1`` on whole seconds, as cron jobs are, so that jobs share instants.
@@ -42,6 +43,13 @@ Flower turns them on: Celery's own alone, and with each run's (``scheduler.worke
 what lets Flower show runs under their jobs). Their CPU per fire against plain
 cronchain's, in one run, is what a monitored deployment pays, before and after.
 
+``--delay-ms 1`` puts a round trip of 1 ms between each system and its servers (Redis;
+PostgreSQL for cronchain) through ``bench.delay``'s proxies, which this machine's kernel,
+without netem, cannot add. Each run prints the round trips it measured through them
+(``broker_round_trip``, ``database_round_trip``: the proxies' own hop comes on top of the
+delay asked for) and their CPU per fire (``network_cpu_per_fire``), which a real network
+would not take from the machine's two cores.
+
 ``--rates 300,400,500`` finds a ceiling: for each rate, ascending, each system runs
 ``rate * period`` jobs (``--jobs`` is ignored), the systems taking turns at each rate, and
 a system stops at its first rate not sustained. Each run prints its figures; then one line
@@ -57,10 +65,13 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
+import redis
+import sqlalchemy
 from celery import Celery
 
 from bench.bare import BareHerds
@@ -80,6 +91,7 @@ from bench.common import (
     started_runs,
     transactions,
 )
+from bench.delay import Delays, delays, round_trip_ms
 from bench.herds import (
     HerdTally,
     baseline_herds,
@@ -119,6 +131,7 @@ class Load:
     period: float
     window: float
     step: float
+    delay_ms: float = 0  # each system's round trip to its servers, added (bench.delay)
 
     def herds(self, start: float, end: float) -> dict[int, int]:
         return expected_herds(self.jobs, self.period, self.step, start, end)
@@ -160,6 +173,10 @@ class Run:
     died: list[str] = field(default_factory=list)  # processes that exited during the run
     machine: MachineCpu | None = None  # cronchain's: its CPU, and the rest of the machine's
     sent_late: float | None = None  # bare: the latest a herd was queued after its instant
+    # The round trips measured as the system makes them, by server, in ms; with
+    # --delay-ms, through the proxies, whose CPU is the network's, not the system's.
+    round_trips: dict[str, float] = field(default_factory=dict)
+    network_cpu: float = 0.0
 
     @property
     def sustained(self) -> bool:
@@ -182,7 +199,7 @@ def run_cronchain(
     folder: Path, load: Load, requires: bool = False, events: str | None = None
 ) -> Run:
     settings = {"CRONCHAIN_RUN_EVENTS": "false"} if events == "celery" else {}
-    with deployment(folder, **settings) as d:
+    with deployment(folder, delay_ms=load.delay_ms, **settings) as d:
         db, c = d.db, d.cluster
         # The workers run before the jobs exist: each job's first slot comes after its
         # creation, so none is overdue when it starts (no startup backlog to drain).
@@ -198,7 +215,8 @@ def run_cronchain(
             warmup = settle(lambda: recent_lags(db), load.period, ready, load.steady_lag)
             analyze(db)  # the runs of the warm-up are in the history now
             load.align()
-            pids = {**d.worker_pids, "beat": c.processes["beat"].pid}
+            pids = {**d.worker_pids, "beat": c.processes["beat"].pid, **proxies(d.delays)}
+            trips = round_trips(c.env["CRONCHAIN_BROKER_URL"], c.env["CRONCHAIN_DATABASE_URL"])
             with (
                 PeakRss(pids["worker"]) as control_rss,
                 PeakRss(pids["work"]) as work_rss,
@@ -226,14 +244,35 @@ def run_cronchain(
         herds = HerdTally.of(expected, observed)
         run = Run(len(rows), lags, worker, cpu["beat"], peak, warmup, herds, x1 - x0, paths)
         run.died, run.machine = died, machine
+        run.round_trips, run.network_cpu = trips, network_cpu(cpu)
         return run
+
+
+def proxies(delays: Delays) -> dict[str, int]:
+    """The delay proxies' processes, named for ``measure``."""
+    return {f"proxy{n}": pid for n, pid in enumerate(delays.pids)}
+
+
+def network_cpu(cpu: dict[str, float]) -> float:
+    return sum(seconds for name, seconds in cpu.items() if name.startswith("proxy"))
+
+
+def round_trips(broker: str, database: str | None = None) -> dict[str, float]:
+    """A round trip to each server, as the system's processes make it."""
+    trips = {"broker": round_trip_ms(redis.Redis.from_url(broker).ping)}
+    if database is not None:
+        url = sqlalchemy.engine.make_url(database).set(drivername="postgresql")
+        with psycopg.connect(url.render_as_string(hide_password=False)) as conn:
+            trips["database"] = round_trip_ms(lambda: conn.execute("SELECT 1"))
+    return trips
 
 
 def run_baseline(folder: Path, load: Load, system: str) -> Run:
     """Celery's beat, RedBeat, or (``bare``) no scheduler: the benchmark sends the herds."""
-    with redis_server(folder) as redis:
+    with redis_server(folder) as server, delays(load.delay_ms) as delay:
+        broker = delay.url(server.url)
         env = dict(
-            BENCH_BROKER=redis.url,
+            BENCH_BROKER=broker,
             BENCH_JOBS=str(load.jobs),
             BENCH_PERIOD=f"{load.period:g}",
             BENCH_STEP=f"{load.step:g}",
@@ -246,7 +285,7 @@ def run_baseline(folder: Path, load: Load, system: str) -> Run:
             beat += ["--scheduler", "redbeat.RedBeatScheduler", "--max-interval", "1"]
         if system != "bare":
             c.start("beat", *beat)
-        client = redis.client()
+        client = server.client()
 
         def recent_lags() -> list[float]:
             since = time.time() - 2
@@ -261,12 +300,14 @@ def run_baseline(folder: Path, load: Load, system: str) -> Run:
             return baseline_herds(client.lrange("bench:lags", 0, -1), t0, t1)
 
         bare = system == "bare"
-        sender = BareHerds(redis.url, load.jobs, load.period, load.step) if bare else None
+        sender = BareHerds(broker, load.jobs, load.period, load.step) if bare else None
         try:
             with sender or nullcontext():
                 warmup = settle(recent_lags, load.period, within=load.steady_lag)
                 load.align()
                 pids = {name: c.processes[name].pid for name in c.processes}
+                pids |= proxies(delay)
+                trips = round_trips(broker)
                 sent = sender.cpu if sender else 0.0
                 with PeakRss(c.processes["worker"].pid) as rss:
                     t0, t1, cpu = measure(pids, load.window)
@@ -283,6 +324,7 @@ def run_baseline(folder: Path, load: Load, system: str) -> Run:
                 lags.append(started - slot)
         herds = HerdTally.of(expected, observed)
         run = Run(len(lags), lags, cpu["worker"], other, rss.peak, warmup, herds, died=died)
+        run.round_trips, run.network_cpu = trips, network_cpu(cpu)
         if sender:  # the herds' drain counts from the slot, so lateness adds to the floor
             late = [late for at, late in sender.late.items() if t0 <= at < t1]
             run.sent_late = max(late, default=float("nan"))
@@ -312,6 +354,11 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
     figure(name, "sustained", int(run.sustained))
     if run.sent_late is not None:
         figure(name, "herd_queued_late_max", run.sent_late * 1000, "ms")
+    report_costs(name, run)
+
+
+def report_costs(name: str, run: Run) -> None:
+    """CPU, memory and the network, per fire where that applies."""
     if run.fires:
         figure(name, "worker_cpu_per_fire", run.worker_cpu / run.fires * 1000, "ms")
         figure(name, "beat_cpu_per_fire", run.other_cpu / run.fires * 1000, "ms")
@@ -324,6 +371,10 @@ def report(label: str, system: str, run: Run, window: float, offered: float) -> 
         figure(name, f"{path}_peak_rss", rss / 2**20, "MiB")
     if run.machine is not None:  # with its PostgreSQL backends; and what else ran
         run.machine.print_figures(name, run.fires)
+    for server, trip in run.round_trips.items():
+        figure(name, f"{server}_round_trip", trip, "ms")
+    if run.network_cpu and run.fires:
+        figure(name, "network_cpu_per_fire", run.network_cpu / run.fires * 1000, "ms")
 
 
 def run_system(system: str, load: Load) -> Run:
@@ -336,7 +387,8 @@ def run_system(system: str, load: Load) -> Run:
 
 def label_of(load: Load) -> str:
     label = f"jobs={load.jobs},period={load.period:g}s"
-    return label + (f",step={load.step:g}s" if load.step else "")
+    label += f",step={load.step:g}s" if load.step else ""
+    return label + (f",delay={load.delay_ms:g}ms" if load.delay_ms else "")
 
 
 def run_load(systems: list[str], load: Load) -> None:
@@ -361,13 +413,13 @@ def find_ceiling(systems: list[str], rates: list[float], load: Load) -> None:
         for system in systems:
             if not all(tried[system].values()):
                 continue
-            rated = Load(round(rate * load.period), load.period, load.window, load.step)
+            rated = replace(load, jobs=round(rate * load.period))
             run = run_system(system, rated)
             report(label_of(rated), system, run, rated.window, rated.jobs / rated.period)
             tried[system][rate] = run.sustained
-    name = f"fire_rate[ceiling,period={load.period:g}s" + (
-        f",step={load.step:g}s]" if load.step else "]"
-    )
+    name = f"fire_rate[ceiling,period={load.period:g}s"
+    name += f",step={load.step:g}s" if load.step else ""
+    name += f",delay={load.delay_ms:g}ms]" if load.delay_ms else "]"
     for system, results in tried.items():
         for rate, sustained in results.items():
             figure(f"{name} {system}", f"rate_{rate:g}_sustained", int(sustained))
@@ -395,13 +447,19 @@ def main(argv: list[str] | None = None) -> None:
         help="offered fires/s to try, comma-separated: the ceiling of each system "
         f"(default systems: {','.join(CEILING_SYSTEMS)})",
     )
+    parser.add_argument(
+        "--delay-ms",
+        type=float,
+        default=0,
+        help="a round trip this long between every system and its servers (bench.delay)",
+    )
     args = parser.parse_args(argv)
     systems = (args.systems or ",".join(CEILING_SYSTEMS if args.rates else SYSTEMS)).split(",")
     for system in systems:
         if system not in SYSTEMS:
             parser.error(f"unknown system {system!r}; use {', '.join(SYSTEMS)}")
     window = args.window if args.window is not None else max(40.0, 3 * args.step)
-    load = Load(args.jobs, args.period, window, args.step)
+    load = Load(args.jobs, args.period, window, args.step, args.delay_ms)
     if args.rates:
         find_ceiling(systems, [float(r) for r in args.rates.split(",")], load)
     else:

@@ -2,6 +2,7 @@
 
     python -m bench.slow_runs [--fast 1000] [--slow 50] [--period 10] [--duration 5]
                               [--window 60] [--order baseline,mixed] [--no-check]
+                              [--delay-ms 0]
 
 On one machine's default deployment, as ``cronchain up`` runs it (the control path's
 worker, prefork, two processes; the work path's, 100 threads; beat), with the product's
@@ -20,6 +21,9 @@ followed until the deployment stops, ``DRAIN`` seconds after the window's end: l
 the runs that started, and ``unstarted``, the slots whose run no worker had claimed by
 then. Figures per run and per group (fast, slow), then the mixed run's fast lags over the
 baseline's.
+
+With ``--delay-ms``, the deployment reaches PostgreSQL and Redis a round trip of that
+long away (``bench.delay``); the endpoint stays on loopback.
 
 The issue's targets are checked at the end, one ``check`` line each, PASS or FAIL with
 the margin left (how far under its bound the figure is, as a share of the bound); the
@@ -141,7 +145,10 @@ def run(folder: Path, args: argparse.Namespace, slow: int) -> Result:
         CRONCHAIN_WATCHDOG_INTERVAL="30",  # the product's default, not the tests' 5 s
         CRONCHAIN_HTTP_ALLOW="127.0.0.1",  # the endpoint listens on loopback
     )
-    with slow_endpoint(args.duration) as url, deployment(folder, **env) as d:
+    with (
+        slow_endpoint(args.duration) as url,
+        deployment(folder, delay_ms=args.delay_ms, **env) as d,
+    ):
         db, c = d.db, d.cluster
         specs = job_specs(args.fast, args.period, prefix="fast")
         http = {"url": url, "timeout": "30s"}
@@ -256,10 +263,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=60, help="seconds measured")
     parser.add_argument("--order", default="baseline,mixed", help="which runs, in order")
     parser.add_argument("--no-check", action="store_true", help="exit 0 whatever the checks")
+    parser.add_argument(
+        "--delay-ms",
+        type=float,
+        default=0,
+        help="a round trip this long between the deployment and its servers (bench.delay)",
+    )
     args = parser.parse_args(argv)
+    delay = f",delay={args.delay_ms:g}ms" if args.delay_ms else ""
     label = (
         f"slow_runs[fast={args.fast},slow={args.slow},period={args.period:g}s,"
-        f"duration={args.duration:g}s]"
+        f"duration={args.duration:g}s{delay}]"
     )
     results: dict[str, Result] = {}
     for which in args.order.split(","):
