@@ -11,7 +11,9 @@ the scrape's wall time p50/p99/max, its size, and the time of one in-process ren
 (the database's part and the text format's, without HTTP). Then the same for the
 page: ``/`` (its first 200 jobs, each with its strip of 30 runs), ``/?after=`` a page
 near the end (keyset paging: it should cost what the first does) and one job's page.
-Last, the scrape again with ``CRONCHAIN_METRICS_PER_JOB=false`` (``no_per_job_*``).
+Last, the scrape again with ``CRONCHAIN_METRICS_PER_JOB=false`` (``no_per_job_*``), and
+again a minute later (``no_per_job_a_minute_on_*``), when a slow count of the jobs by state
+is counted again.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.spec.jobspec import JobSpec
-from cronchain.scheduler.web.metrics import DatabaseCollector, render
+from cronchain.scheduler.web.metrics import STALE_COUNT, DatabaseCollector, render
 from tests.support.engine import RecordingPort
 from tests.support.repo import ROOT
 from tests.support.services import free_port
@@ -69,6 +71,10 @@ def main() -> None:
                 _scrapes(base + path, args.scrapes, name)
         with _serving(url, folder, CRONCHAIN_METRICS_PER_JOB="false") as base:
             _scrapes(f"{base}/metrics", args.scrapes, "no_per_job")
+            # A minute on, the count of jobs by state that a slow registry's scrapes keep
+            # is stale: the scrapes answer with it while it is counted again beside them.
+            time.sleep(STALE_COUNT.total_seconds())
+            _scrapes(f"{base}/metrics", args.scrapes, "no_per_job_a_minute_on")
 
 
 @contextlib.contextmanager
