@@ -350,16 +350,20 @@ class MachineCpu:
       database (the server is shared): a pool that opens and closes connections shows
       here, as does another test's;
     - ``others``: every other process (on a shared machine, other people's tests);
-    - ``kernel``: work charged to no process.
+    - ``kernel``: work charged to no process;
+    - ``network``: the delay proxies of ``network_pids`` (``bench.delay``), children of
+      this process but not the deployment's: a real network takes no CPU from it.
 
     ``connections``: connections made to this database during the window."""
 
     db: sqlalchemy.Engine
+    network_pids: frozenset[int] = frozenset()
     ours: float = 0.0
     backends_exited: float = 0.0
     others: float = 0.0
     kernel: float = 0.0
     connections: int = 0
+    network: float = 0.0
 
     def print_figures(self, bench: str, fires: int) -> None:
         """One line per share of the machine, and the connections opened per fire."""
@@ -367,11 +371,13 @@ class MachineCpu:
         figure(bench, "postgres_exited_backends_cpu", self.backends_exited, "cores")
         figure(bench, "other_processes_cpu", self.others, "cores")
         figure(bench, "kernel_cpu", self.kernel, "cores")
+        if self.network_pids:
+            figure(bench, "delay_proxies_cpu", self.network, "cores")
         if fires:  # PostgreSQL connections opened to its database
             figure(bench, "connections_per_fire", self.connections / fires)
 
     def _ours(self) -> set[int]:
-        return {*tree(os.getpid()), *backends(self.db)}
+        return {*tree(os.getpid()), *backends(self.db)} - self.network_pids
 
     def __enter__(self) -> MachineCpu:
         self._t, self._busy, self._sessions = time.monotonic(), machine_busy(), sessions(self.db)
@@ -384,7 +390,7 @@ class MachineCpu:
         pids, times = self._pids | self._ours(), process_times()
         backend = next(iter(backends(self.db)), None)
         postmaster = times[backend][2] if backend in times else None
-        ours = exited = others = 0.0
+        ours = exited = others = network = 0.0
         for pid, (own, children, _) in times.items():
             was = self._times.get(pid, (0.0, 0.0, 0))
             spent, reaped = max(0.0, own - was[0]), max(0.0, children - was[1])
@@ -393,6 +399,8 @@ class MachineCpu:
             # children are the postmaster's backends, or someone else's processes.
             if pid in pids:
                 ours += spent
+            elif pid in self.network_pids:
+                network += spent
             else:
                 others += spent
             if pid == postmaster:
@@ -400,8 +408,9 @@ class MachineCpu:
             elif pid not in pids:
                 others += reaped
         self.ours, self.backends_exited = ours / elapsed, exited / elapsed
-        self.others = others / elapsed
+        self.others, self.network = others / elapsed, network / elapsed
         self.kernel = busy / elapsed - self.ours - self.backends_exited - self.others
+        self.kernel -= self.network
 
 
 def _children(pid: int) -> list[int]:

@@ -220,7 +220,7 @@ def run_cronchain(
             with (
                 PeakRss(pids["worker"]) as control_rss,
                 PeakRss(pids["work"]) as work_rss,
-                MachineCpu(db) as machine,
+                MachineCpu(db, frozenset(d.delays.pids)) as machine,
             ):
                 x0 = transactions(db)
                 t0, t1, cpu = measure(pids, load.window)
@@ -259,7 +259,8 @@ def network_cpu(cpu: dict[str, float]) -> float:
 
 def round_trips(broker: str, database: str | None = None) -> dict[str, float]:
     """A round trip to each server, as the system's processes make it."""
-    trips = {"broker": round_trip_ms(redis.Redis.from_url(broker).ping)}
+    with redis.Redis.from_url(broker) as client:
+        trips = {"broker": round_trip_ms(client.ping)}
     if database is not None:
         url = sqlalchemy.engine.make_url(database).set(drivername="postgresql")
         with psycopg.connect(url.render_as_string(hide_password=False)) as conn:

@@ -48,7 +48,7 @@ from bench.common import (
 from cronchain.scheduler.maintenance.watchdog import run_once
 from cronchain.scheduler.storage.models import invocations
 from tests.e2e.harness import Cluster
-from tests.support.plans import plan, scans, selects
+from tests.support.plans import pages, plan, scans, selects
 from tests.support.repo import ROOT
 from tests.support.services import redis_server
 
@@ -96,17 +96,17 @@ def main(argv: list[str] | None = None) -> None:
         # PostgreSQL's plan for each statement of an idle pass, as it ran it (the claims
         # of lapsed and of parked jobs, of lapsed starts, runs and revokes, and the
         # features' sweeps).
-        pages = 0
+        total = 0
         ran = selects(engine.db, lambda: run_once(engine))
         for n, (statement, parameters) in enumerate(ran):
             with db.connect() as conn:  # run for real (ANALYZE): idle, it locks nothing
                 top = plan(conn, statement, parameters, analyze=True)
-            read = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
-            pages += read
+            read = pages(top)
+            total += read
             print(f"{name} idle_watchdog_plan[{n}] {'+'.join(scans(top))} pages={read}")
         # FOR UPDATE rules out an index-only scan; what shows that the pass reads only the
         # indexes is that it touches a few index pages and no heap page at all.
-        figure(name, "idle_watchdog_pages_read", pages)
+        figure(name, "idle_watchdog_pages_read", total)
 
         # The deployment as it runs: both paths and beat (whose watchdog sends parked
         # ticks). Stopped through the applies, the workers first drain the slots that

@@ -12,6 +12,7 @@ system's under test.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import tempfile
 import time
@@ -26,13 +27,23 @@ SOURCE = Path(__file__).with_name("delayproxy.c")
 
 
 def binary() -> Path:
-    """The proxy, built once per version of its source."""
+    """The proxy, built once per version of its source, in a folder of this user's: built
+    under a name of its own and renamed, so that builders at once (tests on several
+    workers) never run a half-written one."""
     version = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
-    built = Path(tempfile.gettempdir()) / f"cronchain-delayproxy-{version}"
+    folder = Path(tempfile.gettempdir()) / f"cronchain-bench-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+        raise RuntimeError(f"{folder} is not this user's alone: the proxy is not built there")
+    built = folder / f"delayproxy-{version}"
     if not built.exists():
-        partial = built.with_suffix(".partial")
-        subprocess.run(["cc", "-O2", "-o", str(partial), str(SOURCE)], check=True)
-        partial.rename(built)
+        with tempfile.NamedTemporaryFile(dir=folder, delete=False) as partial:
+            pass
+        try:
+            subprocess.run(["cc", "-O2", "-o", partial.name, str(SOURCE)], check=True)
+            os.replace(partial.name, built)
+        finally:
+            Path(partial.name).unlink(missing_ok=True)
     return built
 
 
@@ -57,7 +68,8 @@ class Delays:
             [str(binary()), str(listen), str(port), str(half)], stdout=subprocess.PIPE
         )
         self.processes.append(process)
-        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        if process.stdout is None or process.stdout.readline() != b"ready\n":
+            raise RuntimeError(f"the delay proxy for {url!r} did not start")
         netloc = parts.netloc.rsplit("@", 1)
         netloc[-1] = f"127.0.0.1:{listen}"
         return urlunsplit(parts._replace(netloc="@".join(netloc)))

@@ -5,8 +5,10 @@
  *     delayproxy LISTEN_PORT TARGET_PORT DELAY_MICROSECONDS
  *
  * It listens on 127.0.0.1:LISTEN_PORT and connects each client to 127.0.0.1:TARGET_PORT.
- * Each chunk read is forwarded DELAY after it was read, in order, by one thread on epoll
- * and a timerfd (nanosecond deadlines: epoll's own timeout counts whole milliseconds).
+ * Each chunk read is forwarded DELAY after it was read, in order, and so is the end of
+ * a stream; one thread on epoll and a timerfd (nanosecond deadlines: epoll's own timeout
+ * counts whole milliseconds). A direction holding more than CAP bytes stops reading
+ * until its reader takes some, so that TCP's flow control still reaches the sender.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -25,31 +27,36 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHUNK 65536
+#define READ 65536
+#define CAP (4 << 20)
 
 struct chunk {
     struct chunk *next;
-    int64_t due;     /* CLOCK_MONOTONIC, ns */
+    int64_t due;      /* CLOCK_MONOTONIC, ns */
     size_t len, off;
     char data[];
 };
 
-struct dir {          /* one direction: bytes read from fd[src], written to fd[1 - src] */
+struct dir {          /* one direction: bytes read from fd[s], written to fd[1 - s] */
     struct chunk *head, *tail;
-    int eof, shut, blocked;
+    size_t queued;    /* bytes held */
+    int64_t eof_due;  /* when the end of the stream is passed on; 0: not read yet */
+    int shut, blocked;
 };
 
 struct conn {
-    int fd[2];        /* 0: the client, 1: the target */
-    struct dir dir[2];/* dir[s]: what fd[s] sent, on its way to fd[1 - s] */
-    struct conn *next, **prev;
+    int fd[2];         /* 0: the client, 1: the target */
+    struct dir dir[2]; /* dir[s]: what fd[s] sent, on its way to fd[1 - s] */
     struct end { struct conn *conn; int side; } end[2];
+    uint32_t watched[2]; /* the events epoll has for fd[s]; 0: not registered */
+    struct conn *next, **prev;
     int dead;
 };
 
 static int64_t delay_ns;
 static int ep;
 static struct conn *conns, *dead; /* the dead are freed once no event can name them */
+static char buffer[READ];
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -57,11 +64,18 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* What fd[side] is watched for: input while its stream goes on and its direction holds
+ * less than CAP, output while the other direction waits to write to it. With neither, it
+ * leaves epoll, which would report a closed socket's hang-up on every call. */
 static void watch(struct conn *c, int side) {
-    /* Reading stops at its end of file, or a closed socket would wake the loop forever. */
-    struct epoll_event ev = {.events = c->dir[side].eof ? 0 : EPOLLIN, .data.ptr = &c->end[side]};
-    if (c->dir[1 - side].blocked) ev.events |= EPOLLOUT; /* fd[side] is that one's dst */
-    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd[side], &ev);
+    struct dir *in = &c->dir[side];
+    uint32_t want = (!in->eof_due && in->queued < CAP) ? EPOLLIN : 0;
+    if (c->dir[1 - side].blocked) want |= EPOLLOUT;
+    if (want == c->watched[side]) return;
+    struct epoll_event ev = {.events = want, .data.ptr = &c->end[side]};
+    int op = !want ? EPOLL_CTL_DEL : c->watched[side] ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    epoll_ctl(ep, op, c->fd[side], &ev);
+    c->watched[side] = want;
 }
 
 static void drop(struct conn *c) {
@@ -78,11 +92,10 @@ static void drop(struct conn *c) {
     dead = c;
 }
 
-/* Write what is due of direction s; 0 if the connection broke. */
+/* Write what is due of direction s; 0 once the connection is over or broken. */
 static int flush(struct conn *c, int s, int64_t now) {
     struct dir *d = &c->dir[s];
     int dst = c->fd[1 - s];
-    int was = d->blocked;
     d->blocked = 0;
     while (d->head && d->head->due <= now) {
         struct chunk *k = d->head;
@@ -90,40 +103,41 @@ static int flush(struct conn *c, int s, int64_t now) {
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { d->blocked = 1; break; }
         if (n < 0) return 0;
         k->off += (size_t)n;
+        d->queued -= (size_t)n;
         if (k->off < k->len) continue;
         d->head = k->next;
         if (!d->head) d->tail = NULL;
         free(k);
     }
-    if (was != d->blocked) watch(c, 1 - s);
-    if (d->eof && !d->head && !d->shut) {
+    if (d->eof_due && d->eof_due <= now && !d->head && !d->shut) {
         shutdown(dst, SHUT_WR);
         d->shut = 1;
     }
+    watch(c, s);     /* it may read again */
+    watch(c, 1 - s); /* its destination, for output */
     return !(c->dir[0].shut && c->dir[1].shut);
 }
 
 static int take(struct conn *c, int s) {
-    for (;;) {
-        struct chunk *k = malloc(sizeof *k + CHUNK);
-        ssize_t n = read(c->fd[s], k->data, CHUNK);
-        if (n <= 0) {
-            free(k);
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
-            if (n < 0) return 0;
-            c->dir[s].eof = 1;
-            watch(c, s);
-            return 1;
-        }
+    struct dir *d = &c->dir[s];
+    while (!d->eof_due && d->queued < CAP) {
+        ssize_t n = read(c->fd[s], buffer, READ);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n < 0) return 0;
+        if (n == 0) { d->eof_due = now_ns() + delay_ns; break; }
+        struct chunk *k = malloc(sizeof *k + (size_t)n);
+        memcpy(k->data, buffer, (size_t)n);
         k->next = NULL;
         k->due = now_ns() + delay_ns;
         k->len = (size_t)n;
         k->off = 0;
-        struct dir *d = &c->dir[s];
         if (d->tail) d->tail->next = k; else d->head = k;
         d->tail = k;
-        if (n < CHUNK) return 1;
+        d->queued += (size_t)n;
+        if (n < READ) break;
     }
+    watch(c, s);
+    return 1;
 }
 
 static int listen_on(int port) {
@@ -154,8 +168,7 @@ static void accept_all(int lfd, int target) {
         c->fd[1] = tfd;
         for (int s = 0; s < 2; s++) {
             c->end[s] = (struct end){c, s};
-            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->end[s]};
-            epoll_ctl(ep, EPOLL_CTL_ADD, c->fd[s], &ev);
+            watch(c, s);
         }
         c->next = conns;
         c->prev = &conns;
@@ -191,8 +204,10 @@ int main(int argc, char **argv) {
                 if (!c->dir[s].blocked && !flush(c, s, now)) drop(c);
             }
             for (int s = 0; s < 2 && !c->dead; s++) {
-                struct chunk *h = c->dir[s].head;
-                if (h && !c->dir[s].blocked && h->due < next) next = h->due;
+                struct dir *d = &c->dir[s];
+                if (d->blocked) continue; /* it waits for output, not for time */
+                if (d->head && d->head->due < next) next = d->head->due;
+                if (!d->head && d->eof_due && !d->shut && d->eof_due < next) next = d->eof_due;
             }
         }
         struct itimerspec t = {0};
@@ -205,14 +220,18 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) {
             struct end *e = events[i].data.ptr;
             if (e->side == -1) { accept_all(lfd, target); continue; }
-            if (e->side == -2) { uint64_t x; read(tfd, &x, sizeof x); continue; }
+            if (e->side == -2) { uint64_t x; ssize_t r = read(tfd, &x, sizeof x); (void)r; continue; }
             struct conn *c = e->conn;
             if (c->dead) continue;
-            if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !take(c, e->side)) {
+            uint32_t got = events[i].events;
+            if ((got & (EPOLLIN | EPOLLHUP | EPOLLERR)) && (c->watched[e->side] & EPOLLIN)
+                && !take(c, e->side)) {
                 drop(c);
                 continue;
             }
-            if ((events[i].events & EPOLLOUT) && !flush(c, 1 - e->side, now_ns())) drop(c);
+            if ((got & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && c->dir[1 - e->side].blocked
+                && !flush(c, 1 - e->side, now_ns()))
+                drop(c);
         }
         for (struct conn *c; (c = dead); free(c)) dead = c->next;
     }

@@ -86,6 +86,11 @@ def pass_for(engine: Core, interval: float, backlog: timedelta) -> WatchdogRepor
     ticks: skipped while a backlog lasts, every job of a long period would wait for it to
     drain while jobs of short periods went on ticking."""
     if backlog > timedelta(seconds=interval):
+        log.warning(
+            "the watchdog's run waited %.1f s in the queue, more than an interval: it sends"
+            " the parked ticks due and leaves its repairs to the next run",
+            backlog.total_seconds(),
+        )
         return wake_all(engine, budget=interval / 2)
     return sweep(engine, budget=interval / 2, backlog=backlog)
 

@@ -140,13 +140,17 @@ class DatabaseCollector(Collector):
         10,000 jobs, 230 ms at a million, more than the rest of a scrape together. A count
         that took longer than ``SLOW_COUNT`` is kept, so that the scrapes of a large
         registry read indexes only: once it is ``STALE_COUNT`` old, a scrape still
-        answers with it and has it counted again on a thread of its own. Only the first
-        scrape waits for a slow count; a quick one is never kept."""
+        answers with it and has it counted again on a thread of its own, for the scrapes
+        after it. Only the first scrape waits for a slow count; a quick one is never
+        kept."""
         kept = self._counted
         if kept is None:
             return self._count(conn, now)
         if now >= kept[0] and self._recounting.acquire(blocking=False):
-            threading.Thread(target=self._recount, args=(now,), daemon=True).start()
+            try:
+                threading.Thread(target=self._recount, args=(now,), daemon=True).start()
+            except RuntimeError:  # no thread to be had: the next stale scrape tries again
+                self._recounting.release()
         return kept[1]
 
     def _count(self, conn: Connection, now: datetime) -> dict[str, int]:

@@ -4,6 +4,7 @@ row, and the watchdog sends it as its slot comes within the horizon
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import timedelta
 
@@ -128,7 +129,7 @@ def test_the_lapsed_claim_leaves_an_overdue_parked_tick_to_the_wake(
 
 
 def test_a_watchdog_run_behind_a_deep_queue_wakes_parked_ticks_and_repairs_nothing(
-    db: sqlalchemy.Engine, clock: Clock
+    db: sqlalchemy.Engine, clock: Clock, caplog: pytest.LogCaptureFixture
 ):
     """A run that waited longer than an interval leaves its repairs to the next run,
     sent since (the backpressure), but still sends the parked ticks: nothing else does,
@@ -140,8 +141,10 @@ def test_a_watchdog_run_behind_a_deep_queue_wakes_parked_ticks_and_repairs_nothi
     port = RecordingPort()
     engine = Engine(db, port, {}, grace=timedelta(seconds=15), clock=clock)
     clock.now = far.watchdog_at + timedelta(seconds=1)  # lost's is long overdue too
-    report = watchdog.pass_for(engine, interval=30, backlog=timedelta(seconds=31))
+    with caplog.at_level(logging.WARNING, "cronchain.watchdog"):
+        report = watchdog.pass_for(engine, interval=30, backlog=timedelta(seconds=31))
     assert (report.woken, report.repairs) == (1, 0)
+    assert "waited 31.0 s in the queue" in caplog.text  # said, as the health check will
     assert port.ticks == [(far.id, far.snapshot.tick_nonce, far.snapshot.tick_at)]
     report = watchdog.pass_for(engine, interval=30, backlog=timedelta(seconds=30))
     assert (report.woken, report.ticks) == (0, 1)  # the next run, in time: lost's repair

@@ -63,6 +63,11 @@ def plan(
     return explained.scalar_one()[0]["Plan"]
 
 
+def pages(top: dict[str, Any]) -> int:
+    """The pages a plan run with ``analyze`` touched, found in the cache or read."""
+    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+
+
 def scans(top: dict[str, Any]) -> list[str]:
     """Each scan of a plan, as ``Node Type(index or table)``."""
     found, stack = [], [top]
