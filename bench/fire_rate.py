@@ -69,9 +69,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg
-import redis
-import sqlalchemy
 from celery import Celery
 
 from bench.bare import BareHerds
@@ -91,7 +88,7 @@ from bench.common import (
     started_runs,
     transactions,
 )
-from bench.delay import Delays, delays, round_trip_ms
+from bench.delay import Delays, delays, round_trips
 from bench.herds import (
     HerdTally,
     baseline_herds,
@@ -255,17 +252,6 @@ def proxies(delays: Delays) -> dict[str, int]:
 
 def network_cpu(cpu: dict[str, float]) -> float:
     return sum(seconds for name, seconds in cpu.items() if name.startswith("proxy"))
-
-
-def round_trips(broker: str, database: str | None = None) -> dict[str, float]:
-    """A round trip to each server, as the system's processes make it."""
-    with redis.Redis.from_url(broker) as client:
-        trips = {"broker": round_trip_ms(client.ping)}
-    if database is not None:
-        url = sqlalchemy.engine.make_url(database).set(drivername="postgresql")
-        with psycopg.connect(url.render_as_string(hide_password=False)) as conn:
-            trips["database"] = round_trip_ms(lambda: conn.execute("SELECT 1"))
-    return trips
 
 
 def run_baseline(folder: Path, load: Load, system: str) -> Run:

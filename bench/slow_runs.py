@@ -62,6 +62,7 @@ from bench.common import (
     started_runs,
     transactions,
 )
+from bench.delay import round_trips
 from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.scheduler.timing.schedules import parse_schedule
 from tests.e2e.harness import Endpoint
@@ -125,6 +126,7 @@ class Result:
     transactions: int
     work_peak_rss: int
     machine: MachineCpu
+    round_trips: dict[str, float]  # ms, to each server, as the deployment makes them
 
 
 def group_of(name: str) -> str:
@@ -161,9 +163,10 @@ def run(folder: Path, args: argparse.Namespace, slow: int) -> Result:
             warmup = settle(lambda: recent_lags(db), args.period)
             analyze(db)  # the runs of the warm-up are in the history now
             pids = d.worker_pids
+            trips = round_trips(c.env["CRONCHAIN_BROKER_URL"], c.env["CRONCHAIN_DATABASE_URL"])
             with PeakRss(pids["work"]) as rss:
                 cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-                with MachineCpu(db) as machine:
+                with MachineCpu(db, frozenset(d.delays.pids)) as machine:
                     x0, t0 = transactions(db), datetime.now(UTC)
                     time.sleep(args.window)
                     x1, t1 = transactions(db), datetime.now(UTC)
@@ -213,6 +216,7 @@ def run(folder: Path, args: argparse.Namespace, slow: int) -> Result:
             x1 - x0,
             rss.peak,
             machine,
+            trips,
         )
 
 
@@ -241,6 +245,8 @@ def report(name: str, result: Result, window: float) -> None:
     # Of the machine's two cores: this deployment's, and what else ran (on a shared
     # machine, other people's tests: a figure of a run where this is high is suspect).
     result.machine.print_figures(name, result.fires)
+    for server, trip in result.round_trips.items():
+        figure(name, f"{server}_round_trip", trip, "ms")
 
 
 def check(name: str, what: str, value: float, bound: float, unit: str = "") -> bool:

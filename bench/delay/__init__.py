@@ -21,6 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
+import redis
+import sqlalchemy
+
 from tests.support.services import free_port
 
 SOURCE = Path(__file__).with_name("delayproxy.c")
@@ -91,6 +95,18 @@ def delays(round_trip_ms: float) -> Iterator[Delays]:
         yield made
     finally:
         made.stop()
+
+
+def round_trips(broker: str, database: str | None = None) -> dict[str, float]:
+    """A round trip to each server, in milliseconds, as a deployment's processes make it
+    (through its proxies, given its URLs)."""
+    with redis.Redis.from_url(broker) as client:
+        trips = {"broker": round_trip_ms(client.ping)}
+    if database is not None:
+        url = sqlalchemy.engine.make_url(database).set(drivername="postgresql")
+        with psycopg.connect(url.render_as_string(hide_password=False)) as conn:
+            trips["database"] = round_trip_ms(lambda: conn.execute("SELECT 1"))
+    return trips
 
 
 def round_trip_ms(ping: Callable[[], object], times: int = 200) -> float:
