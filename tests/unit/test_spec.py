@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -211,8 +211,6 @@ def test_bad_http_options_name_the_field(options: dict, message: str):
 
 
 def test_the_debug_log_keeps_its_start_and_end():
-    from datetime import UTC, datetime
-
     from cronchain.scheduler import debuglog
 
     text = None
@@ -220,6 +218,18 @@ def test_the_debug_log_keeps_its_start_and_end():
         text = debuglog.append(text, datetime(2026, 1, 1, tzinfo=UTC), f"line {n}")
     assert text is not None and len(text) <= debuglog.LIMIT
     assert "line 0\n" in text and "line 1999\n" in text and "characters trimmed" in text
+
+
+def test_debug_log_stamps_each_line_in_utc_whatever_zone_now_is_in():
+    """The stamp of a ``now`` is kept: an equal instant in another zone must not read
+    as the other zone's wall clock with a ``Z``."""
+    from cronchain.scheduler import debuglog
+
+    at = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    paris = at.astimezone(timezone(timedelta(hours=1)))
+    for now in (paris, at, at + timedelta(seconds=1), paris):
+        line = debuglog.append(None, now, "x")
+        assert line == f"{now.astimezone(UTC):%Y-%m-%dT%H:%M:%S}.123Z x\n"
 
 
 @pytest.mark.parametrize("empty", [{}, None, []])
