@@ -1,9 +1,12 @@
 """The job machine, after LUCI Scheduler's ``engine/cron/machine.go``.
 
 A step is ``(snapshot, event, now, schedule, nonce) -> (snapshot', actions)``. The
-``transitions`` machine below is built once per process and driven on plain snapshot
-dataclasses; its callbacks (:mod:`statemachine.callbacks`) only change the snapshot and
-append actions.
+``transitions`` machine below is built once per process; its callbacks
+(:mod:`statemachine.callbacks`) only change the snapshot and append actions. A step
+runs the machine's own resolved transitions (``_TABLE``, read from it once) on a plain
+snapshot dataclass, without ``Event.trigger``'s generic dispatch, which was a fifth of
+the control path's CPU; ``tests/unit/test_machine_table.py`` holds the two to the same
+answers.
 
 Ticks carry a nonce. A tick whose nonce is not the pending one (stale, repeated, or sent
 before a pause) is ignored, so a tick delivered twice can never fire a slot twice. The
@@ -18,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from transitions import Machine, MachineError
+from transitions import EventData, Machine
 
 from cronchain.statemachine import callbacks as cb
 from cronchain.statemachine.actions import Action
@@ -68,11 +71,15 @@ def step(
     actions: list[Action] = []
     if not _ignored(snapshot, event):
         ctx = Context(now, schedule, nonce, event, actions, policy, misfire)
-        try:
-            done = _MACHINE.events[_event_name(event)].trigger(model, ctx=ctx)
-        except MachineError as err:
-            raise InvalidTransition(event, snapshot.state) from err
-        if not done:
+        fired = EventData(None, None, _MACHINE, model, (), {"ctx": ctx})
+        for conditions, dest, after in _TABLE.get((_event_name(event), snapshot.state), ()):
+            if all(condition(fired) for condition in conditions):
+                if dest is not None:
+                    model.state = dest
+                for callback in after:
+                    callback(fired)
+                break
+        else:
             raise InvalidTransition(event, snapshot.state)
     return Step(model, actions, changed=bool(actions) or model != snapshot)
 
@@ -89,7 +96,7 @@ def _ignored(snapshot: JobSnapshot, event: Event) -> bool:
 
 
 def _event_name(event: Event) -> str:
-    return type(event).__name__.lower()
+    return _NAMES.get(type(event)) or type(event).__name__.lower()
 
 
 # --- the machine, built once ----------------------------------------------------------
@@ -211,6 +218,38 @@ _MACHINE = Machine(
     send_event=True,
 )
 
+_NAMES: dict[type, str] = {e: e.__name__.lower() for e in Event.__args__}  # type: ignore[attr-defined]
+
 # Every event type must have a trigger, or step() would fail with a KeyError at run time.
-_MISSING = {e.__name__.lower() for e in Event.__args__} - set(_MACHINE.events)  # type: ignore[attr-defined]
+_MISSING = set(_NAMES.values()) - set(_MACHINE.events)
 assert not _MISSING, f"events without a trigger: {_MISSING}"
+
+# An arm of an event from one state: its conditions, its destination (None: the state
+# stays), its callbacks.
+Conditions = tuple[Callable[[EventData], bool], ...]
+Arm = tuple[Conditions, JobState | None, tuple[Callable[[EventData], None], ...]]
+
+
+def _arms(machine: Machine) -> dict[tuple[str, JobState], tuple[Arm, ...]]:
+    """Each event's transitions from each state, in the machine's order, as resolved by
+    ``transitions``. The table holds only what this machine uses: conditions that must
+    hold, destinations and ``after`` callbacks. Anything else (``unless``, ``before``,
+    ``prepare``, a state's ``on_enter``, machine-wide callbacks) would be skipped by
+    ``step``, so it is refused here, when the module loads."""
+    machine_wide = ("prepare_event", "before_state_change", "after_state_change")
+    assert not any(getattr(machine, name) for name in (*machine_wide, "finalize_event"))
+    assert not any(state.on_enter or state.on_exit for state in machine.states.values())
+    table: dict[tuple[str, JobState], tuple[Arm, ...]] = {}
+    for name, event in machine.events.items():
+        for source, transitions in event.transitions.items():
+            arms = []
+            for t in transitions:
+                assert not t.prepare and not t.before, t
+                assert all(c.target for c in t.conditions), t  # no ``unless``
+                dest = machine.get_state(t.dest).value if t.dest else None
+                arms.append((tuple(c.func for c in t.conditions), dest, tuple(t.after)))
+            table[name, JobState(source)] = tuple(arms)
+    return table
+
+
+_TABLE = _arms(_MACHINE)
