@@ -103,6 +103,7 @@ class Controls:
 
 
 _CONTROLS: dict[str, Controls] = {}
+_KEYSET = frozenset(KEYS)  # a spec holds a few keys: read them, not all the controls'
 
 
 class Specified(Protocol):
@@ -116,7 +117,7 @@ def controls_of(job: Specified) -> Controls:
     """A job's controls, parsed once per set of values: most jobs share the defaults,
     and keying by revision (one per job) parsed them again for every job of a large
     apply."""
-    key = repr([(k, job.spec[k]) for k in KEYS if k in job.spec])
+    key = repr([item for item in job.spec.items() if item[0] in _KEYSET])
     controls = _CONTROLS.get(key)
     if controls is None:
         if len(_CONTROLS) > 8192:
