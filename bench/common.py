@@ -4,9 +4,11 @@ printed line per figure."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -49,8 +51,9 @@ def figure(bench: str, name: str, value: float, unit: str = "") -> None:
 
 
 @contextmanager
-def database() -> Iterator[tuple[str, sqlalchemy.Engine]]:
-    """A fresh, migrated database on the shared PostgreSQL, dropped afterwards."""
+def database(migrated: bool = True) -> Iterator[tuple[str, sqlalchemy.Engine]]:
+    """A fresh database on the shared PostgreSQL, migrated unless asked not to (the code
+    that will use it migrates it), dropped afterwards."""
     admin = sqlalchemy.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     name = f"cronchain_bench_{uuid.uuid4().hex[:8]}"
     with admin.connect() as conn:
@@ -59,7 +62,8 @@ def database() -> Iterator[tuple[str, sqlalchemy.Engine]]:
     url_text = url.render_as_string(hide_password=False)
     engine = make_engine(url_text)
     try:
-        upgrade(engine)
+        if migrated:
+            upgrade(engine)
         yield url_text, engine
     finally:
         engine.dispose()
@@ -69,7 +73,22 @@ def database() -> Iterator[tuple[str, sqlalchemy.Engine]]:
 
 
 def cluster(folder: Path, **env: str) -> Cluster:
-    return Cluster.create(folder, **{"PYTHONPATH": str(ROOT), **env})
+    return Cluster.create(folder, **{"PYTHONPATH": own_code(), **env})
+
+
+def own_code() -> str:
+    """A ``PYTHONPATH`` under which ``cronchain`` is this checkout's code. ``ROOT`` alone
+    is not enough: ``cronchain`` would be found where the virtualenv's editable install
+    points, another checkout's for a worktree that shares it (a benchmark run from a
+    snapshot while its checkout is edited)."""
+    names = Path(tempfile.gettempdir()) / f"cronchain-bench-{os.getuid()}" / "names"
+    link = names / hashlib.sha256(str(ROOT).encode()).hexdigest()[:12] / "cronchain"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)  # a dangling link left by a removed checkout
+        with suppress(FileExistsError):  # another benchmark made it meanwhile
+            link.symlink_to(ROOT)
+    return f"{link.parent}:{ROOT}"
 
 
 @contextmanager
@@ -135,16 +154,27 @@ class Deployment:
 
 
 @contextmanager
-def deployment(folder: Path, delay_ms: float = 0, **env: str) -> Iterator[Deployment]:
+def deployment(
+    folder: Path, delay_ms: float = 0, code: str | None = None, **env: str
+) -> Iterator[Deployment]:
     """cronchain's processes on a fresh database and Redis, each ``delay_ms`` of round
-    trip away (``bench.delay``)."""
-    with database() as (url, db), redis_server(folder) as redis, delays(delay_ms) as delay:
+    trip away (``bench.delay``). ``code``: the ``PYTHONPATH`` of other code to deploy
+    (``previous_code``), which migrates the database to its own schema."""
+    paths = {} if code is None else {"PYTHONPATH": code}
+    with (
+        database(migrated=code is None) as (url, db),
+        redis_server(folder) as redis,
+        delays(delay_ms) as delay,
+    ):
         c = cluster(
             folder,
             CRONCHAIN_DATABASE_URL=delay.url(url),
             CRONCHAIN_BROKER_URL=delay.url(redis.url),
+            **paths,
             **env,
         )
+        if code is not None:
+            c.cronchain("db", "upgrade")
         try:
             yield Deployment(db, redis, c, delay)
         finally:

@@ -50,6 +50,13 @@ without netem, cannot add. Each run prints the round trips it measured through t
 delay asked for) and their CPU per fire (``network_cpu_per_fire``), which a real network
 would not take from the machine's two cores.
 
+``--baseline REV`` adds ``cronchain@REV`` to the systems (right after ``cronchain``):
+the code at git revision REV, from a worktree, on a database its own migrations make.
+``--repeat N`` runs the systems in turn N times, so that a drift of the machine's speed
+hits both alike; with a baseline, the ``ab`` line divides cronchain's mean worker CPU
+per fire (both paths, and each path), its deployment's CPU and its lag p99 by the
+baseline's: under 1, the current code is cheaper.
+
 ``--rates 300,400,500`` finds a ceiling: for each rate, ascending, each system runs
 ``rate * period`` jobs (``--jobs`` is ignored), the systems taking turns at each rate, and
 a system stops at its first rate not sustained. Each run prints its figures; then one line
@@ -61,9 +68,12 @@ drain wait, stop): five rates for two systems take 12-18 minutes.
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -83,6 +93,7 @@ from bench.common import (
     first_waits_over,
     job_document,
     percentile,
+    previous_code,
     recent_lags,
     settle,
     started_runs,
@@ -193,10 +204,15 @@ def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str
 
 
 def run_cronchain(
-    folder: Path, load: Load, requires: bool = False, events: str | None = None
+    folder: Path,
+    load: Load,
+    requires: bool = False,
+    events: str | None = None,
+    code: str | None = None,
 ) -> Run:
+    """``code``: the ``PYTHONPATH`` of other code to deploy (``--baseline``)."""
     settings = {"CRONCHAIN_RUN_EVENTS": "false"} if events == "celery" else {}
-    with deployment(folder, delay_ms=load.delay_ms, **settings) as d:
+    with deployment(folder, delay_ms=load.delay_ms, code=code, **settings) as d:
         db, c = d.db, d.cluster
         # The workers run before the jobs exist: each job's first slot comes after its
         # creation, so none is overdue when it starts (no startup backlog to drain).
@@ -364,8 +380,11 @@ def report_costs(name: str, run: Run) -> None:
         figure(name, "network_cpu_per_fire", run.network_cpu / run.fires * 1000, "ms")
 
 
-def run_system(system: str, load: Load) -> Run:
-    with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as tmp:
+def run_system(system: str, load: Load, code: dict[str, str] | None = None) -> Run:
+    """``code``: the ``PYTHONPATH`` of each ``cronchain@REV`` system."""
+    with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp:
+        if system in (code or {}):
+            return run_cronchain(Path(tmp), load, code=(code or {})[system])
         if system.startswith("cronchain"):
             requires = system == "cronchain+requires"
             return run_cronchain(Path(tmp), load, requires, EVENTS.get(system))
@@ -378,19 +397,50 @@ def label_of(load: Load) -> str:
     return label + (f",delay={load.delay_ms:g}ms" if load.delay_ms else "")
 
 
-def run_load(systems: list[str], load: Load) -> None:
-    """Each system in turn on the same load, then the ``herd`` line."""
+def run_load(
+    systems: list[str], load: Load, code: dict[str, str] | None = None, repeat: int = 1
+) -> None:
+    """Each system in turn on the same load (``repeat`` times over), then the ``herd``
+    line, and with a baseline the ``ab`` line."""
     label, tallies, p99 = label_of(load), {}, {}
-    for system in systems:
-        run = run_system(system, load)
-        report(label, system, run, load.window, load.jobs / load.period)
-        tallies[system] = run.herds
-        p99[system] = percentile(run.lags, 0.99)
+    runs: dict[str, list[Run]] = {system: [] for system in systems}
+    for _ in range(repeat):
+        for system in systems:
+            run = run_system(system, load, code)
+            report(label, system, run, load.window, load.jobs / load.period)
+            runs[system].append(run)
+            tallies[system] = run.herds
+            p99[system] = percentile(run.lags, 0.99)
+    for baseline in code or {}:
+        if "cronchain" in runs:
+            print_ab(f"fire_rate[{label}] ab", runs["cronchain"], runs[baseline])
     if {"cronchain", "cronchain+requires"} <= set(p99):
         ratio = p99["cronchain+requires"] / p99["cronchain"]
         figure(f"fire_rate[{label}] requires", "p99_over_plain", ratio)
     if load.step:
         print_comparison(f"fire_rate[{label}] herd", tallies)
+
+
+def print_ab(name: str, current: list[Run], baseline: list[Run]) -> None:
+    """The current code's mean costs over the baseline's, each run weighted by its fires."""
+
+    def mean(runs: list[Run], cost: Callable[[Run], float]) -> float:
+        return sum(cost(r) for r in runs) / max(1, sum(r.fires for r in runs))
+
+    costs: dict[str, Callable[[Run], float]] = {
+        "worker_cpu_per_fire": lambda r: r.worker_cpu,
+        "control_cpu_per_fire": lambda r: r.paths["control"][0],
+        "work_cpu_per_fire": lambda r: r.paths["work"][0],
+    }
+    for what, cost in costs.items():
+        figure(name, f"{what}_ratio", mean(current, cost) / mean(baseline, cost))
+    per_run: dict[str, Callable[[Run], float]] = {  # the same load: compared run by run
+        "deployment_cpu": lambda r: r.machine.ours if r.machine else math.nan,
+        "lag_p99": lambda r: percentile(r.lags, 0.99),
+    }
+    for what, value in per_run.items():
+        ratio = statistics.mean(map(value, current)) / statistics.mean(map(value, baseline))
+        figure(name, f"{what}_ratio", ratio)
 
 
 def find_ceiling(systems: list[str], rates: list[float], load: Load) -> None:
@@ -435,6 +485,12 @@ def main(argv: list[str] | None = None) -> None:
         f"(default systems: {','.join(CEILING_SYSTEMS)})",
     )
     parser.add_argument(
+        "--baseline", metavar="REV", help="also deploy the code at this git revision"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the systems in turn this many times"
+    )
+    parser.add_argument(
         "--delay-ms",
         type=float,
         default=0,
@@ -445,12 +501,21 @@ def main(argv: list[str] | None = None) -> None:
     for system in systems:
         if system not in SYSTEMS:
             parser.error(f"unknown system {system!r}; use {', '.join(SYSTEMS)}")
+    if args.baseline and "cronchain" in systems:
+        systems.insert(systems.index("cronchain") + 1, f"cronchain@{args.baseline}")
+    if args.rates and (args.baseline or args.repeat > 1):
+        parser.error("--baseline and --repeat are for one load, not --rates")
     window = args.window if args.window is not None else max(40.0, 3 * args.step)
     load = Load(args.jobs, args.period, window, args.step, args.delay_ms)
-    if args.rates:
-        find_ceiling(systems, [float(r) for r in args.rates.split(",")], load)
-    else:
-        run_load(systems, load)
+    with tempfile.TemporaryDirectory(prefix="bench-code-") as tmp:
+        code = {}
+        with previous_code(args.baseline, Path(tmp)) if args.baseline else nullcontext() as path:
+            if path is not None:
+                code[f"cronchain@{args.baseline}"] = path
+            if args.rates:
+                find_ceiling(systems, [float(r) for r in args.rates.split(",")], load)
+            else:
+                run_load(systems, load, code, args.repeat)
 
 
 if __name__ == "__main__":
