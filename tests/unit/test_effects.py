@@ -33,10 +33,12 @@ def test_a_jobs_priority_as_each_broker_reads_it():
 
 
 class App:
-    """What ``send_task`` reads of a Celery app: its broker and its ``send_task``."""
+    """What ``send_task`` reads of a Celery app: its broker, its limits of an
+    ``argsrepr`` (Celery's defaults) and its ``send_task``."""
 
     def __init__(self, broker_url: str) -> None:
-        self.conf = SimpleNamespace(broker_url=broker_url)
+        self.conf = SimpleNamespace(broker_url=broker_url, task_repr_maxlevels=3)
+        self.amqp = SimpleNamespace(argsrepr_maxsize=1024)
         self.sent: list[dict[str, object]] = []
 
     def send_task(self, name: str, **options: object) -> None:
