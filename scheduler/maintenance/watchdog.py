@@ -86,13 +86,44 @@ def pass_for(engine: Core, interval: float, backlog: timedelta) -> WatchdogRepor
     ticks: skipped while a backlog lasts, every job of a long period would wait for it to
     drain while jobs of short periods went on ticking."""
     if backlog > timedelta(seconds=interval):
-        log.warning(
-            "the watchdog's run waited %.1f s in the queue, more than an interval: it sends"
-            " the parked ticks due and leaves its repairs to the next run",
-            backlog.total_seconds(),
-        )
+        _BEHIND.run(backlog)
         return wake_all(engine, budget=interval / 2)
+    _BEHIND.caught_up()
     return sweep(engine, budget=interval / 2, backlog=backlog)
+
+
+class _Behind:
+    """This process's runs behind a deep queue, said once as the backlog begins and once
+    as it ends: a worker back from a three-minute outage ran 36 such runs one after the
+    other, and a warning each told nothing the first had not."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.most = timedelta(0)
+
+    def run(self, backlog: timedelta) -> None:
+        self.runs += 1
+        self.most = max(self.most, backlog)
+        if self.runs == 1:
+            log.warning(
+                "the watchdog's run waited %.1f s in the queue, more than an interval: it"
+                " sends the parked ticks due and leaves its repairs to the next run, as"
+                " will the runs behind it until the queue has caught up",
+                backlog.total_seconds(),
+            )
+
+    def caught_up(self) -> None:
+        if self.runs:
+            log.warning(
+                "the watchdog's queue has caught up: %s runs behind it (waits up to %.1f s)"
+                " only sent parked ticks; this one repairs",
+                self.runs,
+                self.most.total_seconds(),
+            )
+        self.runs, self.most = 0, timedelta(0)
+
+
+_BEHIND = _Behind()
 
 
 def wake_all(engine: Core, budget: float) -> WatchdogReport:
