@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -23,6 +22,7 @@ from celery import Celery
 from sqlalchemy import select
 
 from bench.delay import Delays, delays
+from bench.folders import private_folder
 from bench.load import offset
 from cronchain.migrations import upgrade
 from cronchain.scheduler.storage.db import make_engine
@@ -81,8 +81,8 @@ def own_code() -> str:
     is not enough: ``cronchain`` would be found where the virtualenv's editable install
     points, another checkout's for a worktree that shares it (a benchmark run from a
     snapshot while its checkout is edited)."""
-    names = Path(tempfile.gettempdir()) / f"cronchain-bench-{os.getuid()}" / "names"
-    link = names / hashlib.sha256(str(ROOT).encode()).hexdigest()[:12] / "cronchain"
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    link = private_folder() / "names" / checkout / "cronchain"
     if not link.exists():
         link.parent.mkdir(parents=True, exist_ok=True)
         link.unlink(missing_ok=True)  # a dangling link left by a removed checkout

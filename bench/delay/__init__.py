@@ -25,6 +25,7 @@ import psycopg
 import redis
 import sqlalchemy
 
+from bench.folders import private_folder
 from tests.support.services import free_port
 
 SOURCE = Path(__file__).with_name("delayproxy.c")
@@ -35,10 +36,7 @@ def binary() -> Path:
     under a name of its own and renamed, so that builders at once (tests on several
     workers) never run a half-written one."""
     version = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
-    folder = Path(tempfile.gettempdir()) / f"cronchain-bench-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
-        raise RuntimeError(f"{folder} is not this user's alone: the proxy is not built there")
+    folder = private_folder()
     built = folder / f"delayproxy-{version}"
     if not built.exists():
         with tempfile.NamedTemporaryFile(dir=folder, delete=False) as partial:
