@@ -39,7 +39,7 @@ from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.scheduler.workers import hooks, runtime, work
 from cronchain.scheduler.workers.port import CeleryPort
-from tests.support.engine import Clock, RecordingPort
+from tests.support.engine import Clock, RecordingPort, SendingApp
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.postgres
@@ -317,20 +317,9 @@ def test_a_work_path_attempt_naming_another_job_is_not_run(db: sqlalchemy.Engine
     assert outcome == SUCCEEDED and every_run(db)[0]["status"] == "SUCCEEDED"
 
 
-class SentMessages:
-    """A Celery app that keeps what it is asked to send."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-        self.conf = SimpleNamespace(broker_url=REDIS)
-
-    def send_task(self, name: str, **options: Any) -> None:
-        self.sent.append((name, options))
-
-
 def test_the_job_travels_with_every_attempt_sent():
     """In the celery task's header, and in the work path's messages."""
-    app = SentMessages()
+    app = SendingApp(REDIS)
     port = CeleryPort(app, "cronchain", "cronchain.work")  # type: ignore[arg-type]
     noop = Call(11, 2, "p/a", None, {}, kind="noop", job_id=5)
     options = {"task": "t", "args": [], "kwargs": {}, "queue": "q"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy
@@ -34,6 +35,20 @@ class Clock:
 class WorkerDied(BaseException):
     """Raised by a test's invoker to leave its attempt claimed and never reported, as a
     work-path worker killed mid-run does (not an Exception: the work path records those)."""
+
+
+class SendingApp:
+    """What cronchain's port reads of a Celery app, keeping each task it is asked to send
+    as ``(name, options)``: its broker (for priorities) and Celery's default limits of
+    an ``argsrepr``."""
+
+    def __init__(self, broker_url: str = "redis://127.0.0.1:6379/0") -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.conf = SimpleNamespace(broker_url=broker_url, task_repr_maxlevels=3)
+        self.amqp = SimpleNamespace(argsrepr_maxsize=1024)
+
+    def send_task(self, name: str, **options: Any) -> None:
+        self.sent.append((name, options))
 
 
 @dataclass

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from cronchain.scheduler.core.effects import SendRun, send
 from cronchain.scheduler.invokers import Call
 from cronchain.scheduler.invokers.call import message_priority
 from cronchain.scheduler.workers.port import CeleryPort
-from tests.support.engine import RecordingPort
+from tests.support.engine import RecordingPort, SendingApp
 
 
 def call(invocation_id: int, priority: int) -> Call:
@@ -32,35 +30,22 @@ def test_a_jobs_priority_as_each_broker_reads_it():
         assert [message_priority(p, amqp) for p in (9, 5, 0)] == [9, 5, 0]  # 9 first
 
 
-class App:
-    """What ``send_task`` reads of a Celery app: its broker, its limits of an
-    ``argsrepr`` (Celery's defaults) and its ``send_task``."""
-
-    def __init__(self, broker_url: str) -> None:
-        self.conf = SimpleNamespace(broker_url=broker_url, task_repr_maxlevels=3)
-        self.amqp = SimpleNamespace(argsrepr_maxsize=1024)
-        self.sent: list[dict[str, object]] = []
-
-    def send_task(self, name: str, **options: object) -> None:
-        self.sent.append(options)
-
-
 def test_a_celery_jobs_priority_unless_its_task_options_set_the_brokers():
     from cronchain.scheduler.invokers.celery import send_task
 
     options = {"task": "t", "args": [], "kwargs": {}, "queue": "q"}
     for broker, expected in (("redis://h/0", [1, None, 200]), ("amqp://h//", [8, None, 200])):
-        app = App(broker)
+        app = SendingApp(broker)
         for priority, own in ((8, {}), (5, {}), (8, {"priority": 200})):
             job = Call(1, 1, "p/j", None, options | own, kind="celery", priority=priority)
             send_task(app, job)  # type: ignore[arg-type]
-        assert [s.get("priority") for s in app.sent] == expected, broker
+        assert [s.get("priority") for _, s in app.sent] == expected, broker
 
 
 def test_the_work_paths_messages_carry_the_brokers_priority():
     for broker, expected in (("redis://h/0", 1), ("amqp://h//", 8)):
-        app = App(broker)
+        app = SendingApp(broker)
         port = CeleryPort(app, "cronchain", "cronchain.work")  # type: ignore[arg-type]
         port.run(Call(1, 1, "p/j", None, {}, kind="noop", priority=8))
         port.run_batch([Call(2, 1, "p/j", None, {}, kind="noop", priority=8)])
-        assert [s["priority"] for s in app.sent] == [expected, expected], broker
+        assert [s["priority"] for _, s in app.sent] == [expected, expected], broker
