@@ -1,9 +1,17 @@
-"""What the store reads: a job or an invocation row, as the engine uses them."""
+"""What the store reads: a job or an invocation row, as the engine uses them.
+
+Each is read from a row of SQLAlchemy's (``from_row``, by its columns' names), or on
+PostgreSQL's hot paths from the driver's values in the order of ``JOB_COLUMNS`` and
+``INVOCATION_COLUMNS`` (``from_values``): the locks of a batch of ticks or runs read
+them so, without SQLAlchemy's processing of each value, which cost more than the rest
+of reading them (``bench.hot_path``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Row
@@ -64,8 +72,16 @@ class JobRow:
             buffered=m[prefix + "buffered"],
             missed_from=m[prefix + "missed_from"],
         )
-        fields = {k: m[prefix + k] for k in cls.__dataclass_fields__ if k != "snapshot"}
-        return cls(**fields, snapshot=snapshot)
+        values = {k: m[prefix + k] for k in cls.__dataclass_fields__ if k != "snapshot"}
+        return cls(**values, snapshot=snapshot)
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any], at: int = 0) -> JobRow:
+        """From the driver's values of ``JOB_COLUMNS``, beginning at ``at``."""
+        v = _in_utc(values[at : at + len(JOB_COLUMNS)], _JOB_TIMES)
+        snapshot = JobSnapshot(*v[_JOB_OWN:])
+        snapshot.state = JobState(snapshot.state)
+        return cls(*v[:_SNAPSHOT_AT], snapshot, *v[_SNAPSHOT_AT:_JOB_OWN])
 
 
 @dataclass(frozen=True)
@@ -107,3 +123,42 @@ class InvocationRow:
     def from_row(cls, row: Row[Any], prefix: str = "") -> InvocationRow:
         m = row._mapping
         return cls(**{k: m[prefix + k] for k in cls.__dataclass_fields__})
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any], at: int = 0) -> InvocationRow:
+        """From the driver's values of ``INVOCATION_COLUMNS``, beginning at ``at``."""
+        return cls(*_in_utc(values[at : at + len(INVOCATION_COLUMNS)], _INVOCATION_TIMES))
+
+
+def _own(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
+def _times(names: Sequence[str], *of: type) -> tuple[int, ...]:
+    """The positions of ``names`` (fields of ``of``) that hold times, which the driver
+    reads in the session's zone and the engine wants in UTC (as ``models.UTCDateTime``
+    gives them)."""
+    types = {f.name: f.type for cls in of for f in fields(cls)}
+    return tuple(i for i, name in enumerate(names) if "datetime" in str(types.get(name)))
+
+
+def _in_utc(values: Sequence[Any], times: tuple[int, ...]) -> list[Any]:
+    v = list(values)
+    for i in times:
+        if v[i] is not None:
+            v[i] = v[i].astimezone(UTC)
+    return v
+
+
+# A job's own columns, in its fields' order, then those of its snapshot.
+_SNAPSHOT_AT = _own(JobRow).index("snapshot")
+JOB_COLUMNS = tuple(name for name in _own(JobRow) if name != "snapshot") + tuple(_own(JobSnapshot))
+_JOB_OWN = len(JOB_COLUMNS) - len(_own(JobSnapshot))
+_JOB_TIMES = _times(JOB_COLUMNS, JobRow, JobSnapshot)
+INVOCATION_COLUMNS = tuple(_own(InvocationRow))
+_INVOCATION_TIMES = _times(INVOCATION_COLUMNS, InvocationRow)
+
+
+def columns(table: str, names: Sequence[str]) -> str:
+    """``names`` of ``table``, for a SELECT that ``from_values`` reads."""
+    return ", ".join(f"{table}.{name}" for name in names)

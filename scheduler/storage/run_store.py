@@ -30,7 +30,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from cronchain.scheduler import debuglog
 from cronchain.scheduler.storage import bulk
 from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
-from cronchain.scheduler.storage.rows import HOLDS, InvocationRow, JobRow
+from cronchain.scheduler.storage.rows import (
+    HOLDS,
+    INVOCATION_COLUMNS,
+    JOB_COLUMNS,
+    InvocationRow,
+    JobRow,
+    columns,
+)
 
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.
@@ -70,6 +77,13 @@ _LOCK_RUNS = (
     .order_by(jobs.c.id, invocations.c.id)
     .with_for_update(skip_locked=True, key_share=True)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
+)
+# The same on PostgreSQL, read by the driver (``rows.from_values``): a batch's lock.
+_LOCK_RUNS_ANY = (
+    f"SELECT {columns('jobs', JOB_COLUMNS)}, {columns('invocations', INVOCATION_COLUMNS)}"
+    " FROM jobs JOIN invocations ON jobs.id = invocations.job_id"
+    " WHERE invocations.id = ANY(%s) ORDER BY jobs.id, invocations.id"
+    " FOR NO KEY UPDATE SKIP LOCKED"
 )
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
 _INSERT_INVOCATION = {
@@ -213,6 +227,10 @@ def lock_runs(
 ) -> dict[int, tuple[InvocationRow, JobRow]]:
     """Invocations and their jobs, all locked (jobs in id order), by invocation id; one
     whose run or job another transaction holds is left out."""
+    if conn.dialect.name == "postgresql":
+        at = len(JOB_COLUMNS)
+        found = conn.exec_driver_sql(_LOCK_RUNS_ANY, (invocation_ids,))
+        return {r[at]: (InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in found}
     rows = conn.execute(_LOCK_RUNS, {"b_invs": invocation_ids})
     return {
         r.invocations_id: (InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_"))
