@@ -21,7 +21,6 @@ from cronchain.scheduler.core.effects import Message, SendRun, SendStart, Steppe
 from cronchain.scheduler.core.outcome_batch import HeldWrites
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Call, Outcome
-from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.rows import ConcurrentUpdate, InvocationRow, JobRow
 from cronchain.statemachine import InvocationStarted, InvocationStatus
@@ -131,7 +130,7 @@ class Attempts:
             started_at=now,
             start_at=None,
             deadline=now + self.engine.stepper.grace,
-            timeout_at=now + controls_of(job).schedule_to_start,
+            timeout_at=now + job.controls.schedule_to_start,
             worker=None,
             error=None,
             reason=None,
@@ -147,7 +146,7 @@ class Attempts:
         trigger_id: str | None = None,
     ) -> Call:
         """The call of an attempt that ``attempt_columns`` recorded."""
-        controls = controls_of(job)
+        controls = job.controls
         return Call(
             invocation_id,
             number,

@@ -31,7 +31,6 @@ from cronchain.scheduler.core.outcome_batch import GroupCommit, HeldWrites, Repo
 from cronchain.scheduler.core.recording import patiently, textless_if_refused
 from cronchain.scheduler.errors import NotFound
 from cronchain.scheduler.invokers import Outcome, celery_task_id
-from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.storage import job_store, revokes, run_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.scheduler.timing.iso import iso
@@ -189,7 +188,7 @@ class Runs:
         )
         for line in outcome.log:
             text = debuglog.append(text, now, line)
-        controls = controls_of(job)
+        controls = job.controls
         revoke = (
             [self.revoke(conn, inv, now)]
             if job.kind == "celery" and inv.worker is not None and outcome.reason in ENDED_HERE

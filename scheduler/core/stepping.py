@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 from cronchain.scheduler.core.effects import Message, SendTick, Stepped
-from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage.rows import JobRow
 from cronchain.scheduler.timing.eta import round_up, tick_eta
@@ -71,7 +70,7 @@ class Stepper:
         """One step of ``job``'s machine from ``snapshot``, under its policies and its
         schedule, or ``spec``'s when a new spec is being applied."""
         declared = spec or job
-        controls = controls_of(job)
+        controls = job.controls
         return step(
             snapshot,
             event,

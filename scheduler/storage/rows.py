@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Row
 
 from cronchain.scheduler.errors import TransientError
+from cronchain.scheduler.spec.controls import Controls, controls_of
 from cronchain.statemachine import JobSnapshot, JobState
 
 # Why a run the machine started may still wait before its first attempt.
@@ -51,6 +53,12 @@ class JobRow:
     @property
     def ref(self) -> str:
         return f"{self.project}/{self.name}"
+
+    @cached_property
+    def controls(self) -> Controls:
+        """The job's controls, parsed once for the row read: a fire's steps, claim and
+        end ask for them a dozen times."""
+        return controls_of(self)
 
     @property
     def days(self) -> str | None:

@@ -88,7 +88,7 @@ class GateHold:
     name = REASON
 
     def admit(self, conn: Connection, run: Admitting, now: datetime) -> Held | dict[str, Any]:
-        job, controls = run.job, controls_of(run.job)
+        job, controls = run.job, run.job.controls
         if not controls.gates:
             return {}
         held = waiting_columns(controls, run.reference, run.log, now, run.checks)

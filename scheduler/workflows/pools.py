@@ -27,7 +27,6 @@ from sqlalchemy import Connection
 from cronchain.scheduler import debuglog
 from cronchain.scheduler.core.effects import InProcess, Message, SendStart, Stepped
 from cronchain.scheduler.core.host import Admitting, Ended, Held
-from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.storage import pool_store, run_store
 from cronchain.scheduler.storage.pool_store import HOLDING
 from cronchain.scheduler.timing.iso import iso
@@ -135,7 +134,7 @@ class PoolHold:
     name = REASON
 
     def admit(self, conn: Connection, run: Admitting, now: datetime) -> Held | dict[str, Any]:
-        pool = controls_of(run.job).pool
+        pool = run.job.controls.pool
         if pool is None:
             return {}
         fill: list[Message] = [Fill(pool)]

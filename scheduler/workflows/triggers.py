@@ -16,7 +16,6 @@ from sqlalchemy import Connection
 
 from cronchain.scheduler.core.effects import Message
 from cronchain.scheduler.errors import NotFound
-from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.storage import job_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.statemachine import InvocationStatus, Trigger
@@ -33,10 +32,10 @@ class TriggersOnSuccess:
     a group of outcomes records such a success alone (``reads``)."""
 
     def reads(self, job: JobRow, was: InvocationRow, status: str) -> bool:
-        return status == SUCCEEDED and bool(controls_of(job).triggers)
+        return status == SUCCEEDED and bool(job.controls.triggers)
 
     def ended(self, host: Host, conn: Connection, end: Ended) -> list[Message]:
-        targets = controls_of(end.job).triggers
+        targets = end.job.controls.triggers
         if end.status != SUCCEEDED or not end.final or end.was.backfill or not targets:
             return []
 

@@ -225,7 +225,7 @@ class UpstreamHold:
     name = REASON
 
     def admit(self, conn: Connection, run: Admitting, now: datetime) -> Held | dict[str, Any]:
-        job, controls = run.job, controls_of(run.job)
+        job, controls = run.job, run.job.controls
         if not controls.requires:
             return {}
         checks = check(conn, job, run.reference)
