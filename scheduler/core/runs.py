@@ -394,6 +394,9 @@ def _log_outcome(
     its job, slot, attempt, status, how long since its claim, why; at WARNING when it
     failed (a lapsed lease, a timeout, retries given up among them). A log shipper reads
     the same as fields (``scheduler.workers.logs``)."""
+    level = logging.WARNING if outcome.status == S.FAILED else logging.INFO
+    if not log.isEnabledFor(level):  # a worker at WARNING: a success is not written
+        return
     slot = iso(inv.slot) if inv.slot else "triggered"
     seconds = (now - inv.started_at).total_seconds() if inv.started_at else None
     took = "" if seconds is None else f" in {seconds:.3f} s"
@@ -403,7 +406,6 @@ def _log_outcome(
     fields = dict(
         job=job.ref, slot=slot, attempt=inv.attempt, status=status, duration=seconds, error=error
     )
-    level = logging.WARNING if outcome.status == S.FAILED else logging.INFO
     text = "%s %s attempt %s %s%s%s%s"
     log.log(level, text, job.ref, slot, inv.attempt, status, took, why, then, extra=fields)
 
