@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
     ARRAY,
+    BigInteger,
     ColumnElement,
     Connection,
     Integer,
@@ -31,7 +32,13 @@ from cronchain.scheduler.errors import NotFound
 from cronchain.scheduler.spec.model import NAME
 from cronchain.scheduler.storage import bulk
 from cronchain.scheduler.storage.models import job_changes, jobs
-from cronchain.scheduler.storage.rows import JOB_COLUMNS, ConcurrentUpdate, JobRow, columns
+from cronchain.scheduler.storage.rows import (
+    JOB_COLUMNS,
+    ConcurrentUpdate,
+    JobRow,
+    columns,
+    driver_sql,
+)
 from cronchain.statemachine import JobSnapshot, JobState
 
 if TYPE_CHECKING:
@@ -55,7 +62,7 @@ _INSERT_CHANGE = job_changes.insert()
 
 def lock_job(conn: Connection, job_id: int) -> JobRow | None:
     if conn.dialect.name == "postgresql":  # read by the driver (``rows.from_values``)
-        found = conn.exec_driver_sql(_LOCK_ONE, (job_id,)).first()
+        found = conn.exec_driver_sql(_LOCK_ONE, {"b_id": job_id}).first()
         return None if found is None else JobRow.from_values(found)
     row = conn.execute(_LOCK_JOB, {"b_id": job_id}).first()
     return None if row is None else JobRow.from_row(row)
@@ -133,10 +140,11 @@ def lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
     if len(job_ids) == 1:
         job = lock_job(conn, job_ids[0])
         return {} if job is None else {job.id: job}
-    found: dict[int, JobRow] = {}
     ordered = sorted(job_ids)
     if conn.dialect.name == "postgresql":  # read by the driver (``rows.from_values``)
-        return {r[0]: JobRow.from_values(r) for r in conn.exec_driver_sql(_LOCK_ANY, (ordered,))}
+        locked = conn.exec_driver_sql(_LOCK_ANY, {"b_ids": ordered})
+        return {r[0]: JobRow.from_values(r) for r in locked}
+    found: dict[int, JobRow] = {}
     for i in range(0, len(ordered), _IDS_PER_STATEMENT):
         query = select(jobs).where(_id_in(conn, ordered[i : i + _IDS_PER_STATEMENT]))
         rows = conn.execute(query.order_by(jobs.c.id).with_for_update(key_share=True))
@@ -146,10 +154,16 @@ def lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
 
 _IDS_PER_STATEMENT = 10_000  # below SQLite's 32,766 parameters
 # ``_LOCK_JOB`` and ``lock_jobs``' statement on PostgreSQL, read by the driver.
-_LOCK_ONE = f"SELECT {columns('jobs', JOB_COLUMNS)} FROM jobs WHERE jobs.id = %s FOR NO KEY UPDATE"
-_LOCK_ANY = (
-    f"SELECT {columns('jobs', JOB_COLUMNS)} FROM jobs WHERE jobs.id = ANY(%s)"
-    " ORDER BY jobs.id FOR NO KEY UPDATE"
+_LOCK_ONE = driver_sql(
+    select(*columns(jobs, JOB_COLUMNS))
+    .where(jobs.c.id == bindparam("b_id"))
+    .with_for_update(key_share=True)
+)
+_LOCK_ANY = driver_sql(
+    select(*columns(jobs, JOB_COLUMNS))
+    .where(jobs.c.id == any_(bindparam("b_ids", type_=ARRAY(BigInteger))))
+    .order_by(jobs.c.id)
+    .with_for_update(key_share=True)
 )
 
 

@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Column, Row, Select, Table
+from sqlalchemy.dialects.postgresql import psycopg
 
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.spec.controls import Controls, controls_of
+from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
 from cronchain.statemachine import JobSnapshot, JobState
 
 # Why a run the machine started may still wait before its first attempt.
@@ -85,7 +87,8 @@ class JobRow:
 
     @classmethod
     def from_values(cls, values: Sequence[Any], at: int = 0) -> JobRow:
-        """From the driver's values of ``JOB_COLUMNS``, beginning at ``at``."""
+        """From the driver's values of ``JOB_COLUMNS``, beginning at ``at``: a hot
+        path's read, without SQLAlchemy's processing (see the module's docstring)."""
         v = _in_utc(values[at : at + len(JOB_COLUMNS)], _JOB_TIMES)
         snapshot = JobSnapshot(*v[_JOB_OWN:])
         snapshot.state = JobState(snapshot.state)
@@ -134,7 +137,8 @@ class InvocationRow:
 
     @classmethod
     def from_values(cls, values: Sequence[Any], at: int = 0) -> InvocationRow:
-        """From the driver's values of ``INVOCATION_COLUMNS``, beginning at ``at``."""
+        """From the driver's values of ``INVOCATION_COLUMNS``, beginning at ``at``: a
+        hot path's read, without SQLAlchemy's processing (see the module's docstring)."""
         return cls(*_in_utc(values[at : at + len(INVOCATION_COLUMNS)], _INVOCATION_TIMES))
 
 
@@ -142,12 +146,10 @@ def _own(cls: type) -> list[str]:
     return [f.name for f in fields(cls)]
 
 
-def _times(names: Sequence[str], *of: type) -> tuple[int, ...]:
-    """The positions of ``names`` (fields of ``of``) that hold times, which the driver
-    reads in the session's zone and the engine wants in UTC (as ``models.UTCDateTime``
-    gives them)."""
-    types = {f.name: f.type for cls in of for f in fields(cls)}
-    return tuple(i for i, name in enumerate(names) if "datetime" in str(types.get(name)))
+def _times(table: Table, names: Sequence[str]) -> tuple[int, ...]:
+    """The positions of ``names`` that hold times: the driver reads them in the
+    session's zone, and the engine wants them in UTC, as ``UTCDateTime`` gives them."""
+    return tuple(i for i, name in enumerate(names) if isinstance(table.c[name].type, UTCDateTime))
 
 
 def _in_utc(values: Sequence[Any], times: tuple[int, ...]) -> list[Any]:
@@ -162,11 +164,18 @@ def _in_utc(values: Sequence[Any], times: tuple[int, ...]) -> list[Any]:
 _SNAPSHOT_AT = _own(JobRow).index("snapshot")
 JOB_COLUMNS = tuple(name for name in _own(JobRow) if name != "snapshot") + tuple(_own(JobSnapshot))
 _JOB_OWN = len(JOB_COLUMNS) - len(_own(JobSnapshot))
-_JOB_TIMES = _times(JOB_COLUMNS, JobRow, JobSnapshot)
+_JOB_TIMES = _times(jobs, JOB_COLUMNS)
 INVOCATION_COLUMNS = tuple(_own(InvocationRow))
-_INVOCATION_TIMES = _times(INVOCATION_COLUMNS, InvocationRow)
+_INVOCATION_TIMES = _times(invocations, INVOCATION_COLUMNS)
 
 
-def columns(table: str, names: Sequence[str]) -> str:
-    """``names`` of ``table``, for a SELECT that ``from_values`` reads."""
-    return ", ".join(f"{table}.{name}" for name in names)
+def columns(table: Table, names: Sequence[str]) -> list[Column[Any]]:
+    """``names`` of ``table``, for a statement whose rows ``from_values`` reads."""
+    return [table.c[name] for name in names]
+
+
+def driver_sql(statement: Select[Any]) -> str:
+    """``statement`` as PostgreSQL's driver takes it (``exec_driver_sql``, named
+    parameters), compiled once: a hot path reads its rows by position, and its locks
+    and order stay those SQLAlchemy writes for the statement's other dialects."""
+    return str(statement.compile(dialect=psycopg.dialect()))

@@ -13,11 +13,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     JSON,
     LABEL_STYLE_TABLENAME_PLUS_COL,
+    BigInteger,
     Connection,
     Row,
+    Select,
     and_,
+    any_,
     bindparam,
     case,
     func,
@@ -37,6 +41,7 @@ from cronchain.scheduler.storage.rows import (
     InvocationRow,
     JobRow,
     columns,
+    driver_sql,
 )
 
 # The hot path's statements are built once: building one costs about as much as running
@@ -66,24 +71,31 @@ _LOCK_ATTEMPTS = (
     .with_for_update(of=invocations)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
+
+
 # Runs and their jobs, all locked by one statement, job first then run as every writer
 # locks, the jobs in id order as every batch locks them. Rows locked elsewhere are
 # skipped, not waited for: the outcome group records those apart (outcome_batch), and a
 # claim that records its no-ops claims those after (``Attempts.claim_many``).
+def _lock_runs(*selected: Any) -> Select[Any]:
+    return (
+        select(*selected)
+        .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
+        .order_by(jobs.c.id, invocations.c.id)
+        .with_for_update(skip_locked=True, key_share=True)
+    )
+
+
 _LOCK_RUNS = (
-    select(jobs, invocations)
-    .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
+    _lock_runs(jobs, invocations)
     .where(invocations.c.id.in_(bindparam("b_invs", expanding=True)))
-    .order_by(jobs.c.id, invocations.c.id)
-    .with_for_update(skip_locked=True, key_share=True)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 # The same on PostgreSQL, read by the driver (``rows.from_values``): a batch's lock.
-_LOCK_RUNS_ANY = (
-    f"SELECT {columns('jobs', JOB_COLUMNS)}, {columns('invocations', INVOCATION_COLUMNS)}"
-    " FROM jobs JOIN invocations ON jobs.id = invocations.job_id"
-    " WHERE invocations.id = ANY(%s) ORDER BY jobs.id, invocations.id"
-    " FOR NO KEY UPDATE SKIP LOCKED"
+_LOCK_RUNS_ANY = driver_sql(
+    _lock_runs(*columns(jobs, JOB_COLUMNS), *columns(invocations, INVOCATION_COLUMNS)).where(
+        invocations.c.id == any_(bindparam("b_invs", type_=ARRAY(BigInteger)))
+    )
 )
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
 _INSERT_INVOCATION = {
@@ -229,7 +241,7 @@ def lock_runs(
     whose run or job another transaction holds is left out."""
     if conn.dialect.name == "postgresql":
         at = len(JOB_COLUMNS)
-        found = conn.exec_driver_sql(_LOCK_RUNS_ANY, (invocation_ids,))
+        found = conn.exec_driver_sql(_LOCK_RUNS_ANY, {"b_invs": invocation_ids})
         return {r[at]: (InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in found}
     rows = conn.execute(_LOCK_RUNS, {"b_invs": invocation_ids})
     return {
