@@ -237,19 +237,28 @@ def _arms(machine: Machine) -> dict[tuple[str, JobState], tuple[Arm, ...]]:
     ``prepare``, a state's ``on_enter``, machine-wide callbacks) would be skipped by
     ``step``, so it is refused here, when the module loads."""
     machine_wide = ("prepare_event", "before_state_change", "after_state_change")
-    assert not any(getattr(machine, name) for name in (*machine_wide, "finalize_event"))
-    assert not any(state.on_enter or state.on_exit for state in machine.states.values())
+    _refuse(any(getattr(machine, name) for name in (*machine_wide, "finalize_event")), "")
+    _refuse(bool(machine.on_exception or machine.on_final), "")
+    for state in machine.states.values():
+        _refuse(bool(state.on_enter or state.on_exit or state.final), state)
     table: dict[tuple[str, JobState], tuple[Arm, ...]] = {}
     for name, event in machine.events.items():
         for source, transitions in event.transitions.items():
             arms = []
             for t in transitions:
-                assert not t.prepare and not t.before, t
-                assert all(c.target for c in t.conditions), t  # no ``unless``
+                _refuse(bool(t.prepare or t.before), t)
+                _refuse(not all(c.target for c in t.conditions), t)  # an ``unless``
+                callables = [c.func for c in t.conditions] + list(t.after)
+                _refuse(not all(callable(f) for f in callables), t)  # a name to resolve
                 dest = machine.get_state(t.dest).value if t.dest else None
                 arms.append((tuple(c.func for c in t.conditions), dest, tuple(t.after)))
             table[name, JobState(source)] = tuple(arms)
     return table
+
+
+def _refuse(found: bool, where: object) -> None:
+    if found:
+        raise TypeError(f"the job machine uses what step() does not run: {where or 'machine'}")
 
 
 _TABLE = _arms(_MACHINE)

@@ -3,12 +3,13 @@
 snapshot, the same actions, the same refusals.
 
 The inputs cover every event from every state, with snapshots, policies and schedules
-drawn so that each condition of the table is met and missed (a tick on time, late and
-early; runs active, waiting and at each policy's limit)."""
+drawn so that every arm of the table is taken (a tick on time, late and early; runs
+active, waiting and at each policy's limit)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -133,3 +134,23 @@ def test_the_table_answers_as_transitions_does(seed: int):
         assert by_table(snapshot, event, **inputs) == expected, (snapshot, event, inputs)
         outcomes.add(expected if expected == "refused" else expected[0].state)
     assert outcomes == {"refused", *JobState}  # every state reached, and refusals
+
+
+def test_the_inputs_take_every_arm_of_the_table(monkeypatch: pytest.MonkeyPatch):
+    """Else an arm that the inputs never reach would differ unseen."""
+    taken: set[tuple] = set()
+
+    def marked(key: tuple) -> Callable[[object], None]:
+        return lambda _: taken.add(key)
+
+    table = {
+        key: tuple((c, d, (*a, marked((key, i)))) for i, (c, d, a) in enumerate(arms))
+        for key, arms in job._TABLE.items()
+    }
+    monkeypatch.setattr(job, "_TABLE", table)
+    rng = random.Random(0)
+    for _ in range(CASES):
+        snapshot, event, inputs = drawn(rng)
+        by_table(snapshot, event, **inputs)
+    every = {(key, i) for key, arms in table.items() for i in range(len(arms))}
+    assert every - taken == set()
