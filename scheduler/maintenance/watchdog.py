@@ -86,37 +86,46 @@ def pass_for(engine: Core, interval: float, backlog: timedelta) -> WatchdogRepor
     ticks: skipped while a backlog lasts, every job of a long period would wait for it to
     drain while jobs of short periods went on ticking."""
     if backlog > timedelta(seconds=interval):
-        _BEHIND.run(backlog)
+        _BEHIND.run(backlog, interval)
         return wake_all(engine, budget=interval / 2)
     _BEHIND.caught_up()
     return sweep(engine, budget=interval / 2, backlog=backlog)
 
 
 class _Behind:
-    """This process's runs behind a deep queue, said once as the backlog begins and once
-    as it ends: a worker back from a three-minute outage ran 36 such runs one after the
-    other, and a warning each told nothing the first had not."""
+    """This process's runs behind a deep queue, said as the backlog begins, every ten
+    minutes while it lasts, and as it ends: a worker back from a three-minute outage ran
+    36 such runs one after the other, and a warning each told nothing the first had not.
+    The control worker's processes take the runs in turns, so a process whose last run
+    was behind the queue may not see that backlog end: a run behind it more than two
+    intervals after the last begins another."""
+
+    REPEAT = 600.0  # seconds between the warnings of one backlog
 
     def __init__(self) -> None:
-        self.runs = 0
-        self.most = timedelta(0)
+        self.runs, self.most, self.last, self.said = 0, timedelta(0), 0.0, 0.0
 
-    def run(self, backlog: timedelta) -> None:
+    def run(self, backlog: timedelta, interval: float) -> None:
+        now = time.monotonic()
+        if self.runs and now - self.last > 2 * interval:
+            self.caught_up()  # an earlier backlog, ended in another process
         self.runs += 1
-        self.most = max(self.most, backlog)
-        if self.runs == 1:
+        self.most, self.last = max(self.most, backlog), now
+        if self.runs == 1 or now - self.said >= self.REPEAT:
+            self.said = now
             log.warning(
                 "the watchdog's run waited %.1f s in the queue, more than an interval: it"
                 " sends the parked ticks due and leaves its repairs to the next run, as"
-                " will the runs behind it until the queue has caught up",
+                " will the runs behind it until the queue has caught up (%s so far)",
                 backlog.total_seconds(),
+                self.runs,
             )
 
     def caught_up(self) -> None:
         if self.runs:
             log.warning(
                 "the watchdog's queue has caught up: %s runs behind it (waits up to %.1f s)"
-                " only sent parked ticks; this one repairs",
+                " only sent parked ticks",
                 self.runs,
                 self.most.total_seconds(),
             )

@@ -156,6 +156,27 @@ def test_a_watchdog_run_behind_a_deep_queue_wakes_parked_ticks_and_repairs_nothi
     assert "caught up: 3 runs behind it (waits up to 45.0 s)" in said[1]
 
 
+def test_a_backlog_is_said_again_while_it_lasts_and_anew_after_another_process_ran(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """The control worker's processes take the watchdog's runs in turns: a process may
+    not see the end of a backlog, and must not fold the next one into it."""
+    behind, now = watchdog._Behind(), [1000.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    with caplog.at_level(logging.WARNING, "cronchain.watchdog"):
+        for _ in range(3):  # a backlog of 20 minutes, a run every 5 s in this process
+            for _ in range(120):
+                behind.run(timedelta(seconds=40), interval=30)
+                now[0] += 5
+        now[0] += 61  # the backlog ended; another process ran the runs since
+        behind.run(timedelta(seconds=33), interval=30)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 5, said  # begun, 10 and 20 minutes on, ended, begun again
+    assert "(1 so far)" in said[0] and "(121 so far)" in said[1] and "(241 so far)" in said[2]
+    assert "caught up: 360 runs behind it (waits up to 40.0 s)" in said[3]
+    assert "waited 33.0 s" in said[4] and "(1 so far)" in said[4]
+
+
 def test_a_fixed_delay_job_is_parked_again_after_each_run(
     engine: Engine, port: RecordingPort, clock: Clock
 ):
