@@ -10,10 +10,14 @@ from cronchain.scheduler.core.stepping import random_nonce
 
 
 def test_a_project_seeding_random_does_not_repeat_nonces():
-    random.seed(7)
-    first = [random_nonce() for _ in range(3)]
-    random.seed(7)
-    assert [random_nonce() for _ in range(3)] != first
+    state = random.getstate()
+    try:
+        random.seed(7)
+        first = [random_nonce() for _ in range(3)]
+        random.seed(7)
+        assert [random_nonce() for _ in range(3)] != first
+    finally:
+        random.setstate(state)
 
 
 def test_forked_workers_draw_different_nonces():
