@@ -17,6 +17,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Integer,
+    Select,
     and_,
     any_,
     bindparam,
@@ -51,7 +52,15 @@ if TYPE_CHECKING:
 # other, and share locks (``scheduler.workflows.upstream``) still wait for them, but the foreign
 # key checks of their runs' rows (FOR KEY SHARE) do not, so a run row written twice in
 # one transaction never waits on its job's lock.
-_LOCK_JOB = select(jobs).where(jobs.c.id == bindparam("b_id")).with_for_update(key_share=True)
+
+
+def _lock_jobs(*selected: Any) -> Select[Any]:
+    """Jobs locked as every writer of a job locks them (above), whichever dialect and
+    reader takes the rows."""
+    return select(*selected).with_for_update(key_share=True)
+
+
+_LOCK_JOB = _lock_jobs(jobs).where(jobs.c.id == bindparam("b_id"))
 _SAVE_JOB = update(jobs).where(
     jobs.c.id == bindparam("b_id"), jobs.c.generation == bindparam("b_generation")
 )
@@ -146,8 +155,8 @@ def lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
         return {r[0]: JobRow.from_values(r) for r in locked}
     found: dict[int, JobRow] = {}
     for i in range(0, len(ordered), _IDS_PER_STATEMENT):
-        query = select(jobs).where(_id_in(conn, ordered[i : i + _IDS_PER_STATEMENT]))
-        rows = conn.execute(query.order_by(jobs.c.id).with_for_update(key_share=True))
+        query = _lock_jobs(jobs).where(_id_in(conn, ordered[i : i + _IDS_PER_STATEMENT]))
+        rows = conn.execute(query.order_by(jobs.c.id))
         found |= {r.id: JobRow.from_row(r) for r in rows}
     return found
 
@@ -155,15 +164,12 @@ def lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
 _IDS_PER_STATEMENT = 10_000  # below SQLite's 32,766 parameters
 # ``_LOCK_JOB`` and ``lock_jobs``' statement on PostgreSQL, read by the driver.
 _LOCK_ONE = driver_sql(
-    select(*columns(jobs, JOB_COLUMNS))
-    .where(jobs.c.id == bindparam("b_id"))
-    .with_for_update(key_share=True)
+    _lock_jobs(*columns(jobs, JOB_COLUMNS)).where(jobs.c.id == bindparam("b_id"))
 )
 _LOCK_ANY = driver_sql(
-    select(*columns(jobs, JOB_COLUMNS))
+    _lock_jobs(*columns(jobs, JOB_COLUMNS))
     .where(jobs.c.id == any_(bindparam("b_ids", type_=ARRAY(BigInteger))))
     .order_by(jobs.c.id)
-    .with_for_update(key_share=True)
 )
 
 

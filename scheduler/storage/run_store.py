@@ -73,11 +73,11 @@ _LOCK_ATTEMPTS = (
 )
 
 
-# Runs and their jobs, all locked by one statement, job first then run as every writer
-# locks, the jobs in id order as every batch locks them. Rows locked elsewhere are
-# skipped, not waited for: the outcome group records those apart (outcome_batch), and a
-# claim that records its no-ops claims those after (``Attempts.claim_many``).
 def _lock_runs(*selected: Any) -> Select[Any]:
+    """Runs and their jobs, all locked by one statement, job first then run as every
+    writer locks, the jobs in id order as every batch locks them. Rows locked elsewhere
+    are skipped, not waited for: the outcome group records those apart (outcome_batch),
+    and a claim that records its no-ops claims those after (``Attempts.claim_many``)."""
     return (
         select(*selected)
         .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))

@@ -119,7 +119,8 @@ class CeleryPort:
         )
 
     def _reprs(self, args: tuple[Any, ...]) -> dict[str, Any]:
-        """The headers Celery would write with ``saferepr`` for a batch's args."""
+        """A batch's ``argsrepr`` and ``kwargsrepr`` headers (``args_repr``), which
+        Celery would otherwise write with ``saferepr``."""
         limit, levels = self.app.amqp.argsrepr_maxsize, self.app.conf.task_repr_maxlevels
         # saferepr({}): no kwargs
         return {"argsrepr": args_repr(args, limit, levels), "kwargsrepr": "{}"}
