@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import psycopg
 import pytest
 import sqlalchemy
 from alembic.autogenerate import compare_metadata
@@ -495,3 +498,56 @@ def test_0016_counts_what_0015s_row_triggers_counted(
     outcomes, lags, jobs = after
     assert len(outcomes) == 4 and lags and len(jobs) == 3  # it counted something
     assert after == before
+
+
+def _nested_loops_over_transition_tables(plan: dict) -> int:
+    """The nested loops of ``plan`` (auto_explain's JSON) that join two transition
+    tables: each scans one of them again for every row of the other."""
+    children = plan.get("Plans", [])
+    found = sum(_nested_loops_over_transition_tables(child) for child in children)
+    scans = [c.get("Plans", [c])[0] if c["Node Type"] == "Materialize" else c for c in children]
+    both = sum(s["Node Type"] == "Named Tuplestore Scan" for s in scans) == 2
+    return found + (plan["Node Type"] == "Nested Loop" and both)
+
+
+def test_0017_joins_a_statements_runs_before_and_after_by_hash(pg_url: str):
+    """The statement triggers join the rows an UPDATE changed, before and after it, in
+    a hash join: a nested loop takes N² steps (an outcome group of a hundred runs:
+    10,000), which 0016's filtered joins were planned as."""
+    db = make_engine(pg_url)
+    try:
+        with db.begin() as conn:
+            job = _insert_job(conn, "a")
+            for n in range(200):
+                _insert_run(conn, job, f"r{n}")
+            conn.exec_driver_sql(
+                "UPDATE invocations SET worker = NULL,"
+                " slot = filed_at + id * interval '1 second',"
+                " filed_at = filed_at + id * interval '1 second'"
+            )
+        plans: list[dict] = []
+
+        def logged(diagnostic: psycopg.errors.Diagnostic) -> None:
+            _, said, plan = (diagnostic.message_primary or "").partition("plan:")
+            if said:  # auto_explain's
+                plans.append(json.loads(plan))
+
+        with db.begin() as conn:
+            conn.connection.driver_connection.add_notice_handler(logged)
+            for setting in (
+                "LOAD 'auto_explain'",
+                "SET LOCAL auto_explain.log_min_duration = 0",
+                "SET LOCAL auto_explain.log_nested_statements = on",
+                "SET LOCAL auto_explain.log_format = json",
+                "SET LOCAL client_min_messages = log",
+            ):
+                conn.exec_driver_sql(setting)
+            conn.exec_driver_sql(  # a group's claim and end of 200 runs, in one statement
+                "UPDATE invocations SET worker = 'w', status = 'SUCCEEDED',"
+                " finished_at = started_at + interval '1 second', deadline = NULL"
+            )
+        triggered = [p["Plan"] for p in plans if "after_update" in p["Query Text"]]
+        assert len(triggered) == 3  # slot_outcomes, fire_lags, the jobs' outcomes
+        assert [_nested_loops_over_transition_tables(p) for p in triggered] == [0, 0, 0]
+    finally:
+        db.dispose()
