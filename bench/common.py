@@ -362,6 +362,19 @@ def process_times() -> dict[int, tuple[float, float, int]]:
     return times
 
 
+def postgres_cpu(db: sqlalchemy.Engine) -> float:
+    """CPU seconds of ``db``'s PostgreSQL server so far, if it runs on this machine:
+    each of its processes' (the backends, the WAL writer, the checkpointer), and the
+    postmaster's reaped children's (the backends that exited). Other databases' work on
+    the same server counts too: a benchmark has it to itself."""
+    with db.connect() as conn:
+        backend = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    times = process_times()
+    postmaster = times[backend][2]
+    own, reaped, _ = times[postmaster]
+    return own + reaped + sum(t[0] for t in times.values() if t[2] == postmaster)
+
+
 def sessions(db: sqlalchemy.Engine) -> int:
     """Connections made to this database so far (PostgreSQL 14 and later)."""
     with db.connect() as conn:

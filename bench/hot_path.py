@@ -12,10 +12,11 @@ N no-op jobs on PostgreSQL; each round moves a fake clock to the next slot and t
   messages (``scheduler.workers.work``): claims the attempts of a batch together, runs
   the no-ops, records each outcome.
 
-Figures, for each path and for both: engine CPU and wall time per fire, database
-transactions per fire (PostgreSQL's count: a new connection is one more), and connections
-the engine's pool opened per fire. ``--profile`` prints pyinstrument's profile of each
-path's part of the rounds (``pip install -e .[bench]``).
+Figures, for each path and for both: engine CPU and wall time per fire, PostgreSQL's CPU
+per fire (its server's processes, which must run on this machine and serve nothing else
+meanwhile), database transactions per fire (PostgreSQL's count: a new connection is one
+more), and connections the engine's pool opened per fire. ``--profile`` prints
+pyinstrument's profile of each path's part of the rounds (``pip install -e .[bench]``).
 
 ``--per-task 1`` delivers each tick alone (a task of its own), as the ticks of jobs
 whose slots are spread reach the control path: the cost of a lone tick.
@@ -41,7 +42,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from bench.common import database, figure, transactions, with_requirements
+from bench.common import database, figure, postgres_cpu, transactions, with_requirements
 from cronchain.scheduler.declare.apply import apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
@@ -68,11 +69,13 @@ class Cost:
     wall: float = 0.0
     transactions: int = 0
     connections: int = 0  # opened to PostgreSQL (each also counts as a transaction there)
+    database: float = 0.0  # PostgreSQL's CPU seconds
     profiler: Any = None
-    overhead: tuple[int, int] = (0, 0)  # a part that does nothing: the counting's own
+    overhead: tuple[int, int, float] = (0, 0, 0.0)  # a part that does nothing: the counting's own
 
     def add(self, db: Any, part: Callable[[], None]) -> None:
         x0, c0 = flushed_transactions(db), CONNECTS[0]
+        d0 = postgres_cpu(db)
         if self.profiler is not None:
             self.profiler.start()
         cpu, wall = time.process_time(), time.perf_counter()
@@ -83,6 +86,7 @@ class Cost:
             self.profiler.stop()
         self.transactions += flushed_transactions(db) - x0 - self.overhead[0]
         self.connections += CONNECTS[0] - c0 - self.overhead[1]
+        self.database += postgres_cpu(db) - d0 - self.overhead[2]
 
 
 CONNECTS = [0]  # connections the engine's pool has opened
@@ -190,11 +194,13 @@ def print_costs(name: str, costs: dict[str, Cost], fires: int) -> float:
         sum(c.wall for c in costs.values()),
         sum(c.transactions for c in costs.values()),
         sum(c.connections for c in costs.values()),
+        sum(c.database for c in costs.values()),
     )
     for path, cost in costs.items():
         prefix = "" if path == "both" else f"{path}_"
         figure(name, f"{prefix}engine_cpu_per_fire", cost.cpu / fires * 1000, "ms")
         figure(name, f"{prefix}wall_per_fire", cost.wall / fires * 1000, "ms")
+        figure(name, f"{prefix}database_cpu_per_fire", cost.database / fires * 1000, "ms")
         figure(name, f"{prefix}transactions_per_fire", cost.transactions / fires)
         figure(name, f"{prefix}connections_per_fire", cost.connections / fires)
     for path, cost in costs.items():
@@ -270,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
         event.listen(db, "connect", lambda *_: CONNECTS.__setitem__(0, CONNECTS[0] + 1))
         empty = Cost()
         empty.add(db, lambda: None)
-        overhead = (empty.transactions, empty.connections)
+        overhead = (empty.transactions, empty.connections, empty.database)
         arms = ["on", "off"] if args.counters == "both" else ["on"]
         costs = {arm: {p: Cost(overhead=overhead) for p in ("control", "work")} for arm in arms}
         if args.profile:
