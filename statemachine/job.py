@@ -15,7 +15,6 @@ next slot is computed from the slot just handled, never from the time the worker
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -67,7 +66,7 @@ def step(
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
-    model = dataclasses.replace(snapshot)
+    model = snapshot.copy()
     actions: list[Action] = []
     if not _ignored(snapshot, event):
         ctx = Context(now, schedule, nonce, event, actions, policy, misfire)

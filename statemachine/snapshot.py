@@ -54,6 +54,13 @@ class JobSnapshot:
     buffered: int = 0  # invocations WAITING for a free place
     missed_from: datetime | None = None  # paused: the first slot not fired
 
+    def copy(self) -> JobSnapshot:
+        """A copy to step. ``dataclasses.replace`` took four times as long, checking each
+        field's ``init``: a sixteenth of the control path, which steps twice a fire."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
 
 @dataclass
 class Step:

@@ -116,10 +116,13 @@ def _require_aware(t: datetime) -> None:
         raise ValueError("schedules take timezone-aware datetimes")
 
 
+_LEAST_GRACE, _MOST_GRACE = timedelta(seconds=10), timedelta(hours=1)
+
+
 def _default_grace(period: timedelta) -> timedelta:
     """A late slot still fires normally if it is late by less than half a period,
     at least 10 s (so a busy worker does not turn lag into skips) and at most an hour."""
-    return min(max(period / 2, timedelta(seconds=10)), timedelta(hours=1))
+    return min(max(period / 2, _LEAST_GRACE), _MOST_GRACE)
 
 
 def _near_the_edge(t: datetime) -> bool:
@@ -268,7 +271,7 @@ class Every:
 
     relative = False
 
-    @property
+    @cached_property
     def misfire_grace(self) -> timedelta:
         return _default_grace(self.period)
 
@@ -291,7 +294,7 @@ class FixedDelay:
 
     relative = True
 
-    @property
+    @cached_property
     def misfire_grace(self) -> timedelta:
         return _default_grace(self.interval)
 
