@@ -12,6 +12,9 @@ N no-op jobs on PostgreSQL; each round moves a fake clock to the next slot and t
   messages (``scheduler.workers.work``): claims the attempts of a batch together, runs
   the no-ops, records each outcome.
 
+Before the rounds the process freezes its heap and sets its collector as a worker process
+does once its runtime is made (``scheduler.workers.heap``): the figures are a worker's.
+
 Figures, for each path and for both: engine CPU and wall time per fire, PostgreSQL's CPU
 per fire (its server's processes, which must run on this machine and serve nothing else
 meanwhile), database transactions per fire (PostgreSQL's count: a new connection is one
@@ -47,7 +50,7 @@ from cronchain.scheduler.declare.apply import apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.spec.jobspec import JobSpec
-from cronchain.scheduler.workers import work
+from cronchain.scheduler.workers import heap, work
 from tests.support.engine import Clock, RecordingPort
 
 
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         apply(engine, "bench", specs_of(args))
         history_partitions(db, clock.now, args.history_months)
         event.listen(db, "connect", lambda *_: CONNECTS.__setitem__(0, CONNECTS[0] + 1))
+        heap.freeze("runtime")  # as a worker process does once its runtime is made
         empty = Cost()
         empty.add(db, lambda: None)
         overhead = (empty.transactions, empty.connections, empty.database)

@@ -32,8 +32,10 @@ def unfrozen(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(runtime, "_current", None)
     monkeypatch.setattr(runtime.Runtime, "from_env", classmethod(from_env))
     monkeypatch.setattr(heap, "_frozen", set())
+    threshold = gc.get_threshold()
     yield made
     gc.unfreeze()  # this test process goes on
+    gc.set_threshold(*threshold)
 
 
 def test_a_worker_process_freezes_once_its_runtime_is_made(unfrozen: list[object]):
@@ -42,6 +44,7 @@ def test_a_worker_process_freezes_once_its_runtime_is_made(unfrozen: list[object
     first = chain.runtime()
     assert gc.get_freeze_count() > 0, "the runtime made after ready: not frozen"
     assert heap._frozen == {(os.getpid(), "ready"), (os.getpid(), "runtime")}
+    assert gc.get_threshold()[0] == heap.YOUNG
     gc.unfreeze()
     assert chain.runtime() is first
     assert gc.get_freeze_count() == 0, "frozen again"
@@ -50,8 +53,10 @@ def test_a_worker_process_freezes_once_its_runtime_is_made(unfrozen: list[object
 
 def test_a_user_s_worker_that_runs_the_hooks_is_not_frozen(unfrozen: list[object]):
     before = gc.get_freeze_count()
+    threshold = gc.get_threshold()
     runtime.Runtime.current(None)  # type: ignore[arg-type]  # as the hooks call it
     assert gc.get_freeze_count() == before
+    assert gc.get_threshold() == threshold
     assert heap._frozen == set()
 
 
