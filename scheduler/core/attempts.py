@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -262,7 +262,7 @@ class Attempts:
                 claimed.answered[inv.id] = outcome
                 jobs_ended.add(job.id)
                 held.update_run(inv.id, **columns)  # joined by the end's own update
-                run = replace(inv, **columns)
+                run = inv.changed(**columns)
                 ended = self.engine.runs.record_outcome(conn, run, job, outcome, now, held)
                 claimed.messages += ended.messages
             run_store.update_invocations(conn, claims)
