@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -24,13 +24,22 @@ class Call:
     options: dict[str, Any]
     lease: timedelta = timedelta(seconds=60)
     timeout: timedelta | None = None
-    lost: threading.Event = field(default_factory=threading.Event)  # set: stop, it is over
     kind: str = "noop"
     # The run's job: it travels with the attempt, and a claim, heartbeat or outcome is
     # recorded only on a run of that job (the engine's calls always name it).
     job_id: int | None = None
     priority: int = DEFAULT_PRIORITY  # the job's: that of the attempt's Celery messages
     trigger_id: str | None = None  # a triggered run's, which has no slot
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the attempt is over for its maker (its lease lost, its worker
+        stopping): stop. Made when first asked for, once, whichever thread asks (the
+        dict's ``setdefault`` is atomic): the control path makes a call for each run it
+        sends and never waits on one, and the Event was two fifths of making a call
+        (8.3 against 5.0 µs)."""
+        event = self.__dict__.get("_lost")
+        return event if event is not None else self.__dict__.setdefault("_lost", threading.Event())
 
     @property
     def key(self) -> str:
