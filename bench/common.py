@@ -362,14 +362,21 @@ def process_times() -> dict[int, tuple[float, float, int]]:
     return times
 
 
-def postgres_cpu(db: sqlalchemy.Engine) -> float:
-    """CPU seconds of ``db``'s PostgreSQL server so far, if it runs on this machine:
-    each of its processes' (the backends, the WAL writer, the checkpointer), and the
-    postmaster's reaped children's (the backends that exited). Other databases' work on
-    the same server counts too: a benchmark has it to itself."""
+def postgres_cpu(db: sqlalchemy.Engine) -> float | None:
+    """CPU seconds of ``db``'s PostgreSQL server so far: each of its processes' (the
+    backends, the WAL writer, the checkpointer), and the postmaster's reaped children's
+    (the backends that exited). Other databases' work on the same server counts too: a
+    benchmark has it to itself. None if the server is not a process of this machine's
+    (another host, a container's own pids)."""
     with db.connect() as conn:
         backend = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    try:
+        local = Path(f"/proc/{backend}/comm").read_text().strip() == "postgres"
+    except OSError:
+        local = False
     times = process_times()
+    if not local or backend not in times or times[backend][2] not in times:
+        return None
     postmaster = times[backend][2]
     own, reaped, _ = times[postmaster]
     return own + reaped + sum(t[0] for t in times.values() if t[2] == postmaster)

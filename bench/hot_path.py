@@ -16,8 +16,8 @@ Before the rounds the process freezes its heap and sets its collector as a worke
 does once its runtime is made (``scheduler.workers.heap``): the figures are a worker's.
 
 Figures, for each path and for both: engine CPU and wall time per fire, PostgreSQL's CPU
-per fire (its server's processes, which must run on this machine and serve nothing else
-meanwhile), database transactions per fire (PostgreSQL's count: a new connection is one
+per fire (its server's processes, if they run on this machine; they must serve nothing
+else meanwhile), database transactions per fire (PostgreSQL's count: a new connection is one
 more), and connections the engine's pool opened per fire. ``--profile`` prints
 pyinstrument's profile of each path's part of the rounds (``pip install -e .[bench]``).
 
@@ -72,9 +72,10 @@ class Cost:
     wall: float = 0.0
     transactions: int = 0
     connections: int = 0  # opened to PostgreSQL (each also counts as a transaction there)
-    database: float = 0.0  # PostgreSQL's CPU seconds
+    database: float | None = 0.0  # PostgreSQL's CPU seconds; None: not on this machine
     profiler: Any = None
-    overhead: tuple[int, int, float] = (0, 0, 0.0)  # a part that does nothing: the counting's own
+    # What a part that does nothing costs: the counting's own.
+    overhead: tuple[int, int, float] = (0, 0, 0.0)
 
     def add(self, db: Any, part: Callable[[], None]) -> None:
         x0, c0 = flushed_transactions(db), CONNECTS[0]
@@ -89,7 +90,11 @@ class Cost:
             self.profiler.stop()
         self.transactions += flushed_transactions(db) - x0 - self.overhead[0]
         self.connections += CONNECTS[0] - c0 - self.overhead[1]
-        self.database += postgres_cpu(db) - d0 - self.overhead[2]
+        d1 = postgres_cpu(db)
+        if d0 is None or d1 is None or self.database is None:
+            self.database = None
+        else:
+            self.database += d1 - d0 - self.overhead[2]
 
 
 CONNECTS = [0]  # connections the engine's pool has opened
@@ -197,13 +202,16 @@ def print_costs(name: str, costs: dict[str, Cost], fires: int) -> float:
         sum(c.wall for c in costs.values()),
         sum(c.transactions for c in costs.values()),
         sum(c.connections for c in costs.values()),
-        sum(c.database for c in costs.values()),
+        None
+        if any(c.database is None for c in costs.values())
+        else sum(c.database or 0.0 for c in costs.values()),
     )
     for path, cost in costs.items():
         prefix = "" if path == "both" else f"{path}_"
         figure(name, f"{prefix}engine_cpu_per_fire", cost.cpu / fires * 1000, "ms")
         figure(name, f"{prefix}wall_per_fire", cost.wall / fires * 1000, "ms")
-        figure(name, f"{prefix}database_cpu_per_fire", cost.database / fires * 1000, "ms")
+        if cost.database is not None:
+            figure(name, f"{prefix}database_cpu_per_fire", cost.database / fires * 1000, "ms")
         figure(name, f"{prefix}transactions_per_fire", cost.transactions / fires)
         figure(name, f"{prefix}connections_per_fire", cost.connections / fires)
     for path, cost in costs.items():
@@ -280,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
         heap.freeze("runtime")  # as a worker process does once its runtime is made
         empty = Cost()
         empty.add(db, lambda: None)
-        overhead = (empty.transactions, empty.connections, empty.database)
+        overhead = (empty.transactions, empty.connections, empty.database or 0.0)
         arms = ["on", "off"] if args.counters == "both" else ["on"]
         costs = {arm: {p: Cost(overhead=overhead) for p in ("control", "work")} for arm in arms}
         if args.profile:

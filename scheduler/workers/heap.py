@@ -9,12 +9,13 @@ round). Most of what they walked lives as long as the process: modules, Celery's
 SQLAlchemy's tables and engine, the compiled statements. Frozen (``gc.freeze``) once
 made, they are never walked again; what a task makes and drops is collected as before.
 
-The young generation is collected less often than Python's default (every 700 objects
-made and not yet freed): a worker makes and drops some fifty tracked objects a fire (rows,
-calls, messages), so at 700 the collector ran every few fires, walked what the batch
-under way still held, and passed it on to the next generation to be walked again. In
-``bench.hot_path`` (2,000 jobs, 10,000 fires) that was 500 collections and 10 µs a fire;
-at ``YOUNG``, six and 1.4 µs. What waits to be collected is at most that many objects more.
+The young generation is collected less often than Python's default, which collects it
+once 700 more tracked objects have been made than freed: a batch of a hundred fires
+holds thousands (rows, calls, messages) until it ends, so at 700 the collector ran every
+twenty fires or so, walked what the batch under way still held, and passed it on to the
+next generation, to be walked again. In ``bench.hot_path`` (2,000 jobs, 10,000 fires)
+that was 500 collections and 10 µs a fire; at ``YOUNG``, six and 1.4 µs. What waits to
+be collected is at most that many objects more.
 """
 
 from __future__ import annotations

@@ -8,7 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cronchain.scheduler.storage.rows import INVOCATION_COLUMNS, InvocationRow
+from cronchain.scheduler.storage.rows import (
+    INVOCATION_COLUMNS,
+    JOB_COLUMNS,
+    InvocationRow,
+    JobRow,
+)
+from cronchain.statemachine import JobSnapshot, JobState
 
 NOW = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 
@@ -24,6 +30,18 @@ def test_a_run_read_by_position_is_the_run_made():
     assert read == made and repr(read) == repr(made)
     with pytest.raises(dataclasses.FrozenInstanceError):
         read.status = "SUCCEEDED"  # type: ignore[misc]
+
+
+def test_a_job_read_by_position_is_the_job_made():
+    snapshot = JobSnapshot(JobState.RUNNING, NOW, 5, 7, True, 0, 1, 0, None)
+    made = JobRow(3, "p", "j", "noop", "every 10s", "UTC", {"noop": {}}, "r1", True, False,
+                  None, 2, NOW, snapshot, downstream=True)  # fmt: skip
+    own = [getattr(made, c) for c in JOB_COLUMNS if c not in vars(snapshot)]
+    values = own + [getattr(snapshot, c) for c in vars(snapshot)]
+    values[JOB_COLUMNS.index("state")] = "RUNNING"  # as the driver reads it
+    read = JobRow.from_values(values)
+    assert read == made and repr(read) == repr(made)
+    assert read.snapshot.state is JobState.RUNNING and read.snapshot is not snapshot
 
 
 def test_a_changed_run_is_the_run_replaced():
