@@ -21,7 +21,7 @@ from cronchain.scheduler.core.effects import Message, SendRun, SendStart, Steppe
 from cronchain.scheduler.core.outcome_batch import HeldWrites
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Call, Outcome
-from cronchain.scheduler.storage import run_store
+from cronchain.scheduler.storage import run_store, statistics
 from cronchain.scheduler.storage.rows import ConcurrentUpdate, InvocationRow, JobRow
 from cronchain.statemachine import InvocationStarted, InvocationStatus
 
@@ -228,6 +228,8 @@ class Attempts:
         held, jobs_ended = HeldWrites(), set()
         with self.engine.transaction() as conn:
             now = self.engine.clock()
+            if len(attempts) > 1:
+                statistics.keyed(conn)
             if answer is None:  # the runs alone: a claim never waits on a job
                 found = run_store.lock_attempts(conn, list(wanted))
             else:  # and their jobs, which an end writes, locked as the group locks them:

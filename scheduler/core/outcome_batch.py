@@ -26,7 +26,7 @@ from sqlalchemy import Connection
 from cronchain.scheduler.core.effects import Message, Stepped
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.invokers import Outcome
-from cronchain.scheduler.storage import job_store, run_store
+from cronchain.scheduler.storage import job_store, run_store, statistics
 from cronchain.scheduler.storage.rows import ConcurrentUpdate, InvocationRow, JobRow
 
 if TYPE_CHECKING:
@@ -205,6 +205,8 @@ def finish_together(runs: Runs, reports: list[Report]) -> None:
     try:
         with runs.engine.transaction() as conn:
             now = runs.engine.clock()
+            if len(reports) > 1:
+                statistics.keyed(conn)
             locked = run_store.lock_runs(conn, [r.invocation_id for r in reports])
             held, seen = HeldWrites(), set()
             for report in sorted(reports, key=lambda r: _order(locked.get(r.invocation_id))):

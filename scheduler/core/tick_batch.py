@@ -34,7 +34,7 @@ from cronchain.scheduler.core import actions, admission
 from cronchain.scheduler.core.attempts import STARTING
 from cronchain.scheduler.core.effects import Message, SendRun, SendStart, Stepped
 from cronchain.scheduler.core.host import Admitting, Held
-from cronchain.scheduler.storage import job_store, run_store
+from cronchain.scheduler.storage import job_store, run_store, statistics
 from cronchain.scheduler.storage.rows import JobRow
 from cronchain.statemachine import (
     Action,
@@ -73,6 +73,8 @@ def feed_ticks(
     """Feed each ``(job, nonce)`` tick in ``conn``'s transaction; returns what to send
     once it commits. With ``start_here``, a run a tick starts is created RUNNING and
     sent to its worker (``Core.tick_many``)."""
+    if len(ticks) > 1:
+        statistics.keyed(conn)
     jobs = job_store.lock_jobs(conn, [job_id for job_id, _ in ticks])
     now = engine.clock()  # once the locks are held: a wait for one is not time gone by
     held, later = _hold_all(engine, conn, ticks, jobs, now, start_here)

@@ -39,11 +39,16 @@ def fill_registry(db: sqlalchemy.Engine, count: int, runs_each: int) -> None:
 def selects(db: sqlalchemy.Engine, work: Callable[[], object]) -> list[tuple[str, Any]]:
     """The SELECTs ``work`` sent through ``db``, with their parameters, as the driver got
     them."""
+    return [(s, p) for s, p in statements(db, work) if s.lstrip().upper().startswith("SELECT")]
+
+
+def statements(db: sqlalchemy.Engine, work: Callable[[], object]) -> list[tuple[str, Any]]:
+    """Every statement ``work`` sent through ``db``, with its parameters, as the driver
+    got them."""
     seen: list[tuple[str, Any]] = []
 
     def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT"):
-            seen.append((statement, parameters))
+        seen.append((statement, parameters))
 
     sqlalchemy.event.listen(db, "before_cursor_execute", record)
     try:

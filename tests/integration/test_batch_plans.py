@@ -1,0 +1,126 @@
+"""A batch's statements (a tick batch's, a claim's, an outcome group's) read their rows by
+key, whatever the planner's statistics say (``storage.statistics.keyed``): left to its
+costs, PostgreSQL read the month's runs and every job whole for each batch of a hundred,
+up to tens of thousands of rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy
+
+from cronchain.scheduler.engine import Engine
+from cronchain.scheduler.invokers import default_invokers
+from cronchain.scheduler.storage import statistics
+from cronchain.scheduler.storage.db import make_engine
+from cronchain.scheduler.workers import work
+from tests.support.deliver import sent
+from tests.support.engine import GRACE, Clock, RecordingPort
+from tests.support.jobs import apply, make
+from tests.support.plans import scans, tables_read_whole
+
+pytestmark = pytest.mark.postgres
+
+JOBS = 1000  # ten batches; a month holding three runs of each, analyzed
+
+
+@contextmanager
+def plans_of(db: sqlalchemy.Engine) -> Iterator[list[dict[str, Any]]]:
+    """The plan of each statement run through ``db`` meanwhile, as it ran
+    (``auto_explain``, read from the notices of each new connection)."""
+    plans: list[dict[str, Any]] = []
+
+    def logged(diagnostic: psycopg.errors.Diagnostic) -> None:
+        _, said, plan = (diagnostic.message_primary or "").partition("plan:")
+        if said:
+            plans.append(json.loads(plan))
+
+    def explaining(connection: psycopg.Connection, _record: Any) -> None:
+        connection.add_notice_handler(logged)
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_format = json",
+            "SET client_min_messages = log",
+        ):
+            connection.execute(setting)
+        connection.commit()
+
+    db.dispose()
+    sqlalchemy.event.listen(db, "connect", explaining)
+    try:
+        yield plans
+    finally:
+        sqlalchemy.event.remove(db, "connect", explaining)
+        db.dispose()
+
+
+def read_whole(plans: list[dict[str, Any]], filled: set[str]) -> list[tuple[str, list[str]]]:
+    """Each statement that read a filled table whole, or joined by hashing or merging
+    (which reads one side whole), with its scans."""
+    found = []
+    for explained in plans:
+        top, nodes, stack = explained["Plan"], [], [explained["Plan"]]
+        while stack:
+            node = stack.pop()
+            nodes.append(node["Node Type"])
+            stack += node.get("Plans", [])
+        if tables_read_whole(top) & filled or {"Hash Join", "Merge Join"} & set(nodes):
+            found.append((explained["Query Text"][:60], scans(top)))
+    return found
+
+
+def herd_plans(pg_url: str, clock: Clock) -> tuple[list[dict[str, Any]], set[str]]:
+    """The plans of a herd of ``JOBS`` no-ops fed, claimed and recorded in batches of a
+    hundred, half of them (those that sleep) recorded by outcome groups; and the tables
+    that hold rows."""
+    db = make_engine(pg_url)
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=GRACE, clock=clock)
+    try:
+        apply(engine, *(make(name=f"j{n}", sleep=0.01 * (n % 2)) for n in range(JOBS)))
+        with db.begin() as conn:  # the month so far: three runs of each job, analyzed
+            conn.exec_driver_sql(
+                "INSERT INTO invocations (job_id, slot, revision, status, attempt, created_at,"
+                " started_at, finished_at, backfill, filed_at) SELECT j.id, %(now)s - s *"
+                " interval '10 s', j.revision, 'SUCCEEDED', 1, %(now)s, %(now)s, %(now)s,"
+                " false, %(now)s - s * interval '10 s' FROM jobs j, generate_series(1, 3) s",
+                {"now": clock.now},
+            )
+        with db.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+            query = "SELECT DISTINCT tableoid::regclass::text FROM invocations"
+            filled = {"jobs"} | {name for (name,) in conn.exec_driver_sql(query)}
+        clock.advance(10)
+        ticks = sent(port)
+        with plans_of(db) as plans:
+            for i in range(0, len(ticks), 100):
+                engine.tick_many(ticks[i : i + 100], start_here=True)
+            attempts = [(c.invocation_id, c.attempt, c.job_id) for c in port.runs]
+            for i in range(0, len(attempts), 100):
+                work.execute_batch(engine, attempts[i : i + 100], "w", threads=10)
+    finally:
+        db.dispose()
+    return plans, filled
+
+
+def test_a_batch_reads_its_rows_by_key(pg_url: str, clock: Clock):
+    plans, filled = herd_plans(pg_url, clock)
+    texts = " ".join(p["Query Text"] for p in plans)
+    for statement in ("INSERT INTO invocations", "UPDATE invocations", "UPDATE jobs"):
+        assert statement in texts  # each part of the path was planned here
+    assert read_whole(plans, filled) == []
+
+
+def test_left_to_its_costs_the_planner_reads_a_batchs_tables_whole(
+    pg_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    """What the test above would see without ``keyed``: it is not the statistics."""
+    monkeypatch.setattr(statistics, "keyed", lambda conn: None)
+    plans, filled = herd_plans(pg_url, clock)
+    assert read_whole(plans, filled) != []
