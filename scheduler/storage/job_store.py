@@ -152,7 +152,7 @@ def lock_jobs(conn: Connection, job_ids: list[int]) -> dict[int, JobRow]:
     ordered = sorted(job_ids)
     if conn.dialect.name == "postgresql":  # read by the driver (``rows.from_values``)
         locked = conn.exec_driver_sql(_LOCK_ANY, {"b_ids": ordered})
-        return {r[0]: JobRow.from_values(r) for r in locked}
+        return {r[0]: JobRow.from_values(r) for r in locked.all()}  # as lock_runs reads
     found: dict[int, JobRow] = {}
     for i in range(0, len(ordered), _IDS_PER_STATEMENT):
         query = _lock_jobs(jobs).where(_id_in(conn, ordered[i : i + _IDS_PER_STATEMENT]))

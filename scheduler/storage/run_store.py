@@ -201,7 +201,7 @@ def _unnest(
         if isinstance(kind, JSON):  # as text, which the server casts to json[]
             arrays[n] = [None if v is None else json.dumps(v) for v in values]
     found = conn.exec_driver_sql(_unnest_insert(columns), tuple(arrays))
-    return [((job_id, slot.astimezone(UTC)), id_) for id_, job_id, slot in found]
+    return [((job_id, slot.astimezone(UTC)), id_) for id_, job_id, slot in found.all()]
 
 
 @functools.cache
@@ -242,7 +242,8 @@ def lock_runs(
     if conn.dialect.name == "postgresql":
         at = len(JOB_COLUMNS)
         found = conn.exec_driver_sql(_LOCK_RUNS_ANY, {"b_invs": invocation_ids})
-        return {r[at]: (InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in found}
+        rows = found.all()  # at once: iterated, SQLAlchemy fetches row by row (1.5 µs a row)
+        return {r[at]: (InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in rows}
     rows = conn.execute(_LOCK_RUNS, {"b_invs": invocation_ids})
     return {
         r.invocations_id: (InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_"))
