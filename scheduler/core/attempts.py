@@ -228,8 +228,7 @@ class Attempts:
         held, jobs_ended = HeldWrites(), set()
         with self.engine.transaction() as conn:
             now = self.engine.clock()
-            if len(attempts) > 1:
-                statistics.keyed(conn)
+            statistics.keyed(conn, len(attempts))
             if answer is None:  # the runs alone: a claim never waits on a job
                 found = run_store.lock_attempts(conn, list(wanted))
             else:  # and their jobs, which an end writes, locked as the group locks them:

@@ -205,8 +205,7 @@ def finish_together(runs: Runs, reports: list[Report]) -> None:
     try:
         with runs.engine.transaction() as conn:
             now = runs.engine.clock()
-            if len(reports) > 1:
-                statistics.keyed(conn)
+            statistics.keyed(conn, len(reports))
             locked = run_store.lock_runs(conn, [r.invocation_id for r in reports])
             held, seen = HeldWrites(), set()
             for report in sorted(reports, key=lambda r: _order(locked.get(r.invocation_id))):

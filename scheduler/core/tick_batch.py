@@ -73,8 +73,7 @@ def feed_ticks(
     """Feed each ``(job, nonce)`` tick in ``conn``'s transaction; returns what to send
     once it commits. With ``start_here``, a run a tick starts is created RUNNING and
     sent to its worker (``Core.tick_many``)."""
-    if len(ticks) > 1:
-        statistics.keyed(conn)
+    statistics.keyed(conn, len(ticks))
     jobs = job_store.lock_jobs(conn, [job_id for job_id, _ in ticks])
     now = engine.clock()  # once the locks are held: a wait for one is not time gone by
     held, later = _hold_all(engine, conn, ticks, jobs, now, start_here)

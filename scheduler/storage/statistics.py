@@ -63,24 +63,24 @@ _KEYED = text(
 )
 
 
-def keyed(conn: Connection) -> None:
-    """Plan the rest of this transaction's statements as lookups by key: a batch's
-    (a tick batch's, a claim's, an outcome group's) read and write its hundred rows by
-    their primary keys, in tables of any size.
+def keyed(conn: Connection, rows: int) -> None:
+    """Plan the rest of this transaction's statements as lookups by key: those of a
+    batch (a tick batch's, a claim's, an outcome group's) of ``rows`` rows, which read
+    and write each by its primary key, in tables of any size.
 
-    Left to its costs, PostgreSQL weighs a hundred index probes at four page reads
-    each (``random_page_cost``), and scans a table whole (a hash join) up to tens of
-    thousands of rows: the current month's runs until the month is well begun, a
-    deployment's jobs. Those pages are all in memory, and each batch paid the whole scan:
-    in ``bench.hot_path`` at 5,000 jobs, its claim read every run of the month and
-    every job (37 µs a fire, by pg_stat_statements), and its outcomes' UPDATE scanned
-    the month again (49 µs); keyed, 9 and 34 µs, and the database's CPU per fire fell by
-    a sixth (0.14-0.16 to 0.11-0.13 ms). Fresh statistics do not prevent it
-    (``test_batch_plans`` analyzes first), and a month's partition is empty at its
-    start. At 10,000 jobs and more the planner picked the keys itself.
+    Left to its costs, PostgreSQL weighs each index probe at four page reads
+    (``random_page_cost``) and reads a table whole (a hash join) up to tens of
+    thousands of rows: the month's runs, every job, for each batch of a hundred, fresh
+    statistics or not (``test_batch_plans`` analyzes first). Those pages are all in
+    memory; the whole read cost each batch more than its own rows did. A month's
+    partition is empty at its start, and a herd fills it faster than any ANALYZE.
 
     The settings penalize a scan or a join by hashing or merging rather than forbid
-    it: a statement with no index to use still runs. They end with the transaction.
+    it: a statement with no index to use still runs. They end with the transaction;
+    a plan made under them need not. PostgreSQL keeps a trigger function's plans for
+    the session, and a prepared statement's generic plan, with the settings they were
+    first made under, keyed or not: here they are the same statements on the same keys
+    either way. One row is a lone statement's, by key already: no round trip for it.
     SQLite plans by rules: nothing to do."""
-    if conn.dialect.name == "postgresql":
+    if rows > 1 and conn.dialect.name == "postgresql":
         conn.execute(_KEYED)

@@ -5,7 +5,6 @@ up to tens of thousands of rows."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +21,7 @@ from cronchain.scheduler.workers import work
 from tests.support.deliver import sent
 from tests.support.engine import GRACE, Clock, RecordingPort
 from tests.support.jobs import apply, make
-from tests.support.plans import scans, tables_read_whole
+from tests.support.plans import log_plans, nodes, scans, tables_read_whole
 
 pytestmark = pytest.mark.postgres
 
@@ -31,24 +30,12 @@ JOBS = 1000  # ten batches; a month holding three runs of each, analyzed
 
 @contextmanager
 def plans_of(db: sqlalchemy.Engine) -> Iterator[list[dict[str, Any]]]:
-    """The plan of each statement run through ``db`` meanwhile, as it ran
-    (``auto_explain``, read from the notices of each new connection)."""
+    """The plan of each statement run through ``db`` meanwhile, as it ran, triggers'
+    statements included."""
     plans: list[dict[str, Any]] = []
 
-    def logged(diagnostic: psycopg.errors.Diagnostic) -> None:
-        _, said, plan = (diagnostic.message_primary or "").partition("plan:")
-        if said:
-            plans.append(json.loads(plan))
-
     def explaining(connection: psycopg.Connection, _record: Any) -> None:
-        connection.add_notice_handler(logged)
-        for setting in (
-            "LOAD 'auto_explain'",
-            "SET auto_explain.log_min_duration = 0",
-            "SET auto_explain.log_format = json",
-            "SET client_min_messages = log",
-        ):
-            connection.execute(setting)
+        log_plans(connection, plans, local=False, nested=True)
         connection.commit()
 
     db.dispose()
@@ -65,13 +52,10 @@ def read_whole(plans: list[dict[str, Any]], filled: set[str]) -> list[tuple[str,
     (which reads one side whole), with its scans."""
     found = []
     for explained in plans:
-        top, nodes, stack = explained["Plan"], [], [explained["Plan"]]
-        while stack:
-            node = stack.pop()
-            nodes.append(node["Node Type"])
-            stack += node.get("Plans", [])
-        if tables_read_whole(top) & filled or {"Hash Join", "Merge Join"} & set(nodes):
-            found.append((explained["Query Text"][:60], scans(top)))
+        top = explained["Plan"]
+        joins = {node["Node Type"] for node in nodes(top)} & {"Hash Join", "Merge Join"}
+        if tables_read_whole(top) & filled or joins:
+            found.append((" ".join(explained["Query Text"].split())[:60], scans(top)))
     return found
 
 
@@ -121,6 +105,9 @@ def test_left_to_its_costs_the_planner_reads_a_batchs_tables_whole(
     pg_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ):
     """What the test above would see without ``keyed``: it is not the statistics."""
-    monkeypatch.setattr(statistics, "keyed", lambda conn: None)
+    monkeypatch.setattr(statistics, "keyed", lambda conn, rows: None)
     plans, filled = herd_plans(pg_url, clock)
-    assert read_whole(plans, filled) != []
+    whole = {text for text, _ in read_whole(plans, filled)}
+    assert any(t.startswith("SELECT jobs.id") for t in whole)  # the claim's lock
+    assert any(t.startswith("UPDATE invocations") for t in whole)  # the outcomes
+    assert any(t.startswith("UPDATE jobs AS t") for t in whole)  # the jobs saved

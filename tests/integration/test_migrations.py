@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
-import psycopg
 import pytest
 import sqlalchemy
 from alembic.autogenerate import compare_metadata
@@ -14,6 +11,7 @@ from cronchain.migrations import downgrade, upgrade
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.storage.models import metadata
 from tests.support import services
+from tests.support.plans import log_plans
 
 pytestmark = pytest.mark.postgres
 
@@ -521,23 +519,9 @@ def _loops_of_a_group(db: sqlalchemy.Engine) -> list[int]:
         )
     db.dispose()  # a new session
     plans: list[dict] = []
-
-    def logged(diagnostic: psycopg.errors.Diagnostic) -> None:
-        _, said, plan = (diagnostic.message_primary or "").partition("plan:")
-        if said:  # auto_explain's
-            plans.append(json.loads(plan))
-
     with db.begin() as conn:
         conn.exec_driver_sql("UPDATE invocations SET worker = 'w' WHERE trigger_id = 'r0'")
-        conn.connection.driver_connection.add_notice_handler(logged)
-        for setting in (
-            "LOAD 'auto_explain'",
-            "SET LOCAL auto_explain.log_min_duration = 0",
-            "SET LOCAL auto_explain.log_nested_statements = on",
-            "SET LOCAL auto_explain.log_format = json",
-            "SET LOCAL client_min_messages = log",
-        ):
-            conn.exec_driver_sql(setting)
+        log_plans(conn.connection.driver_connection, plans, local=True, nested=True)
         conn.exec_driver_sql(
             "UPDATE invocations SET worker = 'w', status = 'SUCCEEDED',"
             " finished_at = started_at + interval '1 second', deadline = NULL"

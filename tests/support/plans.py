@@ -4,9 +4,11 @@ their indexes, and for ``bench.registry_scale``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import sqlalchemy
 
 
@@ -39,16 +41,11 @@ def fill_registry(db: sqlalchemy.Engine, count: int, runs_each: int) -> None:
 def selects(db: sqlalchemy.Engine, work: Callable[[], object]) -> list[tuple[str, Any]]:
     """The SELECTs ``work`` sent through ``db``, with their parameters, as the driver got
     them."""
-    return [(s, p) for s, p in statements(db, work) if s.lstrip().upper().startswith("SELECT")]
-
-
-def statements(db: sqlalchemy.Engine, work: Callable[[], object]) -> list[tuple[str, Any]]:
-    """Every statement ``work`` sent through ``db``, with its parameters, as the driver
-    got them."""
     seen: list[tuple[str, Any]] = []
 
     def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        seen.append((statement, parameters))
+        if statement.lstrip().upper().startswith("SELECT"):
+            seen.append((statement, parameters))
 
     sqlalchemy.event.listen(db, "before_cursor_execute", record)
     try:
@@ -73,18 +70,49 @@ def pages(top: dict[str, Any]) -> int:
     return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
 
 
-def scans(top: dict[str, Any]) -> list[str]:
-    """Each scan of a plan, as ``Node Type(index or table)``."""
+def nodes(top: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of a plan."""
     found, stack = [], [top]
     while stack:
         node = stack.pop()
         stack += node.get("Plans", [])
-        if "Scan" in node["Node Type"]:
-            on = node.get("Index Name") or node.get("Relation Name")
-            found.append(f"{node['Node Type']}({on})")
-    return sorted(found)
+        found.append(node)
+    return found
+
+
+def scans(top: dict[str, Any]) -> list[str]:
+    """Each scan of a plan, as ``Node Type(index or table)``."""
+    return sorted(
+        f"{node['Node Type']}({node.get('Index Name') or node.get('Relation Name')})"
+        for node in nodes(top)
+        if "Scan" in node["Node Type"]
+    )
 
 
 def tables_read_whole(top: dict[str, Any]) -> set[str]:
     """The tables (or partitions) a plan reads with a sequential scan."""
     return {s[len("Seq Scan(") : -1] for s in scans(top) if s.startswith("Seq Scan(")}
+
+
+def log_plans(
+    connection: psycopg.Connection, plans: list[dict[str, Any]], *, local: bool, nested: bool
+) -> None:
+    """Have ``connection``'s server send the plan of each statement it runs, as it ran
+    (``auto_explain``, as JSON), to ``plans``: for this transaction (``local``) or the
+    session; with ``nested``, the statements of functions and triggers too."""
+
+    def logged(diagnostic: psycopg.errors.Diagnostic) -> None:
+        _, said, plan = (diagnostic.message_primary or "").partition("plan:")
+        if said:  # auto_explain's
+            plans.append(json.loads(plan))
+
+    connection.add_notice_handler(logged)
+    scope = "SET LOCAL" if local else "SET"
+    connection.execute("LOAD 'auto_explain'")
+    for setting in (
+        "auto_explain.log_min_duration = 0",
+        f"auto_explain.log_nested_statements = {'on' if nested else 'off'}",
+        "auto_explain.log_format = json",
+        "client_min_messages = log",
+    ):
+        connection.execute(f"{scope} {setting}")
