@@ -34,8 +34,8 @@ VISIBILITY_TIMEOUT = timedelta(hours=1)
 # (one transaction of 100 takes a few tens of ms). bench.fire_rate, 2,000 jobs due at
 # once, alternated: worker CPU per fire 1.10-1.16 ms at 20, 0.70-0.83 ms at 100. 300
 # drained a herd of 100,000 a sixth sooner; on a steady 3,000-3,600 fires/s from a
-# start, no run at 300 kept up, against two of four at 100: too few runs to call it
-# worse, none to change the default (docs/how-to/herds.md, "Set the batch size").
+# start, no run at 300 kept up, against two of four at 100: too few runs to call 300
+# worse, and no reason to change the default (docs/how-to/herds.md, "Set the batch size").
 TICK_BATCH = 100
 # A tick goes out at the next multiple of this at or after its slot, so that ticks due a
 # few milliseconds apart share a message (and Celery's per-task cost) as well: a fire may
