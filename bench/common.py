@@ -494,6 +494,14 @@ def cpu_seconds(pid: int) -> float:
     return total / TICKS
 
 
+def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str, float]]:
+    """CPU seconds of each named process tree over ``window`` seconds from now."""
+    t0, before = time.time(), {name: cpu_seconds(pid) for name, pid in pids.items()}
+    time.sleep(window)
+    t1 = time.time()
+    return t0, t1, {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+
+
 def rss_bytes(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -87,11 +87,11 @@ from bench.common import (
     PeakRss,
     analyze,
     cluster,
-    cpu_seconds,
     deployment,
     figure,
     first_waits_over,
     job_document,
+    measure,
     percentile,
     previous_code,
     recent_lags,
@@ -193,14 +193,6 @@ class Run:
         herds = self.herds.every_fire_recorded and not self.herds.incomplete
         p99 = percentile(self.lags, 0.99)
         return herds and p99 < SUSTAINED_P99 and not self.died
-
-
-def measure(pids: dict[str, int], window: float) -> tuple[float, float, dict[str, float]]:
-    """CPU seconds of each named process tree over ``window`` seconds from now."""
-    t0, before = time.time(), {name: cpu_seconds(pid) for name, pid in pids.items()}
-    time.sleep(window)
-    t1 = time.time()
-    return t0, t1, {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
 
 
 def run_cronchain(

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import cpu_seconds, deployment, figure
+from bench.common import deployment, figure, measure
 
 NAME = "idle"
 
@@ -34,11 +34,8 @@ def main() -> None:
             "work": d.worker_pids["work"],
             "beat": d.cluster.processes["beat"].pid,
         }
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        time.sleep(args.seconds)
-        cores = {
-            name: (cpu_seconds(pid) - before[name]) / args.seconds for name, pid in pids.items()
-        }
+        _, _, spent = measure(pids, args.seconds)
+    cores = {name: seconds / args.seconds for name, seconds in spent.items()}
     for name, used in cores.items():
         figure(NAME, name, used, "cores")
     figure(NAME, "all", sum(cores.values()), "cores")
