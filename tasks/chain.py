@@ -22,7 +22,7 @@ from cronchain.scheduler.core.attempts import AttemptRef
 from cronchain.scheduler.declare.apply import ApplyReport, reconcile_folder
 from cronchain.scheduler.declare.apps import reconcile_apps
 from cronchain.scheduler.errors import TransientError
-from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.invokers import Outcome, filed_from
 from cronchain.scheduler.maintenance.watchdog import pass_for, waited
 from cronchain.scheduler.settings import WATCHDOG_LIFETIME, Settings
 from cronchain.scheduler.workers import heap
@@ -86,20 +86,27 @@ def start_invocation(invocation_id: int, attempt: int | None = None) -> None:
 
 
 @app.task(name="cronchain.run", bind=True, **RUN)
-def run(self: Task, invocation_id: int, attempt: int, job_id: int | None = None) -> None:
+def run(
+    self: Task, invocation_id: int, attempt: int, job_id: int | None = None, filed: Any = None
+) -> None:
     """The work path: claim an attempt of a noop or http run, make its call, record it.
-    ``job_id`` is the run's job (absent from older messages: the ids alone)."""
-    if not _ints(invocation_id, attempt) or not (job_id is None or _ints(job_id)):
-        log.error("malformed run message dropped: %r %r %r", invocation_id, attempt, job_id)
+    ``job_id`` is the run's job, ``filed`` where it is filed (``Call.filed_us``; both
+    absent from older messages: the ids alone)."""
+    if not _attempt_ref([invocation_id, attempt, job_id, filed]):
+        log.error(
+            "malformed run message dropped: %r %r %r %r", invocation_id, attempt, job_id, filed
+        )
         return
     worker = f"{self.request.hostname or 'worker'}:{os.getpid()}:{threading.get_ident()}"
-    execute(runtime().engine, invocation_id, attempt, worker, job_id)
+    execute(runtime().engine, invocation_id, attempt, worker, job_id, filed_from(filed))
 
 
 @app.task(name="cronchain.run_batch", bind=True, **RUN)
 def run_batch(self: Task, attempts: Any) -> None:
     """The work path: attempts begun together, claimed in one transaction. Each is
-    ``[invocation, attempt, job]`` (``[invocation, attempt]`` in older messages)."""
+    ``[invocation, attempt, job, filed]`` (``filed``: where the run is filed,
+    ``Call.filed_us``; older messages have ``[invocation, attempt, job]`` or
+    ``[invocation, attempt]``)."""
     if not (
         isinstance(attempts, list)
         and 0 < len(attempts) <= MAX_BATCH
@@ -109,7 +116,10 @@ def run_batch(self: Task, attempts: Any) -> None:
         return
     worker = f"{self.request.hostname or 'worker'}:{os.getpid()}:{threading.get_ident()}"
     rt = runtime()
-    refs: list[AttemptRef] = [(a[0], a[1], a[2] if len(a) == 3 else None) for a in attempts]
+    refs: list[AttemptRef] = [
+        (a[0], a[1], a[2] if len(a) > 2 else None, filed_from(a[3] if len(a) > 3 else None))
+        for a in attempts
+    ]
     execute_batch(rt.engine, refs, worker, rt.settings.work_concurrency)
 
 
@@ -134,9 +144,9 @@ def gate(invocation_id: int, name: str, number: int, job_id: int) -> None:
 def _attempt_ref(value: Any) -> bool:
     return (
         isinstance(value, list | tuple)
-        and len(value) in (2, 3)
+        and len(value) in (2, 3, 4)
         and _ints(*value[:2])
-        and (len(value) == 2 or value[2] is None or _ints(value[2]))
+        and all(v is None or _ints(v) for v in value[2:])
     )
 
 

@@ -133,7 +133,8 @@ def _start_new(
     if not start_here:
         fed.messages.append(SendStart(inv_id))
         return []
-    fed.messages.append(SendRun(core.attempts.call_of(job, inv_id, 1, slot, trigger_id)))
+    call = core.attempts.new_call(job, inv_id, 1, slot, trigger_id, filed_at=slot or now)
+    fed.messages.append(SendRun(call))
     return _follow_up(core, job, fed, InvocationStarted(inv_id), now)
 
 
@@ -159,7 +160,7 @@ def _abort_active(
     for inv in ended:
         run_store.update_invocation(
             conn,
-            inv.id,
+            inv,
             status=S.ABORTED.value,
             error=error,
             reason=reason,

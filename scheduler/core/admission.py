@@ -63,8 +63,8 @@ def resume(
     run = Admitting(job, inv.filed_at, text, columns.get("checks"))
     said = admit(holds, conn, run, now, after)
     if isinstance(said, Held):
-        run_store.update_invocation(conn, inv.id, **(columns | said.columns))
+        run_store.update_invocation(conn, inv, **(columns | said.columns))
         return said.then(inv.id)
     values = columns | {"log": text} | said | {"status": STARTING, "reason": None}
-    run_store.update_invocation(conn, inv.id, **values, deadline=now + grace)
+    run_store.update_invocation(conn, inv, **values, deadline=now + grace)
     return [SendStart(inv.id)]

@@ -34,9 +34,12 @@ STARTING, RUNNING, WAITING = S.STARTING.value, S.RUNNING.value, S.WAITING.value
 SKIPPED = S.SKIPPED.value
 ACTIVE = (STARTING, RUNNING)
 WORKER_LIMIT = 200  # characters of a worker's name kept (invocations.worker)
-# An attempt as a worker names it: (invocation, attempt), or with its job as the
-# engine's messages carry it, (invocation, attempt, job).
-AttemptRef = tuple[int, int] | tuple[int, int, int | None]
+# An attempt as a worker names it: (invocation, attempt, job, filed), as the engine's
+# messages carry it (``Call.ref``): the run's job, and where the run is filed. Older
+# messages name (invocation, attempt, job) or (invocation, attempt).
+AttemptRef = (
+    tuple[int, int] | tuple[int, int, int | None] | tuple[int, int, int | None, datetime | None]
+)
 
 
 class Attempts:
@@ -74,13 +77,13 @@ class Attempts:
         now = self.engine.clock()
         if inv.start_at is not None and inv.start_at > now:  # early: a retry's backoff
             return [SendStart(inv.id, number, min(inv.start_at, now + self.engine.stepper.horizon))]
-        run_store.update_invocation(conn, inv.id, **self.attempt_columns(job, number, inv.log, now))
+        run_store.update_invocation(conn, inv, **self.attempt_columns(job, number, inv.log, now))
         fed = (
             Stepped(job.snapshot)  # the machine does not count backfill runs
             if inv.backfill
             else self.engine.feed(conn, job, InvocationStarted(inv.id), now)
         )
-        return [*fed.messages, SendRun(self.call_of(job, inv.id, number, inv.slot, inv.trigger_id))]
+        return [*fed.messages, SendRun(self.call_of(job, inv, number))]
 
     def begin_released(
         self, conn: Connection, messages: list[Message], held: HeldWrites | None = None
@@ -110,7 +113,7 @@ class Attempts:
                 continue
             inv, job = found
             if job.id in changed:  # read again: an earlier start here changed it
-                found = run_store.lock_run(conn, job.id, inv.id)
+                found = run_store.lock_run(conn, job.id, inv.id, inv.filed_at)
                 assert found is not None  # locked by this transaction
                 inv, job = found
             kept += self._begin(conn, inv, job, 1)
@@ -137,15 +140,20 @@ class Attempts:
             log=debuglog.append(log_text, now, f"attempt {number} sent"),
         )
 
-    def call_of(
+    def call_of(self, job: JobRow, inv: InvocationRow, number: int) -> Call:
+        """The call of an attempt that ``attempt_columns`` recorded."""
+        return self.new_call(job, inv.id, number, inv.slot, inv.trigger_id, inv.filed_at)
+
+    def new_call(
         self,
         job: JobRow,
         invocation_id: int,
         number: int,
         slot: datetime | None,
-        trigger_id: str | None = None,
+        trigger_id: str | None,
+        filed_at: datetime | None,
     ) -> Call:
-        """The call of an attempt that ``attempt_columns`` recorded."""
+        """``call_of`` a run known by its parts: one this transaction has just filed."""
         controls = job.controls
         return Call(
             invocation_id,
@@ -159,16 +167,24 @@ class Attempts:
             job_id=job.id,
             priority=controls.priority,
             trigger_id=trigger_id,
+            filed_at=filed_at,
         )
 
     def claim(
-        self, invocation_id: int, attempt: int, worker: str, *, job_id: int | None = None
+        self,
+        invocation_id: int,
+        attempt: int,
+        worker: str,
+        *,
+        job_id: int | None = None,
+        filed_at: datetime | None = None,
     ) -> Call | None:
         """Take an attempt for ``worker``, before its work begins: only the current
         attempt, and only one delivery of it, can be claimed. From now on its lease and
         its timeout count. None: it is not current, or was claimed already, or (with
-        ``job_id``, which the engine's messages carry) it is not that job's run."""
-        calls, _ = self.claim_many([(invocation_id, attempt, job_id)], worker)
+        ``job_id``, which the engine's messages carry) it is not that job's run.
+        ``filed_at``: where the run is filed, as the messages carry it."""
+        calls, _ = self.claim_many([(invocation_id, attempt, job_id, filed_at)], worker)
         return next(iter(calls), None)
 
     def claim_many(
@@ -179,7 +195,7 @@ class Attempts:
     ) -> tuple[list[Call], dict[int, Outcome]]:
         """``claim`` for attempts sent together, in one transaction: the calls of those
         that could be claimed, and the outcomes recorded, by invocation. Each attempt is
-        ``(invocation, attempt)`` or ``(invocation, attempt, job)``.
+        an ``AttemptRef``.
 
         A call that ``answer`` makes at once (a ``noop`` that does not sleep: nothing
         outside is called, so it may be made again) and that succeeds is recorded in
@@ -222,6 +238,7 @@ class Attempts:
     ) -> _Claimed:
         """One transaction of ``claim_many``: nothing is sent from here."""
         wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
+        filed = [ref[3] if len(ref) > 3 else None for ref in attempts]
         worker = outside.storable(worker)[:WORKER_LIMIT]  # a host's name, as its worker says
         claimed = _Claimed()
         claims: list[dict[str, Any]] = []
@@ -230,10 +247,10 @@ class Attempts:
             now = self.engine.clock()
             statistics.keyed(conn, len(attempts))
             if answer is None:  # the runs alone: a claim never waits on a job
-                found = run_store.lock_attempts(conn, list(wanted))
+                found = run_store.lock_attempts(conn, list(wanted), filed)
             else:  # and their jobs, which an end writes, locked as the group locks them:
                 # in id order, none waited for
-                found = list(run_store.lock_runs(conn, list(wanted)).values())
+                found = list(run_store.lock_runs(conn, list(wanted), filed).values())
             for inv, job in found:
                 attempt, job_id = wanted[inv.id]
                 if job_id is not None and job_id != job.id:
@@ -241,7 +258,7 @@ class Attempts:
                     continue
                 if inv.status != RUNNING or inv.attempt != attempt or inv.worker:
                     continue
-                call = self.call_of(job, inv.id, inv.attempt, inv.slot, inv.trigger_id)
+                call = self.call_of(job, inv, inv.attempt)
                 columns = _claim_columns(inv, call, worker, now)
                 claimed.calls.append(call)
                 for hook in self.engine.plugins.claims:
@@ -258,11 +275,11 @@ class Attempts:
                 ):
                     outcome = None
                 if outcome is None:
-                    claims.append(columns | {"b_id": inv.id})
+                    claims.append(columns | {"b_id": inv.id, "b_filed": inv.filed_at})
                     continue
                 claimed.answered[inv.id] = outcome
                 jobs_ended.add(job.id)
-                held.update_run(inv.id, **columns)  # joined by the end's own update
+                held.update_run(inv, **columns)  # joined by the end's own update
                 run = inv.changed(**columns)
                 ended = self.engine.runs.record_outcome(conn, run, job, outcome, now, held)
                 claimed.messages += ended.messages

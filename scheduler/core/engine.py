@@ -126,14 +126,21 @@ class Core:
             raise TransientError(f"no database connection free: {err}") from err
 
     def lock(
-        self, conn: Connection, invocation_id: int, job_id: int | None = None
+        self,
+        conn: Connection,
+        invocation_id: int,
+        job_id: int | None = None,
+        filed_at: datetime | None = None,
     ) -> tuple[InvocationRow, JobRow] | None:
         """Lock an invocation and its job, job first; None if there is none, or if it is
-        not ``job_id``'s. A caller that knows the job saves the lookup (the hot path does:
-        the tick knows its job, the start passes it on)."""
+        not ``job_id``'s (nor filed at ``filed_at``). A caller that knows the job saves
+        the lookup (the hot path does: the tick knows its job, the start passes it on),
+        and one that knows where the run is filed, a probe of each month of history."""
         if job_id is None:
             job_id = run_store.invocation_job(conn, invocation_id)
-        return None if job_id is None else run_store.lock_run(conn, job_id, invocation_id)
+        if job_id is None:
+            return None
+        return run_store.lock_run(conn, job_id, invocation_id, filed_at)
 
     # --- the chain ---------------------------------------------------------------------
 

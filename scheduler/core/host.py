@@ -100,7 +100,11 @@ class Host(Protocol):
     def transaction(self) -> AbstractContextManager[Connection]: ...
 
     def lock(
-        self, conn: Connection, invocation_id: int, job_id: int | None = None
+        self,
+        conn: Connection,
+        invocation_id: int,
+        job_id: int | None = None,
+        filed_at: datetime | None = None,
     ) -> tuple[InvocationRow, JobRow] | None: ...
 
     def feed(self, conn: Connection, job: JobRow, event: Event, now: datetime) -> Stepped: ...

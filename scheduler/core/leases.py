@@ -33,6 +33,7 @@ class Lease:
     due: datetime | None = None
     failures: int = 0  # renewals in a row that could not reach the database
     job_id: int | None = None  # saves the outcome a lookup of the job to lock first
+    filed_at: datetime | None = None  # where the run is filed (``Call``)
 
 
 def retry_delay(failures: int, length: timedelta) -> timedelta:
@@ -79,7 +80,12 @@ class Leases:
         try:
             with write_transaction(self.db) as conn:
                 current = run_store.renew_lease(
-                    conn, lease.invocation_id, lease.attempt, now + lease.length, lease.job_id
+                    conn,
+                    lease.invocation_id,
+                    lease.attempt,
+                    now + lease.length,
+                    lease.job_id,
+                    lease.filed_at,
                 )
                 if current and note:  # a task's words: kept as text from outside is
                     line = outside.kept(note, debuglog.LINE_LIMIT)

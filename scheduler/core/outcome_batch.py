@@ -61,6 +61,7 @@ class Runs(Protocol):
         *,
         attempt: int | None = None,
         job_id: int | None = None,
+        filed_at: datetime | None = None,
     ) -> bool: ...
 
 
@@ -72,6 +73,7 @@ class Report:
     attempt: int
     outcome: Outcome
     job_id: int | None = None
+    filed_at: datetime | None = None  # where the run is filed (``Call``)
     recorded: bool | None = None  # True once the group's transaction committed it
     error: BaseException | None = None
     alone: bool = False  # not for the group: its own thread records it, as before
@@ -136,7 +138,11 @@ class GroupCommit:
             self._write_group(group)
         if report.alone:
             return self.runs.finish_invocation(
-                report.invocation_id, report.outcome, attempt=report.attempt, job_id=report.job_id
+                report.invocation_id,
+                report.outcome,
+                attempt=report.attempt,
+                job_id=report.job_id,
+                filed_at=report.filed_at,
             )
         if isinstance(report.error, TransientError):  # one for each thread that raises it
             raise TransientError(str(report.error)) from report.error
@@ -163,12 +169,16 @@ class HeldWrites:
         # their runs' updates may still be held when a downstream is checked.
         self.fresh: dict[str, datetime] = {}
 
-    def update_run(self, invocation_id: int, **values: Any) -> None:
-        earlier = self._columns.pop(invocation_id, None)
-        row = {"b_id": invocation_id} if earlier is None else self._runs[earlier].pop(invocation_id)
+    def update_run(self, run: InvocationRow, **values: Any) -> None:
+        earlier = self._columns.pop(run.id, None)
+        row = (
+            {"b_id": run.id, "b_filed": run.filed_at}
+            if earlier is None
+            else self._runs[earlier].pop(run.id)
+        )
         row |= values
-        self._columns[invocation_id] = key = frozenset(row)
-        self._runs.setdefault(key, {})[invocation_id] = row
+        self._columns[run.id] = key = frozenset(row)
+        self._runs.setdefault(key, {})[run.id] = row
 
     def feed(
         self, engine: CoreHost, conn: Connection, job: JobRow, event: Event, now: datetime
@@ -206,13 +216,14 @@ def finish_together(runs: Runs, reports: list[Report]) -> None:
         with runs.engine.transaction() as conn:
             now = runs.engine.clock()
             statistics.keyed(conn, len(reports))
-            locked = run_store.lock_runs(conn, [r.invocation_id for r in reports])
+            ids = [r.invocation_id for r in reports]
+            locked = run_store.lock_runs(conn, ids, [r.filed_at for r in reports])
             held, seen = HeldWrites(), set()
             for report in sorted(reports, key=lambda r: _order(locked.get(r.invocation_id))):
                 found = locked.get(report.invocation_id)
                 if found is not None and found[1].id in seen:  # the group changed its job
                     held.write(conn)
-                    found = run_store.lock_run(conn, found[1].id, report.invocation_id)
+                    found = run_store.lock_run(conn, found[1].id, found[0].id, found[0].filed_at)
                 if (
                     found is None
                     or not _current(report, *found)

@@ -74,7 +74,11 @@ class Runs:
         when it could not be recorded."""
         try:
             return self.record_patiently(
-                lease.invocation_id, lease.attempt, outcome, job_id=lease.job_id
+                lease.invocation_id,
+                lease.attempt,
+                outcome,
+                job_id=lease.job_id,
+                filed_at=lease.filed_at,
             )
         except Exception:
             log.exception(
@@ -95,7 +99,7 @@ class Runs:
         holds, a database away, a group whose writing raised) goes the way of ``report``,
         patiently and alone, and so lets its lease go whatever happens to it."""
         reports = [
-            Report(lease.invocation_id, lease.attempt, outcome, lease.job_id)
+            Report(lease.invocation_id, lease.attempt, outcome, lease.job_id, lease.filed_at)
             for lease, outcome in zip(leases, outcomes, strict=True)
         ]
         try:
@@ -112,7 +116,13 @@ class Runs:
         return results
 
     def record_patiently(
-        self, invocation_id: int, attempt: int, outcome: Outcome, *, job_id: int | None = None
+        self,
+        invocation_id: int,
+        attempt: int,
+        outcome: Outcome,
+        *,
+        job_id: int | None = None,
+        filed_at: datetime | None = None,
     ) -> bool:
         """Record an outcome that exists only in this process (``scheduler.core.recording``):
         through a database restart, and without its text if the database refuses it.
@@ -122,7 +132,7 @@ class Runs:
 
         def record(with_text: bool) -> bool:
             told = outcome if with_text else outcome.without_text()
-            report = partial(Report, invocation_id, attempt, told, job_id)
+            report = partial(Report, invocation_id, attempt, told, job_id, filed_at)
             return patiently(lambda: self.together.finish(report()), f"invocation {invocation_id}")
 
         what = f"invocation {invocation_id} attempt {attempt}: its outcome"
@@ -135,17 +145,29 @@ class Runs:
         *,
         attempt: int | None = None,
         job_id: int | None = None,
+        filed_at: datetime | None = None,
     ) -> bool:
         """Record the outcome of a RUNNING attempt; False if that attempt had already
         ended or is not the current one (a zombie, a repeated report), if its run is gone
-        (deleted with its job), or if ``job_id`` is given and the run is another job's."""
+        (deleted with its job), or if ``job_id`` is given and the run is another job's.
+        ``filed_at``: where the run is filed, if known (``Call``)."""
         with self.engine.transaction() as conn:
-            locked = self.engine.lock(conn, invocation_id, job_id)
+            locked = self.engine.lock(conn, invocation_id, job_id, filed_at)
             inv = locked and locked[0]
             if locked is None or inv.status != RUNNING or attempt not in (None, inv.attempt):
                 owner = None if locked else run_store.invocation_job(conn, invocation_id)
-                if owner is not None:  # the run is another job's: leave it alone
+                if owner is not None and owner != job_id:  # another job's: leave it alone
                     log_other_job("outcome", invocation_id, attempt, job_id, owner)
+                    return False
+                if owner is not None:  # filed elsewhere than the report says: the same
+                    log.warning(
+                        "outcome of invocation %s attempt %s refused: it was sent for a run"
+                        " filed at %s, and invocation %s is not",
+                        invocation_id,
+                        attempt,
+                        filed_at,
+                        invocation_id,
+                    )
                     return False
                 if attempt is not None:  # that attempt's task has ended: no need to stop it
                     revokes.forget(conn, [celery_task_id(invocation_id, attempt)])
@@ -204,7 +226,7 @@ class Runs:
             start_at = now + delay
             earlier = [*(inv.attempts or []), _attempt_record(inv, outcome, now)]
             update(
-                inv.id,
+                inv,
                 status=STARTING,
                 start_at=start_at,
                 deadline=start_at + self.engine.stepper.grace,
@@ -225,7 +247,7 @@ class Runs:
             heard = self._hear(conn, Ended(job, inv, outcome, now, final=False))
             return Stepped(job.snapshot, [*revoke, *heard, SendStart(inv.id, inv.attempt + 1, eta)])
         update(
-            inv.id,
+            inv,
             status=status,
             error=outcome.error,
             reason=outcome.reason,
@@ -288,7 +310,7 @@ class Runs:
             return self.record_outcome(conn, inv, job, outcome, now)
         run_store.update_invocation(
             conn,
-            inv.id,
+            inv,
             status=outcome.status.value,
             error=outcome.error,
             reason=outcome.reason,

@@ -199,7 +199,8 @@ def _started(
     if not start_here:
         step.fed.messages.append(SendStart(inv_id))
         return
-    step.fed.messages.append(SendRun(engine.attempts.call_of(step.job, inv_id, 1, step.slot)))
+    call = engine.attempts.new_call(step.job, inv_id, 1, step.slot, None, step.slot)
+    step.fed.messages.append(SendRun(call))
     result = engine.stepper.step(step.job, step.fed.snapshot, InvocationStarted(inv_id), now)
     step.fed.snapshot = result.snapshot
     pending = deque(result.actions)  # none that the machine has today; carried out if any

@@ -9,7 +9,14 @@ by the hooks of the user's worker (:mod:`scheduler.workers.hooks`).
 
 from __future__ import annotations
 
-from cronchain.scheduler.invokers.call import SUCCEEDED, Call, Invoker, Outcome, celery_task_id
+from cronchain.scheduler.invokers.call import (
+    SUCCEEDED,
+    Call,
+    Invoker,
+    Outcome,
+    celery_task_id,
+    filed_from,
+)
 from cronchain.scheduler.invokers.http import HttpInvoker
 from cronchain.scheduler.invokers.netguard import parse_allow
 from cronchain.scheduler.invokers.noop import NoopInvoker
@@ -23,6 +30,7 @@ __all__ = [
     "Outcome",
     "celery_task_id",
     "default_invokers",
+    "filed_from",
 ]
 
 

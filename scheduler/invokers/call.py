@@ -30,6 +30,9 @@ class Call:
     job_id: int | None = None
     priority: int = DEFAULT_PRIORITY  # the job's: that of the attempt's Celery messages
     trigger_id: str | None = None  # a triggered run's, which has no slot
+    # Where the run is filed (its slot, or when it was triggered): claims and outcomes
+    # find its row by its id and this, in one month's partition of history.
+    filed_at: datetime | None = None
 
     @property
     def lost(self) -> threading.Event:
@@ -64,6 +67,32 @@ class Call:
     def task_id(self) -> str:
         """The Celery task id of this attempt, known before it is sent (to revoke it)."""
         return celery_task_id(self.invocation_id, self.attempt)
+
+    @property
+    def ref(self) -> tuple[int, int, int | None, datetime | None]:
+        """The attempt as a worker names it to claim it (``core.attempts.AttemptRef``)."""
+        return (self.invocation_id, self.attempt, self.job_id, self.filed_at)
+
+    @property
+    def filed_us(self) -> int | None:
+        """Where the run is filed as its messages carry it: ``filed_at`` in microseconds
+        since 1970, exactly (a plain integer, which every serializer keeps as it is)."""
+        return None if self.filed_at is None else (self.filed_at - EPOCH) // MICROSECOND
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
+def filed_from(us: int | None) -> datetime | None:
+    """``Call.filed_us`` as the worker reads it back. None (the run found by its id
+    alone) for none, or for a number no date has."""
+    if us is None:
+        return None
+    try:
+        return EPOCH + us * MICROSECOND
+    except OverflowError:
+        return None
 
 
 def message_priority(priority: int, broker_url: str | None) -> int:

@@ -3,7 +3,8 @@
 The attempt travels in a ``cronchain`` header, which the hooks installed on those
 workers (:mod:`scheduler.workers.hooks`) read to claim it before the task body runs.
 The header names the job with the invocation and the attempt: a claim, a heartbeat or an
-outcome is recorded only on a run of that job.
+outcome is recorded only on a run of that job. It says where the run is filed, so that
+its row is found in one month of history.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def send_task(app: Celery, call: Call) -> None:
         "invocation": call.invocation_id,
         "attempt": call.attempt,
         "job": call.job_id,
+        "filed": call.filed_us,  # where the run is filed: its row is found there
         "key": call.key,  # for the task's own idempotency: ids can be handed out again
         "lease": call.lease.total_seconds(),  # read by workers of cronchain 0.1
     }

@@ -350,7 +350,7 @@ def _resend(
     assert inv.started_at is not None  # a RUNNING row's CHECK
     waited = now - inv.started_at
     deadline = min(now + max(engine.grace, waited), _start_by(inv, job))  # then it ends
-    run_store.update_invocation(conn, inv.id, deadline=deadline)
+    run_store.update_invocation(conn, inv, deadline=deadline)
     where = f"queue {job.spec['celery']['queue']}" if job.kind == "celery" else "the work path"
     log.warning(
         "%s invocation %s attempt %s: no worker has claimed it in %.0f s; sent again."
@@ -361,7 +361,7 @@ def _resend(
         waited.total_seconds(),
         where,
     )
-    return [SendRun(engine.attempts.call_of(job, inv.id, inv.attempt, inv.slot, inv.trigger_id))]
+    return [SendRun(engine.attempts.call_of(job, inv, inv.attempt))]
 
 
 def _lapsed(inv: InvocationRow, job: JobRow, now: datetime) -> Outcome | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy import (
     LABEL_STYLE_TABLENAME_PLUS_COL,
     BigInteger,
     Connection,
+    DateTime,
     Row,
     Select,
     and_,
@@ -46,9 +47,21 @@ from cronchain.scheduler.storage.rows import (
 
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.
+#
+# A run is found by its id and, where the caller knows it, where it is filed
+# (``filed_at``: its slot, or when it was triggered). PostgreSQL partitions the table by
+# month of ``filed_at``: a statement by id alone probes the index of every month that
+# retention keeps (half a year by default), each statement, each run. By both, it
+# reads one month's: as a lone statement starts (``filed_at = $n``), or, for a batch,
+# as each run joined from the arrays of ids and places comes (``_WANTED``). Never by a
+# range of places, nor one place for a whole batch: the runs of a herd share one
+# second, and a plan that read a partition by that range (chosen when its statistics
+# say it is small, as a month's are at its start) read every run of the herd for each
+# batch.
 _LOCK_INVOCATION = (
     select(invocations).where(invocations.c.id == bindparam("b_id")).with_for_update()
 )
+_FILED = invocations.c.filed_at == bindparam("b_filed")
 # A run and its job, both locked by one statement. PostgreSQL locks each joined row's
 # parts in the order of the FROM list: the job first, as every writer does. A run that
 # is not that job's does not come back (nor is it locked): a late report naming a job
@@ -60,6 +73,7 @@ _LOCK_RUN = (
     .with_for_update(key_share=True)
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
+_LOCKS_RUN = (_LOCK_RUN, _LOCK_RUN.where(_FILED))  # by id alone, and where filed
 # A worker's claim locks the run alone: it never waits on the job, so it cannot take the
 # two locks in the other order than the writers that lock the job first. (A claim that
 # records its no-ops at once locks their jobs too, by ``_LOCK_RUNS``.)
@@ -91,13 +105,47 @@ _LOCK_RUNS = (
     .where(invocations.c.id.in_(bindparam("b_invs", expanding=True)))
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
-# The same on PostgreSQL, read by the driver (``rows.from_values``): a batch's lock.
-_LOCK_RUNS_ANY = driver_sql(
-    _lock_runs(*columns(jobs, JOB_COLUMNS), *columns(invocations, INVOCATION_COLUMNS)).where(
-        invocations.c.id == any_(bindparam("b_invs", type_=ARRAY(BigInteger)))
+# The runs of a batch, each by its id and where it is filed, as two arrays (PostgreSQL).
+_WANTED = (
+    func.unnest(
+        bindparam("b_invs", type_=ARRAY(BigInteger)),
+        bindparam("b_filed", type_=ARRAY(DateTime(timezone=True))),
     )
+    .table_valued("id", "filed_at")
+    .render_derived("wanted")
+)
+_ROW_COLUMNS = (*columns(jobs, JOB_COLUMNS), *columns(invocations, INVOCATION_COLUMNS))
+
+
+def _of_wanted(query: Select[Any]) -> Select[Any]:
+    """``query`` over the runs of ``_WANTED``: the job first in the FROM list, then the
+    run, so that the lock takes them in that order (the function is not locked)."""
+    return query.select_from(_WANTED, jobs, invocations).where(
+        invocations.c.id == _WANTED.c.id,
+        invocations.c.filed_at == _WANTED.c.filed_at,
+        jobs.c.id == invocations.c.job_id,
+    )
+
+
+# On PostgreSQL, read by the driver (``rows.from_values``): a batch's locks, by id alone
+# (a message from before the runs' messages carried their place) and where filed.
+_LOCKS_RUNS_PG = (
+    driver_sql(
+        _lock_runs(*_ROW_COLUMNS).where(
+            invocations.c.id == any_(bindparam("b_invs", type_=ARRAY(BigInteger)))
+        )
+    ),
+    driver_sql(
+        _of_wanted(select(*_ROW_COLUMNS))
+        .order_by(jobs.c.id, invocations.c.id)
+        .with_for_update(skip_locked=True, key_share=True)
+    ),
+)
+_LOCK_ATTEMPTS_PG = driver_sql(
+    _of_wanted(select(*_ROW_COLUMNS)).order_by(invocations.c.id).with_for_update(of=invocations)
 )
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
+_UPDATE_FILED = _UPDATE_INVOCATION.where(_FILED)
 _INSERT_INVOCATION = {
     name: dialect.insert(invocations).on_conflict_do_nothing().returning(invocations.c.id)
     for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
@@ -214,41 +262,72 @@ def _unnest_insert(columns: tuple[str, ...]) -> str:
     )
 
 
+def _placed(filed: Iterable[datetime | None]) -> list[datetime] | None:
+    """Where each run is filed, or None if any is not known: the runs are then found by
+    their ids alone."""
+    places = list(filed)
+    return None if not places or None in places else places  # type: ignore[return-value]
+
+
 def lock_run(
-    conn: Connection, job_id: int, invocation_id: int
+    conn: Connection, job_id: int, invocation_id: int, filed_at: datetime | None = None
 ) -> tuple[InvocationRow, JobRow] | None:
     """An invocation and the job it is said to belong to, both locked; None if either
-    is gone, or if the invocation is another job's."""
-    row = conn.execute(_LOCK_RUN, {"b_job": job_id, "b_inv": invocation_id}).first()
+    is gone, or if the invocation is another job's (or not filed at ``filed_at``)."""
+    parameters = {"b_job": job_id, "b_inv": invocation_id, "b_filed": filed_at}
+    row = conn.execute(_LOCKS_RUN[filed_at is not None], parameters).first()
     if row is None:
         return None
     return InvocationRow.from_row(row, "invocations_"), JobRow.from_row(row, "jobs_")
 
 
 def lock_attempts(
-    conn: Connection, invocation_ids: list[int]
+    conn: Connection, invocation_ids: list[int], filed: Iterable[datetime | None] = ()
 ) -> list[tuple[InvocationRow, JobRow]]:
     """Invocations, locked in id order, each with its job as it stands (not locked):
-    what a worker needs to claim attempts and make their calls."""
-    rows = conn.execute(_LOCK_ATTEMPTS, {"b_invs": invocation_ids})
-    return [(InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_")) for r in rows]
+    what a worker needs to claim attempts and make their calls. ``filed``: where each
+    is filed, in the same order, if known; a run filed elsewhere is not found."""
+    places = _placed(filed)
+    if places is not None and conn.dialect.name == "postgresql":
+        parameters = {"b_invs": invocation_ids, "b_filed": places}
+        found = conn.exec_driver_sql(_LOCK_ATTEMPTS_PG, parameters).all()
+        at = len(JOB_COLUMNS)
+        return [(InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in found]
+    locked = _labelled(conn.execute(_LOCK_ATTEMPTS, {"b_invs": invocation_ids}))
+    return _filed_at(locked, invocation_ids, places)
 
 
 def lock_runs(
-    conn: Connection, invocation_ids: list[int]
+    conn: Connection, invocation_ids: list[int], filed: Iterable[datetime | None] = ()
 ) -> dict[int, tuple[InvocationRow, JobRow]]:
     """Invocations and their jobs, all locked (jobs in id order), by invocation id; one
-    whose run or job another transaction holds is left out."""
+    whose run or job another transaction holds is left out. ``filed``: where each is
+    filed, in the same order, if known; a run filed elsewhere is not found."""
+    places = _placed(filed)
     if conn.dialect.name == "postgresql":
         at = len(JOB_COLUMNS)
-        found = conn.exec_driver_sql(_LOCK_RUNS_ANY, {"b_invs": invocation_ids})
+        parameters = {"b_invs": invocation_ids, "b_filed": places}
+        found = conn.exec_driver_sql(_LOCKS_RUNS_PG[places is not None], parameters)
         rows = found.all()  # at once: iterated, SQLAlchemy fetches row by row (1.5 µs a row)
         return {r[at]: (InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in rows}
-    rows = conn.execute(_LOCK_RUNS, {"b_invs": invocation_ids})
-    return {
-        r.invocations_id: (InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_"))
-        for r in rows
-    }
+    locked = _labelled(conn.execute(_LOCK_RUNS, {"b_invs": invocation_ids}))
+    return {inv.id: (inv, job) for inv, job in _filed_at(locked, invocation_ids, places)}
+
+
+def _labelled(rows: Iterable[Row[Any]]) -> list[tuple[InvocationRow, JobRow]]:
+    """The rows of a statement that labels each column with its table's name."""
+    return [(InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_")) for r in rows]
+
+
+def _filed_at(
+    locked: list[tuple[InvocationRow, JobRow]], ids: list[int], places: list[datetime] | None
+) -> list[tuple[InvocationRow, JobRow]]:
+    """SQLite, which has one table and no row locks: the runs found by id that are filed
+    where they were said to be."""
+    if places is None:
+        return locked
+    wanted = dict(zip(ids, places, strict=True))
+    return [(inv, job) for inv, job in locked if inv.filed_at == wanted[inv.id]]
 
 
 def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:
@@ -263,14 +342,29 @@ def invocation_job(conn: Connection, invocation_id: int) -> int | None:
     return conn.execute(query).scalar_one_or_none()
 
 
-def update_invocation(conn: Connection, invocation_id: int, **values: Any) -> None:
-    conn.execute(_UPDATE_INVOCATION, {**values, "b_id": invocation_id})
+def update_invocation(conn: Connection, run: InvocationRow | int, **values: Any) -> None:
+    """Update a run, found by its row's id and where it is filed (by its id alone if
+    only that is given)."""
+    if isinstance(run, int):
+        conn.execute(_UPDATE_INVOCATION, {**values, "b_id": run})
+    else:
+        update_invocations(conn, [{**values, "b_id": run.id, "b_filed": run.filed_at}])
 
 
 def update_invocations(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """Update many invocations, each row naming its own by ``b_id``, all with the same
-    columns: one statement (``bulk.update_joined``)."""
-    bulk.update_joined(conn, invocations, rows, {"b_id": "id"})
+    """Update many invocations, each row naming its own by ``b_id`` and, if known, where
+    it is filed by ``b_filed`` (all rows alike), all with the same columns: one
+    statement (``bulk.update_joined``), joined by both, so that PostgreSQL reads each
+    run's month alone; a lone row by its id and place."""
+    if not rows:
+        return
+    if any(row.get("b_filed", None) is None for row in rows):  # found by id alone
+        rows = [{k: v for k, v in row.items() if k != "b_filed"} for row in rows]
+        bulk.update_joined(conn, invocations, rows, {"b_id": "id"})
+    elif len(rows) == 1:
+        conn.execute(_UPDATE_FILED, rows[0])
+    else:
+        bulk.update_joined(conn, invocations, rows, {"b_id": "id", "b_filed": "filed_at"})
 
 
 def lock_invocations_of(
@@ -412,10 +506,11 @@ def renew_lease(
     attempt: int,
     deadline: datetime,
     job_id: int | None = None,
+    filed_at: datetime | None = None,
 ) -> bool:
     """Move a claimed attempt's lease deadline (never past its timeout). False: the
     attempt is not (or no longer) the current one: it was retried, aborted or timed out,
-    or (``job_id`` given) the run is not that job's."""
+    or (``job_id`` given) the run is not that job's (or not filed at ``filed_at``)."""
     query = update(invocations).where(
         invocations.c.id == invocation_id,
         invocations.c.attempt == attempt,
@@ -424,6 +519,8 @@ def renew_lease(
     )
     if job_id is not None:
         query = query.where(invocations.c.job_id == job_id)
+    if filed_at is not None:
+        query = query.where(invocations.c.filed_at == filed_at)
     timeout_at = invocations.c.timeout_at
     deadline_value = case((timeout_at < deadline, timeout_at), else_=deadline)
     return conn.execute(query.values(deadline=deadline_value)).rowcount == 1

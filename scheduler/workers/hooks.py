@@ -33,7 +33,7 @@ from celery.signals import task_postrun
 
 from cronchain.scheduler import outside
 from cronchain.scheduler.core.leases import Lease
-from cronchain.scheduler.invokers import Outcome
+from cronchain.scheduler.invokers import Outcome, filed_from
 from cronchain.scheduler.invokers.celery import HEADER
 from cronchain.scheduler.workers import gatecheck
 from cronchain.scheduler.workers.gatecheck import HEADER as GATE
@@ -94,12 +94,15 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
     fields = header if isinstance(header, dict) else {}
     invocation_id, attempt = fields.get("invocation"), fields.get("attempt")
     job_id = fields.get("job")  # absent from older headers: the ids alone
-    if not _ints(invocation_id, attempt) or not (job_id is None or _ints(job_id)):
+    filed = fields.get("filed")  # absent from older headers: found by id alone
+    if not _ints(invocation_id, attempt) or not all(v is None or _ints(v) for v in (job_id, filed)):
         log.error("task %r has a malformed cronchain header %r: not run", task_id, header)
         return False
     engine = Runtime.current(task.app).engine
     worker = f"{task.request.hostname or 'worker'}:{os.getpid()}"
-    call = engine.attempts.claim(invocation_id, attempt, worker, job_id=job_id)
+    call = engine.attempts.claim(
+        invocation_id, attempt, worker, job_id=job_id, filed_at=filed_from(filed)
+    )
     if call is None:
         log.warning(
             "invocation %s attempt %s (job %s) is not current or was claimed already, or"
@@ -110,7 +113,7 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
             task_id,
         )
         return False
-    lease = Lease(invocation_id, attempt, call.lease, job_id=call.job_id)
+    lease = Lease(invocation_id, attempt, call.lease, job_id=call.job_id, filed_at=call.filed_at)
     setattr(task.request, LEASE, engine.leases.hold(lease))
     return True
 

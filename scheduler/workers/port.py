@@ -99,7 +99,7 @@ class CeleryPort:
         if call.kind != "celery":
             self.app.send_task(
                 "cronchain.run",
-                args=(call.invocation_id, call.attempt, call.job_id),
+                args=(call.invocation_id, call.attempt, call.job_id, call.filed_us),
                 queue=self.work_queue,
                 task_id=f"{call.task_id}-work",
                 priority=message_priority(call.priority, self.app.conf.broker_url),
@@ -109,7 +109,7 @@ class CeleryPort:
 
     def run_batch(self, calls: list[Call]) -> None:
         """Calls of one priority (``scheduler.core.effects.send`` groups them so)."""
-        args = ([[call.invocation_id, call.attempt, call.job_id] for call in calls],)
+        args = ([[call.invocation_id, call.attempt, call.job_id, call.filed_us] for call in calls],)
         self.app.send_task(
             "cronchain.run_batch",
             args=args,

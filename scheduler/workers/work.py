@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor, wait
+from datetime import datetime
 
 from cronchain.scheduler import outside
 from cronchain.scheduler.core.attempts import AttemptRef
@@ -30,11 +31,17 @@ log = logging.getLogger("cronchain.work")
 
 
 def execute(
-    engine: Engine, invocation_id: int, attempt: int, worker: str, job_id: int | None = None
+    engine: Engine,
+    invocation_id: int,
+    attempt: int,
+    worker: str,
+    job_id: int | None = None,
+    filed_at: datetime | None = None,
 ) -> Outcome | None:
     """Claim the attempt, make its call and record its outcome; None if the attempt
-    could not be claimed (not current, claimed by another delivery, or not ``job_id``'s)."""
-    call = engine.attempts.claim(invocation_id, attempt, worker, job_id=job_id)
+    could not be claimed (not current, claimed by another delivery, or not ``job_id``'s
+    run filed at ``filed_at``)."""
+    call = engine.attempts.claim(invocation_id, attempt, worker, job_id=job_id, filed_at=filed_at)
     if call is None:
         log.info(
             "invocation %s attempt %s (job %s): not current, claimed already or gone",
@@ -155,7 +162,14 @@ async def _arun(engine: Engine, call: Call, pool: ThreadPoolExecutor) -> Outcome
 
 
 def _hold(engine: Engine, call: Call) -> Lease:
-    lease = Lease(call.invocation_id, call.attempt, call.lease, lost=call.lost, job_id=call.job_id)
+    lease = Lease(
+        call.invocation_id,
+        call.attempt,
+        call.lease,
+        lost=call.lost,
+        job_id=call.job_id,
+        filed_at=call.filed_at,
+    )
     engine.leases.hold(lease)  # until the outcome is recorded: the watchdog leaves it alone
     return lease
 

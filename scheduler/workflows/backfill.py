@@ -209,7 +209,7 @@ def promote(
             )
             messages += alerts
             if ended is not None:
-                run_store.update_invocation(conn, inv.id, **columns)
+                run_store.update_invocation(conn, inv, **columns)
                 messages += host.runs.finished(conn, job, inv, ended, now).messages
                 continue
             text = debuglog.append(columns.pop("log", inv.log), now, "backfill: starting")

@@ -131,7 +131,7 @@ def claim(
         last = next_at >= inv.deadline
         gate["checks"] = number
         gate["next_at"] = None if last else iso(next_at)
-        run_store.update_invocation(conn, inv.id, checks=inv.checks)
+        run_store.update_invocation(conn, inv, checks=inv.checks)
     if not last:
         messages.append(CheckGate(invocation_id, name, number + 1, job_id, _held(next_at, now)))
     return (job, declared), messages
@@ -254,7 +254,7 @@ def _record(
     state = _state(inv)
     assert state is not None
     if not all(_passed(g) for g in state["gates"]):
-        run_store.update_invocation(conn, inv.id, checks=inv.checks, log=log)
+        run_store.update_invocation(conn, inv, checks=inv.checks, log=log)
         return []
     state["released_at"] = iso(now)
     columns = {"checks": inv.checks, "log": debuglog.append(log, now, "gates said yes")}
@@ -294,7 +294,7 @@ def lapse(host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: da
     columns["checks"] = inv.checks
     if ended is None:
         return Stepped(job.snapshot, host.go_on(conn, job, inv, columns, now, REASON))
-    run_store.update_invocation(conn, inv.id, **columns)
+    run_store.update_invocation(conn, inv, **columns)
     return host.runs.finished(conn, job, inv, ended, now)
 
 

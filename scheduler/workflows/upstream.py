@@ -314,7 +314,7 @@ def look_at(
 ) -> list[Message]:
     checks = check(conn, job, _reference(inv), fresh)
     if not all(c.met for c in checks):  # still waiting: what it waits for now
-        run_store.update_invocation(conn, inv.id, checks=record(checks, now, inv))
+        run_store.update_invocation(conn, inv, checks=record(checks, now, inv))
         return [Recheck(job.id)] if any(c.busy for c in checks) else []
     met = {
         "checks": record(checks, now, inv, released=True),
@@ -333,7 +333,7 @@ def lapse(host: Host, conn: Connection, inv: InvocationRow, job: JobRow, now: da
     if ended is None:
         messages += host.go_on(conn, job, inv, columns, now, REASON)
         return Stepped(job.snapshot, messages)
-    run_store.update_invocation(conn, inv.id, **columns)
+    run_store.update_invocation(conn, inv, **columns)
     fed = host.runs.finished(conn, job, inv, ended, now)
     fed.messages[:0] = messages
     return fed

@@ -358,16 +358,18 @@ def malformed_messages(rig: Rig, rng: random.Random) -> datetime:
     producer.send_task("cronchain.tick_later", args=["not-a-job", None], queue="cronchain")
     producer.send_task("cronchain.tick_later", args=[1], queue="cronchain")  # arity
     producer.send_task("cronchain.start_invocation", args=[10**12], queue="cronchain")
-    for args in (["1", 1], [1], [10**12, 1], [1, 10**6]):  # types, arity, no such run/attempt
+    # types, arity, no such run or attempt, a place no date has, one no run is filed at
+    for args in (["1", 1], [1], [10**12, 1], [1, 10**6], [1, 1, None, 10**20], [1, 1, None, 0]):
         producer.send_task("cronchain.run", args=args, queue="cronchain.work")
     for attempts in ([[1, "x"]], [], "1,1", [[10**12, 1], [10**12 + 1, 1]]):
         producer.send_task("cronchain.run_batch", args=[attempts], queue="cronchain.work")
     for ticks in ([[1, 2, 3]], [], "1,2", [[1, None]], [[10**12, 1], [10**12, 2]]):
         producer.send_task("cronchain.tick_batch", args=[ticks], queue="cronchain")
     producer.send_task("faults.slow", kwargs={"log": "x"}, queue="slow")  # arity, no header
-    producer.send_task(
-        "faults.slow", args=["x", 0], queue="slow", headers={"cronchain": {"invocation": "?"}}
-    )
+    for header in ({"invocation": "?"}, {"invocation": 1, "attempt": 1, "filed": "x"}):
+        producer.send_task(
+            "faults.slow", args=["x", 0], queue="slow", headers={"cronchain": header}
+        )
     with Connection(rig.redis.url) as conn:  # a body that is not JSON at all
         channel = conn.default_channel
         message = channel.prepare_message(

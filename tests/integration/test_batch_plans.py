@@ -15,7 +15,7 @@ import sqlalchemy
 
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
-from cronchain.scheduler.storage import statistics
+from cronchain.scheduler.storage import partitions, statistics
 from cronchain.scheduler.storage.db import make_engine
 from cronchain.scheduler.workers import work
 from tests.support.deliver import sent
@@ -29,13 +29,13 @@ JOBS = 1000  # ten batches; a month holding three runs of each, analyzed
 
 
 @contextmanager
-def plans_of(db: sqlalchemy.Engine) -> Iterator[list[dict[str, Any]]]:
+def plans_of(db: sqlalchemy.Engine, analyze: bool = False) -> Iterator[list[dict[str, Any]]]:
     """The plan of each statement run through ``db`` meanwhile, as it ran, triggers'
-    statements included."""
+    statements included (``analyze``: with what each node did)."""
     plans: list[dict[str, Any]] = []
 
     def explaining(connection: psycopg.Connection, _record: Any) -> None:
-        log_plans(connection, plans, local=False, nested=True)
+        log_plans(connection, plans, local=False, nested=True, analyze=analyze)
         connection.commit()
 
     db.dispose()
@@ -104,10 +104,90 @@ def test_a_batch_reads_its_rows_by_key(pg_url: str, clock: Clock):
 def test_left_to_its_costs_the_planner_reads_a_batchs_tables_whole(
     pg_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ):
-    """What the test above would see without ``keyed``: it is not the statistics."""
+    """What the test above would see without ``keyed``: it is not the statistics. (The
+    outcomes' UPDATE, which also read the month whole, now names the second its runs
+    are filed in, and PostgreSQL's estimate of the rows left is small enough to probe.)"""
     monkeypatch.setattr(statistics, "keyed", lambda conn, rows: None)
     plans, filled = herd_plans(pg_url, clock)
     whole = {text for text, _ in read_whole(plans, filled)}
     assert any(t.startswith("SELECT jobs.id") for t in whole)  # the claim's lock
-    assert any(t.startswith("UPDATE invocations") for t in whole)  # the outcomes
     assert any(t.startswith("UPDATE jobs AS t") for t in whole)  # the jobs saved
+
+
+def months_read(plans: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Each statement that read more than one partition of ``invocations``, with them:
+    a scan pruned as the statement started is not in its plan, and one pruned for each
+    row joined was never run."""
+    found = []
+    for explained in plans:
+        read = {
+            node["Relation Name"]
+            for node in nodes(explained["Plan"])
+            if node.get("Relation Name", "").startswith("invocations_") and node["Actual Loops"] > 0
+        }
+        if len(read) > 1:
+            found.append((" ".join(explained["Query Text"].split())[:60], sorted(read)))
+    return found
+
+
+def most_read(plans: list[dict[str, Any]], than: int) -> list[tuple[str, int]]:
+    """Each statement that read more than ``than`` rows of ``invocations`` in one scan,
+    kept or thrown away, over all its loops, with how many."""
+    found = []
+    for explained in plans:
+        for node in nodes(explained["Plan"]):
+            if not node.get("Relation Name", "").startswith("invocations_"):
+                continue
+            kept, dropped = node["Actual Rows"], node.get("Rows Removed by Filter", 0)
+            read = round((kept + dropped) * node["Actual Loops"])
+            if read > than:
+                found.append((" ".join(explained["Query Text"].split())[:60], read))
+    return found
+
+
+def test_a_run_is_found_in_its_own_month(pg_url: str, clock: Clock):
+    """A run is found by its id and where it is filed, on the work path and wherever the
+    control path has it by id: PostgreSQL then reads that month's partition alone, not
+    each of the half year of history that retention keeps (an index probe apiece, each
+    statement, each run), and in it the run alone."""
+    db = make_engine(pg_url)
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=GRACE, clock=clock)
+    try:
+        apply(engine, *(make(name=f"j{n}", sleep=0.01 * (n % 2)) for n in range(300)))
+        with db.begin() as conn:  # this month, and six of history with a run of each job
+            this_month = partitions.month_start(clock.now)
+            partitions.create(conn, partitions.month_of(this_month))
+            for back in range(1, 7):
+                month = partitions.month_of(partitions.add_months(this_month, -back))
+                partitions.create(conn, month)
+                conn.exec_driver_sql(
+                    "INSERT INTO invocations (job_id, slot, revision, status, attempt,"
+                    " created_at, started_at, finished_at, backfill, filed_at) SELECT j.id,"
+                    " %(at)s, j.revision, 'SUCCEEDED', 1, %(at)s, %(at)s, %(at)s, false,"
+                    " %(at)s FROM jobs j",
+                    {"at": month.start},
+                )
+        with db.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+        clock.advance(10)
+        ticks = sent(port)
+        with plans_of(db, analyze=True) as plans:
+            for job_id, nonce in ticks[:10]:  # alone, as spread slots come
+                engine.tick(job_id, nonce, start_here=True)
+            for call in port.runs[:10]:
+                work.execute(engine, *call.ref[:2], "w", call.job_id, call.filed_at)
+            for i in range(10, len(ticks), 100):  # a herd, in batches
+                engine.tick_many(ticks[i : i + 100], start_here=True)
+            attempts = [c.ref for c in port.runs[10:]]
+            for i in range(0, len(attempts), 100):
+                work.execute_batch(engine, attempts[i : i + 100], "w", threads=10)
+    finally:
+        db.dispose()
+    texts = " ".join(p["Query Text"] for p in plans)
+    assert "UPDATE invocations" in texts and "FOR NO KEY UPDATE" in texts
+    assert months_read(plans) == []
+    # Nor more of the month than the runs it was asked for: a herd's runs share one
+    # second, and a plan led by it (chosen when the month's statistics say it is small,
+    # as they do here: it was analyzed empty) read the whole herd for each batch.
+    assert most_read(plans, than=100) == []

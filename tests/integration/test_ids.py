@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -30,7 +30,7 @@ from sqlalchemy import select
 
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.engine import Engine
-from cronchain.scheduler.invokers import SUCCEEDED, Call, Outcome, default_invokers
+from cronchain.scheduler.invokers import SUCCEEDED, Call, Outcome, default_invokers, filed_from
 from cronchain.scheduler.invokers import celery as celery_kind
 from cronchain.scheduler.invokers.call import ERROR_LIMIT, bounded_error
 from cronchain.scheduler.settings import Settings
@@ -317,27 +317,54 @@ def test_a_work_path_attempt_naming_another_job_is_not_run(db: sqlalchemy.Engine
     assert outcome == SUCCEEDED and every_run(db)[0]["status"] == "SUCCEEDED"
 
 
+def test_a_work_path_attempt_is_claimed_where_its_run_is_filed(db: sqlalchemy.Engine, clock: Clock):
+    """Its messages say where the run is filed (a triggered run: when it was made), and
+    the claim finds it there; a message from before they did finds it by its id. One
+    naming another place finds nothing, as one naming another job."""
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
+    api = Scheduler(engine)
+    api.apply([JobSpec("p", n, "triggered") for n in ("a", "b")], project="p")
+    clock.advance(0.25)
+    for name in ("a", "b"):
+        api.trigger(f"p/{name}")
+    start_due(engine, port)
+    first, second = port.runs
+    assert first.filed_at == every_run(db)[0]["filed_at"] == clock.now
+    elsewhere = clock.now + timedelta(microseconds=1)
+    assert work.execute(engine, *first.ref[:2], "w", first.job_id, elsewhere) is None
+    assert work.execute_batch(engine, [(*first.ref[:3], elsewhere)], "w", 2) == []
+    assert every_run(db)[0]["worker"] is None  # not claimed
+    in_its_message = filed_from(first.filed_us)
+    assert work.execute(engine, *first.ref[:2], "w", first.job_id, in_its_message) == SUCCEEDED
+    assert work.execute(engine, *second.ref[:2], "w", second.job_id) == SUCCEEDED  # by id
+    assert [r["status"] for r in every_run(db)] == ["SUCCEEDED", "SUCCEEDED"]
+
+
 def test_the_job_travels_with_every_attempt_sent():
     """In the celery task's header, and in the work path's messages."""
     app = SendingApp(REDIS)
     port = CeleryPort(app, "cronchain", "cronchain.work")  # type: ignore[arg-type]
-    noop = Call(11, 2, "p/a", None, {}, kind="noop", job_id=5)
+    slot = datetime(2026, 3, 1, 12, 0, 10, 500_000, tzinfo=UTC)
+    noop = Call(11, 2, "p/a", slot, {}, kind="noop", job_id=5, filed_at=slot)
     options = {"task": "t", "args": [], "kwargs": {}, "queue": "q"}
     task = Call(12, 1, "p/b", None, options, kind="celery", job_id=6, trigger_id="t9")
     port.run(noop)
     port.run(task)
     port.run_batch([noop])
     (run_name, run), (task_name, sent), (batch_name, batch) = app.sent
-    assert (run_name, run["args"]) == ("cronchain.run", (11, 2, 5))
+    filed = 1772366410_500_000  # the slot, where the run is filed: its row is found there
+    assert (run_name, run["args"]) == ("cronchain.run", (11, 2, 5, filed))
     assert (task_name, sent["task_id"]) == ("t", "cronchain-12-1")
     assert sent["headers"]["cronchain"] | {"lease": None} == {
         "invocation": 12,
         "attempt": 1,
         "job": 6,
+        "filed": None,  # not known to this call: the run is found by its id alone
         "key": "cronchain/p/b/trigger-t9",  # the run's, which no other run has (Call.key)
         "lease": None,
     }
-    assert (batch_name, batch["args"]) == ("cronchain.run_batch", ([[11, 2, 5]],))
+    assert (batch_name, batch["args"]) == ("cronchain.run_batch", ([[11, 2, 5, filed]],))
 
 
 @pytest.mark.parametrize(
@@ -345,11 +372,13 @@ def test_the_job_travels_with_every_attempt_sent():
     [
         ("run", (1, 1, "5")),
         ("run", (1, 1, True)),
+        ("run", (1, 1, 5, "2026-03-01")),
         ("run_batch", ([[1, 1, "5"]],)),
-        ("run_batch", ([[1, 1, 5, 6]],)),
+        ("run_batch", ([[1, 1, 5, 1.5]],)),
+        ("run_batch", ([[1, 1, 5, 6, 7]],)),
     ],
 )
-def test_a_malformed_job_in_a_work_message_is_dropped(
+def test_a_malformed_job_or_second_in_a_work_message_is_dropped(
     task: str, args: tuple[Any, ...], caplog: pytest.LogCaptureFixture
 ):
     from cronchain.tasks import chain

@@ -95,11 +95,17 @@ def tables_read_whole(top: dict[str, Any]) -> set[str]:
 
 
 def log_plans(
-    connection: psycopg.Connection, plans: list[dict[str, Any]], *, local: bool, nested: bool
+    connection: psycopg.Connection,
+    plans: list[dict[str, Any]],
+    *,
+    local: bool,
+    nested: bool,
+    analyze: bool = False,
 ) -> None:
     """Have ``connection``'s server send the plan of each statement it runs, as it ran
     (``auto_explain``, as JSON), to ``plans``: for this transaction (``local``) or the
-    session; with ``nested``, the statements of functions and triggers too."""
+    session; with ``nested``, the statements of functions and triggers too; with
+    ``analyze``, with the rows and loops of each node (which says what was never run)."""
 
     def logged(diagnostic: psycopg.errors.Diagnostic) -> None:
         _, said, plan = (diagnostic.message_primary or "").partition("plan:")
@@ -113,6 +119,8 @@ def log_plans(
         "auto_explain.log_min_duration = 0",
         f"auto_explain.log_nested_statements = {'on' if nested else 'off'}",
         "auto_explain.log_format = json",
+        f"auto_explain.log_analyze = {'on' if analyze else 'off'}",
+        "auto_explain.log_timing = off",
         "client_min_messages = log",
     ):
         connection.execute(f"{scope} {setting}")
