@@ -274,6 +274,38 @@ def analyze(db: sqlalchemy.Engine) -> None:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
 
 
+def history_partitions(db: sqlalchemy.Engine, now: datetime, before: int, runs: int = 0) -> None:
+    """The partitions of a deployment in its steady state: the clock's month and the
+    next (what the watchdog makes), and ``before`` months of history, each holding
+    ``runs`` runs of every job, a day apart (a probe of a month's index then descends
+    a tree, not an empty one), analyzed. None where history is not partitioned (SQLite,
+    or the code before partitioning)."""
+    try:
+        from cronchain.scheduler.maintenance.retention import run_once
+        from cronchain.scheduler.storage import partitions
+    except ImportError:
+        return
+    with db.begin() as conn:
+        if not partitions.is_partitioned(conn):
+            return
+        first = partitions.add_months(partitions.month_start(now), -before)
+        for month in partitions.missing(conn, first, now):
+            partitions.create(conn, month)
+        for back in range(1, before + 1) if runs else ():
+            conn.exec_driver_sql(
+                "INSERT INTO invocations (job_id, slot, revision, status, attempt, created_at,"
+                " started_at, finished_at, backfill, filed_at) SELECT j.id, s, j.revision,"
+                " 'SUCCEEDED', 1, s, s, s, false, s FROM jobs j, generate_series(%(start)s,"
+                " %(start)s + (%(runs)s - 1) * interval '1 day', interval '1 day') s",
+                {"start": partitions.add_months(partitions.month_start(now), -back), "runs": runs},
+            )
+    if runs:
+        analyze(db)
+    run_once(db, now, timedelta(days=36_500))
+    with db.connect() as conn:
+        print(f"partitions: {len(partitions.months(conn))} months and the default", flush=True)
+
+
 def first_waits_over(db: sqlalchemy.Engine) -> bool:
     """No run waits for its upstreams since more than a second after its slot. A fleet
     of dependent jobs applied together starts with such waits: a job's first slot can

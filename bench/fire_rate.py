@@ -90,6 +90,7 @@ from bench.common import (
     deployment,
     figure,
     first_waits_over,
+    history_partitions,
     job_document,
     measure,
     percentile,
@@ -128,6 +129,7 @@ SYSTEMS = (
 EVENTS = {"cronchain+monitored": "celery", "cronchain+flower": "runs"}
 CEILING_SYSTEMS = ("cronchain", "redbeat")
 SUSTAINED_P99 = 1.0  # seconds
+HISTORY_RUNS = 28  # runs of each job in each month of --history-months, a day apart
 
 
 @dataclass
@@ -140,6 +142,8 @@ class Load:
     window: float
     step: float
     delay_ms: float = 0  # each system's round trip to its servers, added (bench.delay)
+    # cronchain's history: months of runs before this one, as retention keeps them
+    history_months: int = 0
 
     def herds(self, start: float, end: float) -> dict[int, int]:
         return expected_herds(self.jobs, self.period, self.step, start, end)
@@ -214,6 +218,7 @@ def run_cronchain(
         if events is not None:  # as Flower does as it starts
             Celery(broker=d.redis.url).control.enable_events()
         d.apply(job_document(load.jobs, load.period, load.step, requires=requires), timeout=120)
+        history_partitions(db, datetime.now(UTC), load.history_months, runs=HISTORY_RUNS)
 
         try:
             ready = (lambda: first_waits_over(db)) if requires else (lambda: True)
@@ -386,6 +391,7 @@ def run_system(system: str, load: Load, code: dict[str, str] | None = None) -> R
 def label_of(load: Load) -> str:
     label = f"jobs={load.jobs},period={load.period:g}s"
     label += f",step={load.step:g}s" if load.step else ""
+    label += f",history={load.history_months}mo" if load.history_months else ""
     return label + (f",delay={load.delay_ms:g}ms" if load.delay_ms else "")
 
 
@@ -488,6 +494,14 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="a round trip this long between every system and its servers (bench.delay)",
     )
+    parser.add_argument(
+        "--history-months",
+        type=int,
+        default=0,
+        help=f"cronchain's history: this many months before this one, each holding"
+        f" {HISTORY_RUNS} runs of each job (5: about the 180 days a deployment keeps by"
+        " default); 0: a new deployment's, none",
+    )
     args = parser.parse_args(argv)
     systems = (args.systems or ",".join(CEILING_SYSTEMS if args.rates else SYSTEMS)).split(",")
     for system in systems:
@@ -498,7 +512,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rates and (args.baseline or args.repeat > 1):
         parser.error("--baseline and --repeat are for one load, not --rates")
     window = args.window if args.window is not None else max(40.0, 3 * args.step)
-    load = Load(args.jobs, args.period, window, args.step, args.delay_ms)
+    load = Load(args.jobs, args.period, window, args.step, args.delay_ms, args.history_months)
     with tempfile.TemporaryDirectory(prefix="bench-code-") as tmp:
         code = {}
         with previous_code(args.baseline, Path(tmp)) if args.baseline else nullcontext() as path:

@@ -40,12 +40,19 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import event
 
-from bench.common import database, figure, postgres_cpu, transactions, with_requirements
+from bench.common import (
+    database,
+    figure,
+    history_partitions,
+    postgres_cpu,
+    transactions,
+    with_requirements,
+)
 from cronchain.scheduler.declare.apply import apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.invokers import default_invokers
@@ -101,26 +108,6 @@ CONNECTS = [0]  # connections the engine's pool has opened
 WORK_THREADS = 100  # CRONCHAIN_WORK_CONCURRENCY's default: the calls of a batch
 
 
-def history_partitions(db: Any, now: datetime, before: int) -> None:
-    """The partitions of a deployment in its steady state: the clock's month and the
-    next (what the watchdog makes), and ``before`` months of history. None where
-    history is not partitioned (SQLite, or the code before partitioning)."""
-    try:
-        from cronchain.scheduler.maintenance.retention import run_once
-        from cronchain.scheduler.storage import partitions
-    except ImportError:
-        return
-    with db.begin() as conn:
-        if not partitions.is_partitioned(conn):
-            return
-        first = partitions.add_months(partitions.month_start(now), -before)
-        for month in partitions.missing(conn, first, now):
-            partitions.create(conn, month)
-    run_once(db, now, timedelta(days=36_500))
-    with db.connect() as conn:
-        print(f"partitions: {len(partitions.months(conn))} months and the default", flush=True)
-
-
 def rounds(
     engine: Engine,
     port: RecordingPort,
@@ -156,10 +143,10 @@ def rounds(
         def run(batches: list[list[Any]] = batches, singles: list[Any] = singles) -> None:
             nonlocal claimed
             for batch in batches:  # as the work path's cronchain.run_batch task does
-                attempts = [(c.invocation_id, c.attempt) for c in batch]
+                attempts = [c.ref for c in batch]  # what its message names
                 claimed += len(work.execute_batch(engine, attempts, "bench", WORK_THREADS))
-            for call in singles:  # and its cronchain.run task
-                outcome = work.execute(engine, call.invocation_id, call.attempt, "bench")
+            for c in singles:  # and its cronchain.run task
+                outcome = work.execute(engine, *c.ref[:2], "bench", c.job_id, c.filed_at)
                 claimed += outcome is not None
 
         costs["work"].add(engine.db, run)
@@ -258,6 +245,13 @@ def _parser() -> argparse.ArgumentParser:
         help="history partitions before the clock's month (PostgreSQL), as 180 days of"
         " retention keep: an id lookup probes each",
     )
+    parser.add_argument(
+        "--history-runs",
+        type=int,
+        default=0,
+        help="runs of each job in each history month (28 at most: a day apart); 0: the"
+        " months are empty, the cheapest probe",
+    )
     return parser
 
 
@@ -283,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         clock, port = Clock(), RecordingPort()
         engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
         apply(engine, "bench", specs_of(args))
-        history_partitions(db, clock.now, args.history_months)
+        history_partitions(db, clock.now, args.history_months, args.history_runs)
         event.listen(db, "connect", lambda *_: CONNECTS.__setitem__(0, CONNECTS[0] + 1))
         heap.freeze("runtime")  # as a worker process does once its runtime is made
         empty = Cost()
