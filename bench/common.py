@@ -280,6 +280,8 @@ def history_partitions(db: sqlalchemy.Engine, now: datetime, before: int, runs: 
     ``runs`` runs of every job, a day apart (a probe of a month's index then descends
     a tree, not an empty one), analyzed. None where history is not partitioned (SQLite,
     or the code before partitioning)."""
+    if runs > 28:
+        raise ValueError(f"{runs} runs a day apart do not fit in every month (28 do)")
     try:
         from cronchain.scheduler.maintenance.retention import run_once
         from cronchain.scheduler.storage import partitions

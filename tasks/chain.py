@@ -147,6 +147,7 @@ def _attempt_ref(value: Any) -> bool:
         and len(value) in (2, 3, 4)
         and _ints(*value[:2])
         and all(v is None or _ints(v) for v in value[2:])
+        and (len(value) < 4 or value[3] is None or filed_from(value[3]) is not None)
     )
 
 

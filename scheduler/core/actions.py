@@ -114,7 +114,8 @@ def _start_new(
     not yet claimed, and sent to its worker; else STARTING, for a start message to
     begin it. A run a hold of the admission chain holds is written WAITING for it:
     the machine counts it as started all the same."""
-    said = admission.admit(core.plugins.holds, conn, Admitting(job, slot or now), now)
+    filed_at = run_store.place(slot, now)
+    said = admission.admit(core.plugins.holds, conn, Admitting(job, filed_at), now)
     if isinstance(said, Held):
         values = said.columns
     elif start_here:
@@ -133,7 +134,7 @@ def _start_new(
     if not start_here:
         fed.messages.append(SendStart(inv_id))
         return []
-    call = core.attempts.new_call(job, inv_id, 1, slot, trigger_id, filed_at=slot or now)
+    call = core.attempts.new_call(job, inv_id, 1, slot, trigger_id, filed_at=filed_at)
     fed.messages.append(SendRun(call))
     return _follow_up(core, job, fed, InvocationStarted(inv_id), now)
 

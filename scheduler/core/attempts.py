@@ -237,8 +237,9 @@ class Attempts:
         answer: Callable[[Call], Outcome | None] | None,
     ) -> _Claimed:
         """One transaction of ``claim_many``: nothing is sent from here."""
-        wanted = {ref[0]: (ref[1], ref[2] if len(ref) > 2 else None) for ref in attempts}
-        filed = [ref[3] if len(ref) > 3 else None for ref in attempts]
+        refs = {ref[0]: ref for ref in attempts}  # an attempt named twice is claimed once
+        wanted = {id_: (ref[1], ref[2] if len(ref) > 2 else None) for id_, ref in refs.items()}
+        filed = [ref[3] if len(ref) > 3 else None for ref in refs.values()]
         worker = outside.storable(worker)[:WORKER_LIMIT]  # a host's name, as its worker says
         claimed = _Claimed()
         claims: list[dict[str, Any]] = []

@@ -89,7 +89,7 @@ class Leases:
                 )
                 if current and note:  # a task's words: kept as text from outside is
                     line = outside.kept(note, debuglog.LINE_LIMIT)
-                    run_store.append_log(conn, lease.invocation_id, now, line)
+                    run_store.append_log(conn, lease.invocation_id, now, line, lease.filed_at)
         except Exception as err:  # the database is away: try again, less and less often
             lease.failures += 1
             lease.due = now + retry_delay(lease.failures, lease.length)

@@ -156,18 +156,18 @@ class Runs:
             inv = locked and locked[0]
             if locked is None or inv.status != RUNNING or attempt not in (None, inv.attempt):
                 owner = None if locked else run_store.invocation_job(conn, invocation_id)
-                if owner is not None and owner != job_id:  # another job's: leave it alone
-                    log_other_job("outcome", invocation_id, attempt, job_id, owner)
-                    return False
-                if owner is not None:  # filed elsewhere than the report says: the same
-                    log.warning(
-                        "outcome of invocation %s attempt %s refused: it was sent for a run"
-                        " filed at %s, and invocation %s is not",
-                        invocation_id,
-                        attempt,
-                        filed_at,
-                        invocation_id,
-                    )
+                if owner is not None:  # another job's, or filed elsewhere: leave it alone
+                    if job_id is not None and owner != job_id:
+                        log_other_job("outcome", invocation_id, attempt, job_id, owner)
+                    else:
+                        log.warning(
+                            "outcome of invocation %s attempt %s refused: it was sent for a"
+                            " run filed at %s, and invocation %s is not",
+                            invocation_id,
+                            attempt,
+                            filed_at,
+                            invocation_id,
+                        )
                     return False
                 if attempt is not None:  # that attempt's task has ended: no need to stop it
                     revokes.forget(conn, [celery_task_id(invocation_id, attempt)])
@@ -389,7 +389,7 @@ class Runs:
             log=None,
             backfill=False,
             reason=reason,
-            filed_at=slot or now,
+            filed_at=run_store.place(slot, now),
         )
         end = Ended(job, inv, Outcome(S.SKIPPED, None, reason), now)
         heard = self._hear(conn, end)

@@ -199,7 +199,9 @@ def _started(
     if not start_here:
         step.fed.messages.append(SendStart(inv_id))
         return
-    call = engine.attempts.new_call(step.job, inv_id, 1, step.slot, None, step.slot)
+    call = engine.attempts.new_call(
+        step.job, inv_id, 1, step.slot, trigger_id=None, filed_at=step.slot
+    )
     step.fed.messages.append(SendRun(call))
     result = engine.stepper.step(step.job, step.fed.snapshot, InvocationStarted(inv_id), now)
     step.fed.snapshot = result.snapshot

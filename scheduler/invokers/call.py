@@ -85,8 +85,8 @@ MICROSECOND = timedelta(microseconds=1)
 
 
 def filed_from(us: int | None) -> datetime | None:
-    """``Call.filed_us`` as the worker reads it back. None (the run found by its id
-    alone) for none, or for a number no date has."""
+    """``Call.filed_us`` as the worker reads it back; None for none, or for a number no
+    date has (a malformed message)."""
     if us is None:
         return None
     try:

@@ -58,10 +58,12 @@ from cronchain.scheduler.storage.rows import (
 # second, and a plan that read a partition by that range (chosen when its statistics
 # say it is small, as a month's are at its start) read every run of the herd for each
 # batch.
-_LOCK_INVOCATION = (
-    select(invocations).where(invocations.c.id == bindparam("b_id")).with_for_update()
-)
 _FILED = invocations.c.filed_at == bindparam("b_filed")
+_LOCK_INVOCATION = select(invocations).where(invocations.c.id == bindparam("b_id"))
+_LOCKS_INVOCATION = (  # by id alone, and where filed
+    _LOCK_INVOCATION.with_for_update(),
+    _LOCK_INVOCATION.where(_FILED).with_for_update(),
+)
 # A run and its job, both locked by one statement. PostgreSQL locks each joined row's
 # parts in the order of the FROM list: the job first, as every writer does. A run that
 # is not that job's does not come back (nor is it locked): a late report naming a job
@@ -74,37 +76,6 @@ _LOCK_RUN = (
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 _LOCKS_RUN = (_LOCK_RUN, _LOCK_RUN.where(_FILED))  # by id alone, and where filed
-# A worker's claim locks the run alone: it never waits on the job, so it cannot take the
-# two locks in the other order than the writers that lock the job first. (A claim that
-# records its no-ops at once locks their jobs too, by ``_LOCK_RUNS``.)
-_LOCK_ATTEMPTS = (
-    select(jobs, invocations)
-    .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
-    .where(invocations.c.id.in_(bindparam("b_invs", expanding=True)))
-    .order_by(invocations.c.id)
-    .with_for_update(of=invocations)
-    .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
-)
-
-
-def _lock_runs(*selected: Any) -> Select[Any]:
-    """Runs and their jobs, all locked by one statement, job first then run as every
-    writer locks, the jobs in id order as every batch locks them. Rows locked elsewhere
-    are skipped, not waited for: the outcome group records those apart (outcome_batch),
-    and a claim that records its no-ops claims those after (``Attempts.claim_many``)."""
-    return (
-        select(*selected)
-        .select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
-        .order_by(jobs.c.id, invocations.c.id)
-        .with_for_update(skip_locked=True, key_share=True)
-    )
-
-
-_LOCK_RUNS = (
-    _lock_runs(jobs, invocations)
-    .where(invocations.c.id.in_(bindparam("b_invs", expanding=True)))
-    .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
-)
 # The runs of a batch, each by its id and where it is filed, as two arrays (PostgreSQL).
 _WANTED = (
     func.unnest(
@@ -115,11 +86,21 @@ _WANTED = (
     .render_derived("wanted")
 )
 _ROW_COLUMNS = (*columns(jobs, JOB_COLUMNS), *columns(invocations, INVOCATION_COLUMNS))
+_BY_ID = invocations.c.id.in_(bindparam("b_invs", expanding=True))
+_BY_ANY_ID = invocations.c.id == any_(bindparam("b_invs", type_=ARRAY(BigInteger)))
+# How a statement finds its runs (``_found_by``): by id alone (a message from before the
+# runs' messages carried their place), one run by its id and place, or each run of a
+# batch by its id and place, joined from ``_WANTED``.
+BY_ID, ONE_PLACED, EACH_PLACED = range(3)
 
 
-def _of_wanted(query: Select[Any]) -> Select[Any]:
-    """``query`` over the runs of ``_WANTED``: the job first in the FROM list, then the
-    run, so that the lock takes them in that order (the function is not locked)."""
+def _runs(selected: tuple[Any, ...], found_by: int, ids: Any = _BY_ID) -> Select[Any]:
+    """``selected`` of runs and their jobs, the job first in the FROM list, then the run,
+    so that a lock takes them in that order (a function in the list is not locked)."""
+    query = select(*selected)
+    if found_by != EACH_PLACED:
+        query = query.select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
+        return query.where(ids, _FILED) if found_by == ONE_PLACED else query.where(ids)
     return query.select_from(_WANTED, jobs, invocations).where(
         invocations.c.id == _WANTED.c.id,
         invocations.c.filed_at == _WANTED.c.filed_at,
@@ -127,22 +108,42 @@ def _of_wanted(query: Select[Any]) -> Select[Any]:
     )
 
 
-# On PostgreSQL, read by the driver (``rows.from_values``): a batch's locks, by id alone
-# (a message from before the runs' messages carried their place) and where filed.
-_LOCKS_RUNS_PG = (
-    driver_sql(
-        _lock_runs(*_ROW_COLUMNS).where(
-            invocations.c.id == any_(bindparam("b_invs", type_=ARRAY(BigInteger)))
-        )
-    ),
-    driver_sql(
-        _of_wanted(select(*_ROW_COLUMNS))
-        .order_by(jobs.c.id, invocations.c.id)
-        .with_for_update(skip_locked=True, key_share=True)
-    ),
+def _labelled(query: Select[Any]) -> Select[Any]:
+    return query.set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
+
+
+def _attempts(found_by: int) -> Select[Any]:
+    """A worker's claim locks the runs alone: it never waits on a job, so it cannot take
+    the two locks in the other order than the writers that lock the job first. (A claim
+    that records its no-ops at once locks their jobs too, by ``_locked_runs``.)"""
+    selected = (jobs, invocations) if found_by != EACH_PLACED else _ROW_COLUMNS
+    query = _runs(selected, found_by).order_by(invocations.c.id)
+    return query.with_for_update(of=invocations)
+
+
+def _locked_runs(selected: tuple[Any, ...], found_by: int, ids: Any = _BY_ID) -> Select[Any]:
+    """Runs and their jobs, all locked by one statement, job first then run as every
+    writer locks, the jobs in id order as every batch locks them. Rows locked elsewhere
+    are skipped, not waited for: the outcome group records those apart (outcome_batch),
+    and a claim that records its no-ops claims those after (``Attempts.claim_many``)."""
+    query = _runs(selected, found_by, ids).order_by(jobs.c.id, invocations.c.id)
+    return query.with_for_update(skip_locked=True, key_share=True)
+
+
+# Each by ``found_by``. SQLite, which has one table, finds each run of a batch by id and
+# keeps those filed where they were said to be (``_found_where_filed``).
+_LOCKS_ATTEMPTS = (
+    _labelled(_attempts(BY_ID)),
+    _labelled(_attempts(ONE_PLACED)),
+    driver_sql(_attempts(EACH_PLACED)),  # read by the driver (``rows.from_values``)
 )
-_LOCK_ATTEMPTS_PG = driver_sql(
-    _of_wanted(select(*_ROW_COLUMNS)).order_by(invocations.c.id).with_for_update(of=invocations)
+_LOCKS_RUNS = (
+    _labelled(_locked_runs((jobs, invocations), BY_ID)),
+    _labelled(_locked_runs((jobs, invocations), ONE_PLACED)),
+)
+# The same on PostgreSQL, read by the driver (``rows.from_values``): a batch's lock.
+_LOCKS_RUNS_PG = tuple(
+    driver_sql(_locked_runs(_ROW_COLUMNS, found_by, _BY_ANY_ID)) for found_by in range(3)
 )
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
 _UPDATE_FILED = _UPDATE_INVOCATION.where(_FILED)
@@ -186,12 +187,16 @@ def invocation_values(
         finished_at=now if status == "SKIPPED" else None,
         deadline=deadline,
         backfill=backfill,
-        # Its place in history, PostgreSQL's partition key: the slot, so that a slot's
-        # unique key holds across partitions; for a triggered run, when it was made (its
-        # trigger id is kept unique apart: scheduler/storage/partitions.py).
-        filed_at=slot if slot is not None else now,
+        filed_at=place(slot, now),
     )
     return values | attempt
+
+
+def place(slot: datetime | None, made: datetime) -> datetime:
+    """Where a run is filed (``filed_at``), PostgreSQL's partition key: its slot, so that
+    a slot's unique key holds across partitions; a triggered run, when it was made (its
+    trigger id is kept unique apart: scheduler/storage/partitions.py)."""
+    return slot if slot is not None else made
 
 
 def insert_invocation(conn: Connection, job_id: int, **columns: Any) -> int | None:
@@ -269,6 +274,10 @@ def _placed(filed: Iterable[datetime | None]) -> list[datetime] | None:
     return None if not places or None in places else places  # type: ignore[return-value]
 
 
+def _found_by(places: list[datetime] | None) -> int:
+    return BY_ID if places is None else ONE_PLACED if len(places) == 1 else EACH_PLACED
+
+
 def lock_run(
     conn: Connection, job_id: int, invocation_id: int, filed_at: datetime | None = None
 ) -> tuple[InvocationRow, JobRow] | None:
@@ -288,13 +297,15 @@ def lock_attempts(
     what a worker needs to claim attempts and make their calls. ``filed``: where each
     is filed, in the same order, if known; a run filed elsewhere is not found."""
     places = _placed(filed)
-    if places is not None and conn.dialect.name == "postgresql":
+    found_by = _found_by(places)
+    if found_by == EACH_PLACED and conn.dialect.name == "postgresql":
         parameters = {"b_invs": invocation_ids, "b_filed": places}
-        found = conn.exec_driver_sql(_LOCK_ATTEMPTS_PG, parameters).all()
+        found = conn.exec_driver_sql(_LOCKS_ATTEMPTS[EACH_PLACED], parameters).all()
         at = len(JOB_COLUMNS)
         return [(InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in found]
-    locked = _labelled(conn.execute(_LOCK_ATTEMPTS, {"b_invs": invocation_ids}))
-    return _filed_at(locked, invocation_ids, places)
+    found_by, parameters = _on_sqlite(found_by, invocation_ids, places)
+    rows = conn.execute(_LOCKS_ATTEMPTS[found_by], parameters)
+    return _found_where_filed(_pairs(rows), invocation_ids, places)
 
 
 def lock_runs(
@@ -304,34 +315,58 @@ def lock_runs(
     whose run or job another transaction holds is left out. ``filed``: where each is
     filed, in the same order, if known; a run filed elsewhere is not found."""
     places = _placed(filed)
+    found_by = _found_by(places)
     if conn.dialect.name == "postgresql":
         at = len(JOB_COLUMNS)
-        parameters = {"b_invs": invocation_ids, "b_filed": places}
-        found = conn.exec_driver_sql(_LOCKS_RUNS_PG[places is not None], parameters)
+        parameters = _parameters(invocation_ids, places)
+        found = conn.exec_driver_sql(_LOCKS_RUNS_PG[found_by], parameters)
         rows = found.all()  # at once: iterated, SQLAlchemy fetches row by row (1.5 µs a row)
         return {r[at]: (InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in rows}
-    locked = _labelled(conn.execute(_LOCK_RUNS, {"b_invs": invocation_ids}))
-    return {inv.id: (inv, job) for inv, job in _filed_at(locked, invocation_ids, places)}
+    found_by, parameters = _on_sqlite(found_by, invocation_ids, places)
+    rows = conn.execute(_LOCKS_RUNS[found_by], parameters)
+    locked = _found_where_filed(_pairs(rows), invocation_ids, places)
+    return {inv.id: (inv, job) for inv, job in locked}
 
 
-def _labelled(rows: Iterable[Row[Any]]) -> list[tuple[InvocationRow, JobRow]]:
+def _parameters(ids: list[int], places: list[datetime] | None) -> dict[str, Any]:
+    """A lock's parameters: one place is a lone run's, several a batch's (``_WANTED``)."""
+    if places is None:
+        return {"b_invs": ids}
+    return {"b_invs": ids, "b_filed": places[0] if len(places) == 1 else places}
+
+
+def _on_sqlite(
+    found_by: int, ids: list[int], places: list[datetime] | None
+) -> tuple[int, dict[str, Any]]:
+    """A lock's statement and parameters where a batch is not joined from arrays: each
+    run is found by id, and kept if it is filed where it was said to be
+    (``_found_where_filed``)."""
+    if found_by == EACH_PLACED:
+        return BY_ID, {"b_invs": ids}
+    return found_by, _parameters(ids, places)
+
+
+def _pairs(rows: Iterable[Row[Any]]) -> list[tuple[InvocationRow, JobRow]]:
     """The rows of a statement that labels each column with its table's name."""
     return [(InvocationRow.from_row(r, "invocations_"), JobRow.from_row(r, "jobs_")) for r in rows]
 
 
-def _filed_at(
+def _found_where_filed(
     locked: list[tuple[InvocationRow, JobRow]], ids: list[int], places: list[datetime] | None
 ) -> list[tuple[InvocationRow, JobRow]]:
-    """SQLite, which has one table and no row locks: the runs found by id that are filed
-    where they were said to be."""
-    if places is None:
+    """The runs found by id that are filed where they were said to be: SQLite's batch,
+    which has one table and no row locks, is found by ids alone."""
+    if places is None or len(places) == 1:
         return locked
     wanted = dict(zip(ids, places, strict=True))
     return [(inv, job) for inv, job in locked if inv.filed_at == wanted[inv.id]]
 
 
-def lock_invocation(conn: Connection, invocation_id: int) -> InvocationRow | None:
-    row = conn.execute(_LOCK_INVOCATION, {"b_id": invocation_id}).first()
+def lock_invocation(
+    conn: Connection, invocation_id: int, filed_at: datetime | None = None
+) -> InvocationRow | None:
+    parameters = {"b_id": invocation_id, "b_filed": filed_at}
+    row = conn.execute(_LOCKS_INVOCATION[filed_at is not None], parameters).first()
     return None if row is None else InvocationRow.from_row(row)
 
 
@@ -535,10 +570,12 @@ def extend_deadlines(conn: Connection, invocation_ids: list[int], deadline: date
         )
 
 
-def append_log(conn: Connection, invocation_id: int, now: datetime, line: str) -> None:
-    inv = lock_invocation(conn, invocation_id)
+def append_log(
+    conn: Connection, invocation_id: int, now: datetime, line: str, filed_at: datetime | None = None
+) -> None:
+    inv = lock_invocation(conn, invocation_id, filed_at)
     if inv is not None:
-        update_invocation(conn, invocation_id, log=debuglog.append(inv.log, now, line))
+        update_invocation(conn, inv, log=debuglog.append(inv.log, now, line))
 
 
 def claim_lapsed_starts(conn: Connection, now: datetime, limit: int) -> list[InvocationRow]:

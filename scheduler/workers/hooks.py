@@ -95,7 +95,11 @@ def _claim(task: celery.Task, task_id: str, header: Any) -> bool:
     invocation_id, attempt = fields.get("invocation"), fields.get("attempt")
     job_id = fields.get("job")  # absent from older headers: the ids alone
     filed = fields.get("filed")  # absent from older headers: found by id alone
-    if not _ints(invocation_id, attempt) or not all(v is None or _ints(v) for v in (job_id, filed)):
+    if (
+        not _ints(invocation_id, attempt)
+        or not all(v is None or _ints(v) for v in (job_id, filed))
+        or (filed is not None and filed_from(filed) is None)  # a place no date has
+    ):
         log.error("task %r has a malformed cronchain header %r: not run", task_id, header)
         return False
     engine = Runtime.current(task.app).engine

@@ -85,7 +85,7 @@ def herd_plans(pg_url: str, clock: Clock) -> tuple[list[dict[str, Any]], set[str
         with plans_of(db) as plans:
             for i in range(0, len(ticks), 100):
                 engine.tick_many(ticks[i : i + 100], start_here=True)
-            attempts = [(c.invocation_id, c.attempt, c.job_id) for c in port.runs]
+            attempts = [c.ref for c in port.runs]  # as the work path's messages name them
             for i in range(0, len(attempts), 100):
                 work.execute_batch(engine, attempts[i : i + 100], "w", threads=10)
     finally:
@@ -105,8 +105,8 @@ def test_left_to_its_costs_the_planner_reads_a_batchs_tables_whole(
     pg_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ):
     """What the test above would see without ``keyed``: it is not the statistics. (The
-    outcomes' UPDATE, which also read the month whole, now names the second its runs
-    are filed in, and PostgreSQL's estimate of the rows left is small enough to probe.)"""
+    outcomes' UPDATE, which also read the month whole when it joined its runs by id
+    alone, now joins where each is filed too, and probes.)"""
     monkeypatch.setattr(statistics, "keyed", lambda conn, rows: None)
     plans, filled = herd_plans(pg_url, clock)
     whole = {text for text, _ in read_whole(plans, filled)}
@@ -173,15 +173,16 @@ def test_a_run_is_found_in_its_own_month(pg_url: str, clock: Clock):
         clock.advance(10)
         ticks = sent(port)
         with plans_of(db, analyze=True) as plans:
-            for job_id, nonce in ticks[:10]:  # alone, as spread slots come
-                engine.tick(job_id, nonce, start_here=True)
-            for call in port.runs[:10]:
-                work.execute(engine, *call.ref[:2], "w", call.job_id, call.filed_at)
             for i in range(10, len(ticks), 100):  # a herd, in batches
                 engine.tick_many(ticks[i : i + 100], start_here=True)
-            attempts = [c.ref for c in port.runs[10:]]
+            attempts = [c.ref for c in port.runs]
             for i in range(0, len(attempts), 100):
                 work.execute_batch(engine, attempts[i : i + 100], "w", threads=10)
+            herd = len(port.runs)
+            for job_id, nonce in ticks[:10]:  # then alone, as spread slots come
+                engine.tick(job_id, nonce, start_here=True)
+            for call in port.runs[herd:]:
+                work.execute(engine, *call.ref[:2], "w", call.job_id, call.filed_at)
     finally:
         db.dispose()
     texts = " ".join(p["Query Text"] for p in plans)
@@ -189,5 +190,6 @@ def test_a_run_is_found_in_its_own_month(pg_url: str, clock: Clock):
     assert months_read(plans) == []
     # Nor more of the month than the runs it was asked for: a herd's runs share one
     # second, and a plan led by it (chosen when the month's statistics say it is small,
-    # as they do here: it was analyzed empty) read the whole herd for each batch.
+    # as they do here: it was analyzed empty) read the whole herd for each batch, or
+    # for each run that came alone after it.
     assert most_read(plans, than=100) == []

@@ -341,6 +341,49 @@ def test_a_work_path_attempt_is_claimed_where_its_run_is_filed(db: sqlalchemy.En
     assert [r["status"] for r in every_run(db)] == ["SUCCEEDED", "SUCCEEDED"]
 
 
+def test_a_claim_heartbeat_or_outcome_naming_another_place_is_refused(
+    db: sqlalchemy.Engine, clock: Clock, caplog: pytest.LogCaptureFixture
+):
+    """As one naming another job: a report names where its run is filed too, and a run
+    filed elsewhere is not the one it reports on."""
+    engine, _port, call, _other = sent_run(db, clock)
+    inv, attempt, job = call.invocation_id, call.attempt, call.job_id
+    assert call.filed_at is not None
+    elsewhere = call.filed_at - timedelta(days=40)  # another month's partition
+    assert engine.attempts.claim(inv, attempt, "w@other", job_id=job, filed_at=elsewhere) is None
+    assert engine.attempts.claim(inv, attempt, "w@test", job_id=job, filed_at=call.filed_at)
+    with engine.db.begin() as conn:
+        lease = clock.now + timedelta(seconds=60)
+        assert not run_store.renew_lease(conn, inv, attempt, lease, job, elsewhere)
+        assert run_store.renew_lease(conn, inv, attempt, lease, job, call.filed_at)
+    failed = Outcome.failed("RuntimeError: not there", "error")
+    finish = engine.runs.finish_invocation
+    assert finish(inv, failed, attempt=attempt, job_id=job, filed_at=elsewhere) is False
+    [run] = every_run(db)
+    assert (run["status"], run["worker"], run["error"]) == ("RUNNING", "w@test", None)
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1 and f"filed at {elsewhere}" in refusals[0]
+    assert finish(inv, SUCCEEDED, attempt=attempt, job_id=job, filed_at=call.filed_at)
+    assert every_run(db)[0]["status"] == "SUCCEEDED"
+
+
+def test_an_attempt_named_twice_in_a_batch_is_claimed_once(db: sqlalchemy.Engine, clock: Clock):
+    """A batch's places are paired with its runs, whatever it repeats: each run is found
+    where it is filed, and claimed once."""
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
+    api = Scheduler(engine)
+    api.apply([JobSpec("p", n, "triggered") for n in ("a", "b", "c")], project="p")
+    for name in ("a", "b", "c"):
+        api.trigger(f"p/{name}")
+        clock.advance(1)  # each filed at a second of its own
+    start_due(engine, port)
+    a, b, c = (call.ref for call in port.runs)
+    outcomes = work.execute_batch(engine, [a, a, b, c], "w", 2)
+    assert outcomes == [SUCCEEDED] * 3
+    assert [r["status"] for r in every_run(db)] == ["SUCCEEDED"] * 3
+
+
 def test_the_job_travels_with_every_attempt_sent():
     """In the celery task's header, and in the work path's messages."""
     app = SendingApp(REDIS)
@@ -348,19 +391,21 @@ def test_the_job_travels_with_every_attempt_sent():
     slot = datetime(2026, 3, 1, 12, 0, 10, 500_000, tzinfo=UTC)
     noop = Call(11, 2, "p/a", slot, {}, kind="noop", job_id=5, filed_at=slot)
     options = {"task": "t", "args": [], "kwargs": {}, "queue": "q"}
-    task = Call(12, 1, "p/b", None, options, kind="celery", job_id=6, trigger_id="t9")
+    task = Call(
+        12, 1, "p/b", None, options, kind="celery", job_id=6, trigger_id="t9", filed_at=slot
+    )
     port.run(noop)
     port.run(task)
     port.run_batch([noop])
     (run_name, run), (task_name, sent), (batch_name, batch) = app.sent
-    filed = 1772366410_500_000  # the slot, where the run is filed: its row is found there
+    filed = 1772366410_500_000  # where each run is filed: its row is found there
     assert (run_name, run["args"]) == ("cronchain.run", (11, 2, 5, filed))
     assert (task_name, sent["task_id"]) == ("t", "cronchain-12-1")
     assert sent["headers"]["cronchain"] | {"lease": None} == {
         "invocation": 12,
         "attempt": 1,
         "job": 6,
-        "filed": None,  # not known to this call: the run is found by its id alone
+        "filed": filed,
         "key": "cronchain/p/b/trigger-t9",  # the run's, which no other run has (Call.key)
         "lease": None,
     }
@@ -373,12 +418,13 @@ def test_the_job_travels_with_every_attempt_sent():
         ("run", (1, 1, "5")),
         ("run", (1, 1, True)),
         ("run", (1, 1, 5, "2026-03-01")),
+        ("run", (1, 1, 5, 10**20)),  # no date is there
         ("run_batch", ([[1, 1, "5"]],)),
         ("run_batch", ([[1, 1, 5, 1.5]],)),
         ("run_batch", ([[1, 1, 5, 6, 7]],)),
     ],
 )
-def test_a_malformed_job_or_second_in_a_work_message_is_dropped(
+def test_a_malformed_job_or_place_in_a_work_message_is_dropped(
     task: str, args: tuple[Any, ...], caplog: pytest.LogCaptureFixture
 ):
     from cronchain.tasks import chain
