@@ -291,8 +291,11 @@ def history_partitions(db: sqlalchemy.Engine, now: datetime, before: int, runs: 
         if not partitions.is_partitioned(conn):
             return
         first = partitions.add_months(partitions.month_start(now), -before)
-        for month in partitions.missing(conn, first, now):
+        missing = partitions.missing(conn, first, now)
+    for month in missing:  # each alone, as the watchdog makes them: jobs locked first
+        with db.begin() as conn:
             partitions.create(conn, month)
+    with db.begin() as conn:
         for back in range(1, before + 1) if runs else ():
             conn.exec_driver_sql(
                 "INSERT INTO invocations (job_id, slot, revision, status, attempt, created_at,"
