@@ -274,14 +274,12 @@ def analyze(db: sqlalchemy.Engine) -> None:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
 
 
-def history_partitions(db: sqlalchemy.Engine, now: datetime, before: int, runs: int = 0) -> None:
+def history_partitions(db: sqlalchemy.Engine, now: datetime, before: int) -> None:
     """The partitions of a deployment in its steady state: the clock's month and the
-    next (what the watchdog makes), and ``before`` months of history, each holding
-    ``runs`` runs of every job, a day apart (a probe of a month's index then descends
-    a tree, not an empty one), analyzed. None where history is not partitioned (SQLite,
-    or the code before partitioning)."""
-    if runs > 28:
-        raise ValueError(f"{runs} runs a day apart do not fit in every month (28 do)")
+    next (what the watchdog makes), and ``before`` months of history. Made before the
+    workers start: a partition's DDL beside a live worker can deadlock with it (the
+    watchdog, which makes them months ahead, tries again at its next pass). None where
+    history is not partitioned (SQLite, or the code before partitioning)."""
     try:
         from cronchain.scheduler.maintenance.retention import run_once
         from cronchain.scheduler.storage import partitions
@@ -291,24 +289,33 @@ def history_partitions(db: sqlalchemy.Engine, now: datetime, before: int, runs: 
         if not partitions.is_partitioned(conn):
             return
         first = partitions.add_months(partitions.month_start(now), -before)
-        missing = partitions.missing(conn, first, now)
-    for month in missing:  # each alone, as the watchdog makes them: jobs locked first
-        with db.begin() as conn:
+        for month in partitions.missing(conn, first, now):
             partitions.create(conn, month)
+    run_once(db, now, timedelta(days=36_500))
+    with db.connect() as conn:
+        print(f"partitions: {len(partitions.months(conn))} months and the default", flush=True)
+
+
+def history_runs(db: sqlalchemy.Engine, now: datetime, before: int, runs: int) -> None:
+    """``runs`` runs of every job in each of the ``before`` months before ``now``'s, a
+    day apart, analyzed: a probe of a month's index then descends a tree, not an empty
+    one."""
+    if runs > 28:
+        raise ValueError(f"{runs} runs a day apart do not fit in every month (28 do)")
+    if not before or not runs:
+        return
+    start = datetime(now.year, now.month, 1, tzinfo=UTC)
     with db.begin() as conn:
-        for back in range(1, before + 1) if runs else ():
+        for _ in range(before):
+            start = (start - timedelta(days=1)).replace(day=1)  # the month before
             conn.exec_driver_sql(
                 "INSERT INTO invocations (job_id, slot, revision, status, attempt, created_at,"
                 " started_at, finished_at, backfill, filed_at) SELECT j.id, s, j.revision,"
                 " 'SUCCEEDED', 1, s, s, s, false, s FROM jobs j, generate_series(%(start)s,"
                 " %(start)s + (%(runs)s - 1) * interval '1 day', interval '1 day') s",
-                {"start": partitions.add_months(partitions.month_start(now), -back), "runs": runs},
+                {"start": start, "runs": runs},
             )
-    if runs:
-        analyze(db)
-    run_once(db, now, timedelta(days=36_500))
-    with db.connect() as conn:
-        print(f"partitions: {len(partitions.months(conn))} months and the default", flush=True)
+    analyze(db)
 
 
 def first_waits_over(db: sqlalchemy.Engine) -> bool:

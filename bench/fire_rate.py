@@ -91,6 +91,7 @@ from bench.common import (
     figure,
     first_waits_over,
     history_partitions,
+    history_runs,
     job_document,
     measure,
     percentile,
@@ -210,6 +211,8 @@ def run_cronchain(
     settings = {"CRONCHAIN_RUN_EVENTS": "false"} if events == "celery" else {}
     with deployment(folder, delay_ms=load.delay_ms, code=code, **settings) as d:
         db, c = d.db, d.cluster
+        if load.history_months:  # made before the workers run (history_partitions)
+            history_partitions(db, datetime.now(UTC), load.history_months)
         # The workers run before the jobs exist: each job's first slot comes after its
         # creation, so none is overdue when it starts (no startup backlog to drain).
         # WARNING, as the baseline's worker: INFO writes two lines per task.
@@ -218,7 +221,7 @@ def run_cronchain(
         if events is not None:  # as Flower does as it starts
             Celery(broker=d.redis.url).control.enable_events()
         d.apply(job_document(load.jobs, load.period, load.step, requires=requires), timeout=120)
-        history_partitions(db, datetime.now(UTC), load.history_months, runs=HISTORY_RUNS)
+        history_runs(db, datetime.now(UTC), load.history_months, HISTORY_RUNS)
 
         try:
             ready = (lambda: first_waits_over(db)) if requires else (lambda: True)

@@ -49,6 +49,7 @@ from bench.common import (
     database,
     figure,
     history_partitions,
+    history_runs,
     postgres_cpu,
     transactions,
     with_requirements,
@@ -277,7 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         clock, port = Clock(), RecordingPort()
         engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
         apply(engine, "bench", specs_of(args))
-        history_partitions(db, clock.now, args.history_months, args.history_runs)
+        history_partitions(db, clock.now, args.history_months)
+        history_runs(db, clock.now, args.history_months, args.history_runs)
         event.listen(db, "connect", lambda *_: CONNECTS.__setitem__(0, CONNECTS[0] + 1))
         heap.freeze("runtime")  # as a worker process does once its runtime is made
         empty = Cost()
