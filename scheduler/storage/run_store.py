@@ -18,7 +18,6 @@ from sqlalchemy import (
     LABEL_STYLE_TABLENAME_PLUS_COL,
     BigInteger,
     Connection,
-    DateTime,
     Row,
     Select,
     and_,
@@ -48,16 +47,17 @@ from cronchain.scheduler.storage.rows import (
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.
 #
-# A run is found by its id and, where the caller knows it, where it is filed
+# A lone run is found by its id and, where the caller knows it, where it is filed
 # (``filed_at``: its slot, or when it was triggered). PostgreSQL partitions the table by
-# month of ``filed_at``: a statement by id alone probes the index of every month that
-# retention keeps (half a year by default), each statement, each run. By both, it
-# reads one month's: as a lone statement starts (``filed_at = $n``), or, for a batch,
-# as each run joined from the arrays of ids and places comes (``_WANTED``). Never by a
-# range of places, nor one place for a whole batch: the runs of a herd share one
-# second, and a plan that read a partition by that range (chosen when its statistics
-# say it is small, as a month's are at its start) read every run of the herd for each
-# batch.
+# month of ``filed_at``: by id alone, a statement probes the index of every month that
+# retention keeps (half a year by default); by both, it reads one month's, pruned as
+# the statement starts. A batch's runs are found by their ids alone, each kept if it is
+# filed where it was said to be (``_found_where_filed``). Joined to their places from
+# arrays, PostgreSQL could prune each run as it came, but costed each month's probe as
+# if it were made, and its plans for a batch, kept for the connection once prepared,
+# read the growing month whole for each batch instead (a herd of 10,000 drained in
+# 3-12 s instead of 2.3); by a range or a single place for the batch, it read the
+# herd's whole second for each batch.
 _FILED = invocations.c.filed_at == bindparam("b_filed")
 _LOCK_INVOCATION = select(invocations).where(invocations.c.id == bindparam("b_id"))
 _LOCKS_INVOCATION = (  # by id alone, and where filed
@@ -76,74 +76,45 @@ _LOCK_RUN = (
     .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 )
 _LOCKS_RUN = (_LOCK_RUN, _LOCK_RUN.where(_FILED))  # by id alone, and where filed
-# The runs of a batch, each by its id and where it is filed, as two arrays (PostgreSQL).
-_WANTED = (
-    func.unnest(
-        bindparam("b_invs", type_=ARRAY(BigInteger)),
-        bindparam("b_filed", type_=ARRAY(DateTime(timezone=True))),
-    )
-    .table_valued("id", "filed_at")
-    .render_derived("wanted")
-)
-_ROW_COLUMNS = (*columns(jobs, JOB_COLUMNS), *columns(invocations, INVOCATION_COLUMNS))
 _BY_ID = invocations.c.id.in_(bindparam("b_invs", expanding=True))
 _BY_ANY_ID = invocations.c.id == any_(bindparam("b_invs", type_=ARRAY(BigInteger)))
-# How a statement finds its runs (``_found_by``): by id alone (a message from before the
-# runs' messages carried their place), one run by its id and place, or each run of a
-# batch by its id and place, joined from ``_WANTED``.
-BY_ID, ONE_PLACED, EACH_PLACED = range(3)
 
 
-def _runs(selected: tuple[Any, ...], found_by: int, ids: Any = _BY_ID) -> Select[Any]:
+def _runs(selected: tuple[Any, ...], placed: bool, ids: Any = _BY_ID) -> Select[Any]:
     """``selected`` of runs and their jobs, the job first in the FROM list, then the run,
-    so that a lock takes them in that order (a function in the list is not locked)."""
-    query = select(*selected)
-    if found_by != EACH_PLACED:
-        query = query.select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
-        return query.where(ids, _FILED) if found_by == ONE_PLACED else query.where(ids)
-    return query.select_from(_WANTED, jobs, invocations).where(
-        invocations.c.id == _WANTED.c.id,
-        invocations.c.filed_at == _WANTED.c.filed_at,
-        jobs.c.id == invocations.c.job_id,
-    )
+    so that a lock takes them in that order; ``placed``: a lone run, by its id and
+    place."""
+    query = select(*selected).select_from(jobs.join(invocations, jobs.c.id == invocations.c.job_id))
+    return query.where(ids, _FILED) if placed else query.where(ids)
 
 
-def _labelled(query: Select[Any]) -> Select[Any]:
-    return query.set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
-
-
-def _attempts(found_by: int) -> Select[Any]:
+def _attempts(placed: bool) -> Select[Any]:
     """A worker's claim locks the runs alone: it never waits on a job, so it cannot take
     the two locks in the other order than the writers that lock the job first. (A claim
     that records its no-ops at once locks their jobs too, by ``_locked_runs``.)"""
-    selected = (jobs, invocations) if found_by != EACH_PLACED else _ROW_COLUMNS
-    query = _runs(selected, found_by).order_by(invocations.c.id)
-    return query.with_for_update(of=invocations)
+    query = _runs((jobs, invocations), placed).order_by(invocations.c.id)
+    return query.with_for_update(of=invocations).set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
 
 
-def _locked_runs(selected: tuple[Any, ...], found_by: int, ids: Any = _BY_ID) -> Select[Any]:
+def _locked_runs(selected: tuple[Any, ...], placed: bool, ids: Any = _BY_ID) -> Select[Any]:
     """Runs and their jobs, all locked by one statement, job first then run as every
     writer locks, the jobs in id order as every batch locks them. Rows locked elsewhere
     are skipped, not waited for: the outcome group records those apart (outcome_batch),
     and a claim that records its no-ops claims those after (``Attempts.claim_many``)."""
-    query = _runs(selected, found_by, ids).order_by(jobs.c.id, invocations.c.id)
+    query = _runs(selected, placed, ids).order_by(jobs.c.id, invocations.c.id)
     return query.with_for_update(skip_locked=True, key_share=True)
 
 
-# Each by ``found_by``. SQLite, which has one table, finds each run of a batch by id and
-# keeps those filed where they were said to be (``_found_where_filed``).
-_LOCKS_ATTEMPTS = (
-    _labelled(_attempts(BY_ID)),
-    _labelled(_attempts(ONE_PLACED)),
-    driver_sql(_attempts(EACH_PLACED)),  # read by the driver (``rows.from_values``)
-)
-_LOCKS_RUNS = (
-    _labelled(_locked_runs((jobs, invocations), BY_ID)),
-    _labelled(_locked_runs((jobs, invocations), ONE_PLACED)),
+# Each by ids alone, and a lone run by its id and place.
+_LOCKS_ATTEMPTS = (_attempts(False), _attempts(True))
+_LOCKS_RUNS = tuple(
+    _locked_runs((jobs, invocations), placed).set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
+    for placed in (False, True)
 )
 # The same on PostgreSQL, read by the driver (``rows.from_values``): a batch's lock.
+_ROW_COLUMNS = (*columns(jobs, JOB_COLUMNS), *columns(invocations, INVOCATION_COLUMNS))
 _LOCKS_RUNS_PG = tuple(
-    driver_sql(_locked_runs(_ROW_COLUMNS, found_by, _BY_ANY_ID)) for found_by in range(3)
+    driver_sql(_locked_runs(_ROW_COLUMNS, placed, _BY_ANY_ID)) for placed in (False, True)
 )
 _UPDATE_INVOCATION = update(invocations).where(invocations.c.id == bindparam("b_id"))
 _UPDATE_FILED = _UPDATE_INVOCATION.where(_FILED)
@@ -274,8 +245,11 @@ def _placed(filed: Iterable[datetime | None]) -> list[datetime] | None:
     return None if not places or None in places else places  # type: ignore[return-value]
 
 
-def _found_by(places: list[datetime] | None) -> int:
-    return BY_ID if places is None else ONE_PLACED if len(places) == 1 else EACH_PLACED
+def _parameters(ids: list[int], places: list[datetime] | None) -> tuple[bool, dict[str, Any]]:
+    """Whether a lock finds a lone run by its id and place, and its parameters."""
+    if places is not None and len(places) == 1:
+        return True, {"b_invs": ids, "b_filed": places[0]}
+    return False, {"b_invs": ids}
 
 
 def lock_run(
@@ -297,14 +271,8 @@ def lock_attempts(
     what a worker needs to claim attempts and make their calls. ``filed``: where each
     is filed, in the same order, if known; a run filed elsewhere is not found."""
     places = _placed(filed)
-    found_by = _found_by(places)
-    if found_by == EACH_PLACED and conn.dialect.name == "postgresql":
-        parameters = {"b_invs": invocation_ids, "b_filed": places}
-        found = conn.exec_driver_sql(_LOCKS_ATTEMPTS[EACH_PLACED], parameters).all()
-        at = len(JOB_COLUMNS)
-        return [(InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in found]
-    found_by, parameters = _on_sqlite(found_by, invocation_ids, places)
-    rows = conn.execute(_LOCKS_ATTEMPTS[found_by], parameters)
+    placed, parameters = _parameters(invocation_ids, places)
+    rows = conn.execute(_LOCKS_ATTEMPTS[placed], parameters)
     return _found_where_filed(_pairs(rows), invocation_ids, places)
 
 
@@ -315,35 +283,15 @@ def lock_runs(
     whose run or job another transaction holds is left out. ``filed``: where each is
     filed, in the same order, if known; a run filed elsewhere is not found."""
     places = _placed(filed)
-    found_by = _found_by(places)
+    placed, parameters = _parameters(invocation_ids, places)
     if conn.dialect.name == "postgresql":
         at = len(JOB_COLUMNS)
-        parameters = _parameters(invocation_ids, places)
-        found = conn.exec_driver_sql(_LOCKS_RUNS_PG[found_by], parameters)
+        found = conn.exec_driver_sql(_LOCKS_RUNS_PG[placed], parameters)
         rows = found.all()  # at once: iterated, SQLAlchemy fetches row by row (1.5 µs a row)
-        return {r[at]: (InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in rows}
-    found_by, parameters = _on_sqlite(found_by, invocation_ids, places)
-    rows = conn.execute(_LOCKS_RUNS[found_by], parameters)
-    locked = _found_where_filed(_pairs(rows), invocation_ids, places)
-    return {inv.id: (inv, job) for inv, job in locked}
-
-
-def _parameters(ids: list[int], places: list[datetime] | None) -> dict[str, Any]:
-    """A lock's parameters: one place is a lone run's, several a batch's (``_WANTED``)."""
-    if places is None:
-        return {"b_invs": ids}
-    return {"b_invs": ids, "b_filed": places[0] if len(places) == 1 else places}
-
-
-def _on_sqlite(
-    found_by: int, ids: list[int], places: list[datetime] | None
-) -> tuple[int, dict[str, Any]]:
-    """A lock's statement and parameters where a batch is not joined from arrays: each
-    run is found by id, and kept if it is filed where it was said to be
-    (``_found_where_filed``)."""
-    if found_by == EACH_PLACED:
-        return BY_ID, {"b_invs": ids}
-    return found_by, _parameters(ids, places)
+        locked = [(InvocationRow.from_values(r, at), JobRow.from_values(r)) for r in rows]
+    else:
+        locked = _pairs(conn.execute(_LOCKS_RUNS[placed], parameters))
+    return {inv.id: (inv, job) for inv, job in _found_where_filed(locked, invocation_ids, places)}
 
 
 def _pairs(rows: Iterable[Row[Any]]) -> list[tuple[InvocationRow, JobRow]]:
@@ -354,8 +302,9 @@ def _pairs(rows: Iterable[Row[Any]]) -> list[tuple[InvocationRow, JobRow]]:
 def _found_where_filed(
     locked: list[tuple[InvocationRow, JobRow]], ids: list[int], places: list[datetime] | None
 ) -> list[tuple[InvocationRow, JobRow]]:
-    """The runs found by id that are filed where they were said to be: SQLite's batch,
-    which has one table and no row locks, is found by ids alone."""
+    """The runs of a batch, found by their ids, that are filed where they were said to
+    be (a lone run's statement matched its place already). A run filed elsewhere stays
+    locked until the transaction ends, and is left alone."""
     if places is None or len(places) == 1:
         return locked
     wanted = dict(zip(ids, places, strict=True))
@@ -388,18 +337,17 @@ def update_invocation(conn: Connection, run: InvocationRow | int, **values: Any)
 
 def update_invocations(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Update many invocations, each row naming its own by ``b_id`` and, if known, where
-    it is filed by ``b_filed`` (all rows alike), all with the same columns: one
-    statement (``bulk.update_joined``), joined by both, so that PostgreSQL reads each
-    run's month alone; a lone row by its id and place."""
+    it is filed by ``b_filed``, all with the same columns: one statement by their ids
+    (``bulk.update_joined``; not joined by place too: see ``_FILED``'s comment), a lone
+    row by its id and place."""
     if not rows:
         return
-    if any(row.get("b_filed", None) is None for row in rows):  # found by id alone
-        rows = [{k: v for k, v in row.items() if k != "b_filed"} for row in rows]
-        bulk.update_joined(conn, invocations, rows, {"b_id": "id"})
-    elif len(rows) == 1:
+    if len(rows) == 1 and rows[0].get("b_filed") is not None:
         conn.execute(_UPDATE_FILED, rows[0])
-    else:
-        bulk.update_joined(conn, invocations, rows, {"b_id": "id", "b_filed": "filed_at"})
+        return
+    if "b_filed" in rows[0]:
+        rows = [{k: v for k, v in row.items() if k != "b_filed"} for row in rows]
+    bulk.update_joined(conn, invocations, rows, {"b_id": "id"})
 
 
 def lock_invocations_of(

@@ -146,10 +146,11 @@ def most_read(plans: list[dict[str, Any]], than: int) -> list[tuple[str, int]]:
 
 
 def test_a_run_is_found_in_its_own_month(pg_url: str, clock: Clock):
-    """A run is found by its id and where it is filed, on the work path and wherever the
-    control path has it by id: PostgreSQL then reads that month's partition alone, not
-    each of the half year of history that retention keeps (an index probe apiece, each
-    statement, each run), and in it the run alone."""
+    """A lone run is found by its id and where it is filed, on the work path and wherever
+    the control path has it by id: PostgreSQL then reads that month's partition alone,
+    not each of the half year of history that retention keeps (an index probe apiece,
+    each statement, each run), and in it the run alone. (A batch's runs are found by
+    their ids: ``_FILED``'s comment in ``run_store`` says why.)"""
     db = make_engine(pg_url)
     port = RecordingPort()
     engine = Engine(db, port, default_invokers(), grace=GRACE, clock=clock)
@@ -172,24 +173,25 @@ def test_a_run_is_found_in_its_own_month(pg_url: str, clock: Clock):
             conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
         clock.advance(10)
         ticks = sent(port)
-        with plans_of(db, analyze=True) as plans:
+        with plans_of(db, analyze=True) as herd:
             for i in range(10, len(ticks), 100):  # a herd, in batches
                 engine.tick_many(ticks[i : i + 100], start_here=True)
             attempts = [c.ref for c in port.runs]
             for i in range(0, len(attempts), 100):
                 work.execute_batch(engine, attempts[i : i + 100], "w", threads=10)
-            herd = len(port.runs)
+        with plans_of(db, analyze=True) as alone:
+            sent_before = len(port.runs)
             for job_id, nonce in ticks[:10]:  # then alone, as spread slots come
                 engine.tick(job_id, nonce, start_here=True)
-            for call in port.runs[herd:]:
+            for call in port.runs[sent_before:]:
                 work.execute(engine, *call.ref[:2], "w", call.job_id, call.filed_at)
     finally:
         db.dispose()
-    texts = " ".join(p["Query Text"] for p in plans)
+    texts = " ".join(p["Query Text"] for p in alone)
     assert "UPDATE invocations" in texts and "FOR NO KEY UPDATE" in texts
-    assert months_read(plans) == []
-    # Nor more of the month than the runs it was asked for: a herd's runs share one
-    # second, and a plan led by it (chosen when the month's statistics say it is small,
-    # as they do here: it was analyzed empty) read the whole herd for each batch, or
-    # for each run that came alone after it.
-    assert most_read(plans, than=100) == []
+    assert months_read(alone) == []
+    # Nor more of the month than its run: a herd's runs share one second, and a plan
+    # led by the place (chosen when the month's statistics say it is small, as they do
+    # here: it was analyzed empty) read the whole herd for each run that came after it.
+    assert most_read(alone, than=1) == []
+    assert "UPDATE invocations" in " ".join(p["Query Text"] for p in herd)
