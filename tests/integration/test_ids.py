@@ -384,6 +384,28 @@ def test_an_attempt_named_twice_in_a_batch_is_claimed_once(db: sqlalchemy.Engine
     assert [r["status"] for r in every_run(db)] == ["SUCCEEDED"] * 3
 
 
+def test_a_run_of_a_batch_filed_elsewhere_is_left_alone(db: sqlalchemy.Engine, clock: Clock):
+    """A batch's runs are found by their ids and kept where their places agree: the run
+    whose message names another place is not claimed, the others are; whether the claim
+    locks the runs alone or, recording their outcomes at once, their jobs too."""
+    port = RecordingPort()
+    engine = Engine(db, port, default_invokers(), grace=timedelta(seconds=15), clock=clock)
+    api = Scheduler(engine)
+    names = ("a", "b", "c", "d", "e", "f")
+    api.apply([JobSpec("p", n, "triggered") for n in names], project="p")
+    for name in names:
+        api.trigger(f"p/{name}")
+    start_due(engine, port)
+    refs = [call.ref for call in port.runs]
+    for first, answer in ((0, None), (3, lambda call: SUCCEEDED)):
+        one, two, three = refs[first : first + 3]
+        elsewhere = (*two[:3], two[3] + timedelta(days=40))  # another month's partition
+        calls, _ = engine.attempts.claim_many([one, elsewhere, three], "w", answer)
+        assert {call.invocation_id for call in calls} == {one[0], three[0]}
+    runs = {r["id"]: r for r in every_run(db)}
+    assert [runs[ref[0]]["worker"] for ref in refs] == ["w", None, "w", "w", None, "w"]
+
+
 def test_the_job_travels_with_every_attempt_sent():
     """In the celery task's header, and in the work path's messages."""
     app = SendingApp(REDIS)

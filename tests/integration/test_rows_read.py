@@ -50,7 +50,7 @@ def test_the_driver_reads_what_sqlalchemy_reads(
         assert read == typed
         assert job_store.lock_job(conn, ids[0]) == typed[ids[0]]
         runs = run_store.lock_runs(conn, run_ids)
-        both = conn.execute(run_store._LOCK_RUNS, {"b_invs": run_ids})
+        both = conn.execute(run_store._LOCKS_RUNS[False], {"b_invs": run_ids})
         assert runs == {
             r.invocations_id: (
                 InvocationRow.from_row(r, "invocations_"),
