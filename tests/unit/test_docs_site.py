@@ -130,3 +130,25 @@ def test_every_link_of_the_readme_and_the_pages_leads_to_a_file():
             if "://" not in target and not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+def test_the_benchmarks_page_is_a_current_table_not_a_diary():
+    """Every figure on the benchmarks page sits in a table row that names the command
+    reproducing it and the date it was measured (the Today table: its load's row and
+    the one date above it). Prose names no date: an account of a round belongs in the
+    archive."""
+    text = (DOCS / "benchmarks.md").read_text()
+    date = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+    prose = [line for line in text.splitlines() if not line.startswith("|")]
+    assert [line for line in prose if date.search(line)] == [
+        next(line for line in prose if line.startswith("Measured on"))
+    ]
+    sections = re.split(r"^## ", text, flags=re.M)
+    today = next(s for s in sections if s.startswith("Today"))
+    loads = [row for row in today.splitlines() if row.startswith("| **")]
+    assert loads and all("`python -m bench." in row for row in loads)
+    scale = next(s for s in sections if s.startswith("At scale"))
+    rows = [row for row in scale.splitlines() if row.startswith("| **")]
+    assert len(rows) >= 10
+    for row in rows:
+        assert date.search(row) and "`python -m bench." in row, row
