@@ -153,7 +153,7 @@ class Cluster:
             )
 
     def start_celery(self, name: str, *args: str) -> None:
-        """``celery -A cronchain.tasks ARGS``, as the README runs it."""
+        """``celery -A cronchain.tasks ARGS``, as the docs deploy it (docs/how-to/deploy.md)."""
         self.start(name, sys.executable, "-m", "celery", "-A", "cronchain.tasks", *args)
 
     def start_worker(
@@ -182,7 +182,8 @@ class Cluster:
     def start_work_worker(
         self, name: str = "work", concurrency: int = 20, loglevel: str = "INFO"
     ) -> None:
-        """The work path, as the README runs it: noop and http runs, on threads."""
+        """The work path, as the docs deploy it (docs/how-to/deploy.md): noop and http
+        runs, on threads."""
         self.start_worker(name, "cronchain.work", concurrency, loglevel, pool="threads")
 
     def wait_ready(self, name: str = "worker", timeout: float = 60, times: int = 1) -> None:

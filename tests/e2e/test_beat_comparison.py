@@ -1,4 +1,4 @@
-"""Celery beat's side of the README's "Coming from Celery beat" table, measured.
+"""Celery beat's side of the README's "Beside Celery beat" table, measured.
 
 Real ``celery beat`` processes of a plain Celery app (the default PersistentScheduler,
 one schedule file per beat, as on separate machines) against a private redis-server, with

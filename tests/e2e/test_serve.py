@@ -137,9 +137,9 @@ def test_serve_refuses_other_addresses_without_credentials(tmp_path: Path):
 def test_a_real_prometheus_scrapes_serve_and_keeps_the_job_s_labels(
     cluster: Cluster, tmp_path: Path
 ):
-    """Prometheus (Debian's) scrapes ``cronchain serve`` as the README configures it; its
-    query API returns each job's series with ``job_name`` as cronchain wrote it, beside
-    the scrape's own ``job``, and no ``exported_job``."""
+    """Prometheus (Debian's) scrapes ``cronchain serve`` as docs/how-to/prometheus.md
+    configures it; its query API returns each job's series with ``job_name`` as
+    cronchain wrote it, beside the scrape's own ``job``, and no ``exported_job``."""
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         unavailable("prometheus (apt-get install prometheus)")

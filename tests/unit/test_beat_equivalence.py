@@ -101,9 +101,10 @@ DST_CASES: dict[str, Any] = {
     "interval hour": timedelta(hours=1),
 }
 
-# Where cronchain's rule (Debian's, README: *Daylight saving*) differs from beat's, by
-# entry and transition day. Both zones skip 02:00-02:59 in spring; in autumn Berlin shows
-# 02:00-02:59 twice, New York 01:00-01:59. Everywhere else each entry fires as beat does.
+# Where cronchain's rule (Debian's, docs/concepts/time.md: *Daylight saving*) differs from
+# beat's, by entry and transition day. Both zones skip 02:00-02:59 in spring; in autumn
+# Berlin shows 02:00-02:59 twice, New York 01:00-01:59. Everywhere else each entry fires
+# as beat does.
 BOTH = ("Europe/Berlin", "America/New_York")
 DST_DIFFERENCES = {
     ("2:30 daily", BOTH, "spring"): "a fixed time the clocks skip runs as they change, at"

@@ -307,9 +307,9 @@ def cronchain_reads(kind: str, text: str) -> set[Any] | str:
     return {v % 7 if kind == "day-of-week" else v for v in values} | days | set(nth)
 
 
-# Differences kept on purpose, each with the sentence of README.md (Cron dialect) that
-# explains it. cronsim reads LW, nW and nL (Quartz's syntax) and L with a step (L/2 as
-# L), and 5-5/10 as 5/10, that is 5-59/10 (cronie reads it as 5).
+# Differences kept on purpose, each with the sentence of docs/reference/schedules.md (Cron
+# dialect) that explains it. cronsim reads LW, nW and nL (Quartz's syntax) and L with a
+# step (L/2 as L), and 5-5/10 as 5/10, that is 5-59/10 (cronie reads it as 5).
 QUARTZ_TOKENS = re.compile(r"w|\dl|l/", re.I)
 QUARTZ_README = "croniter's and Quartz's `W`, `LW`, `5L`, `?` and `H`"
 EQUAL_WITH_STEP = re.compile(r"(?<![\w-])(\w+)-(\w+)/(\d+)")

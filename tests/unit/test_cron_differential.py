@@ -7,8 +7,8 @@ croniter's sixth field of seconds. The next slots of ``Cron.next_after`` must be
 cronsim's, as instants: in UTC from random times, and in Europe/Berlin, America/New_York
 and Australia/Lord_Howe from shortly before a real transition. A schedule that never
 fires is refused by both. Each difference that remains is a class in ``ACCEPTED``, or
-the rewriting in ``to_cronsim``, with the README sentence that explains it; any other
-difference fails the test.
+the rewriting in ``to_cronsim``, with the sentence of docs/reference/schedules.md that
+explains it; any other difference fails the test.
 
 Replay: every case is drawn from its own ``random.Random(f"{seed}:{kind}:{index}")``; the
 seed is in the test id and comes from ``CRONCHAIN_DIFF_SEED`` (default 14). A failure
