@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -90,6 +90,10 @@ def fault_job_file(path: Path, slow_logs: Path, slow_url: str) -> Path:
     return write_job_file(path, "faults", specs)
 
 
+# A worker to start: its queues, and the rig's worker whose pool it has (None: its own).
+Started = tuple[str | None, str | None]
+
+
 @dataclass
 class Rig:
     folder: Path
@@ -144,9 +148,17 @@ class Rig:
         self.cluster.cronchain("apply", str(jobs_file))
         self.fired_since(now(), 20)
 
-    def start_workers(self) -> None:
-        for name in WORKERS:
-            self.start_worker(name)
+    def start_workers(self, which: Mapping[str, Started] | None = None) -> None:
+        """Start the rig's workers, or ``which`` (name: queues and the rig's worker whose
+        pool it has, as ``start_worker`` takes them), all at once, then wait until each
+        consumes: a worker takes about 2 s to boot, and one after another they took
+        that much each."""
+        which = which or dict.fromkeys(WORKERS, (None, None))
+        readies = {name: self._readies(name) for name in which}
+        for name, (queues, like) in which.items():
+            self._launch(name, queues, like)
+        for name in which:
+            self.cluster.wait_ready(name, times=readies[name] + 1)
 
     def kill_workers(self) -> None:
         for name in WORKERS:
@@ -157,13 +169,20 @@ class Rig:
     ) -> None:
         """Start a worker (with the pool of the rig's worker ``like``, else its own) and
         wait until it consumes (its log says "ready." once more)."""
+        before = self._readies(name)
+        self._launch(name, queues, like)
+        self.cluster.wait_ready(name, times=before + 1)
+
+    def _readies(self, name: str) -> int:
+        """How many times the worker ``name``'s log has said it was ready."""
         path = self.folder / f"{name}.log"
-        before = path.read_text(errors="replace").count(" ready.") if path.exists() else 0
+        return path.read_text(errors="replace").count(" ready.") if path.exists() else 0
+
+    def _launch(self, name: str, queues: str | None = None, like: str | None = None) -> None:
         pool, concurrency = POOLS.get(like or name, ("prefork", 2))
         self.cluster.start_worker(
             name, queues=queues or WORKERS[name], concurrency=concurrency, pool=pool
         )
-        self.cluster.wait_ready(name, times=before + 1)
 
     def start_beat(self, name: str = "beat") -> None:
         self.cluster.start_beat(name)

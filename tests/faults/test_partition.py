@@ -76,8 +76,7 @@ def beside(tmp_path: Path, namespace: Namespace, pg_link: int = 0, **options: An
                 tmp_path, pg, cut_off, host=namespace.host, namespace=namespace, **options
             ) as rig,
         ):
-            for name, (queues, like) in CUT_OFF.items():
-                rig.start_worker(name, queues, like)
+            rig.start_workers(CUT_OFF)
             yield rig
     finally:
         namespace.destroy()
