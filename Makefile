@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # keeps a module whose tests share a module-scoped fixture in one process).
 TEST_WORKERS ?= 4
 
-.PHONY: run test lint docs
+.PHONY: run test lint docs screenshots
 
 # Running needs cronchain and what it depends on; the tests need the dev extras too
 # (Django, selenium, hypothesis, ...). Each stamp says what the venv holds.
@@ -30,6 +30,10 @@ $(VENV)/.docs: $(VENV)/.run
 # has and the pages lack is an error. It opens at docs/_build/html/index.html.
 docs: $(VENV)/.docs
 	$(BIN)/sphinx-build -W --keep-going -n -E -q -b html docs docs/_build/html
+
+# The site's screenshots of the web page, taken by the browser test (Debian's chromium).
+screenshots: $(VENV)/.dev
+	CRONCHAIN_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -p no:cacheprovider -q tests/e2e/test_browser.py
 
 run: $(VENV)/.run
 	$(BIN)/cronchain up examples/demo.yaml
