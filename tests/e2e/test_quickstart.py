@@ -153,7 +153,11 @@ def test_the_quickstart_runs_a_project_task_on_schedule(terminals: Terminals):
         done = [r for r in runs if r["job"] == "proj/report" and r["status"] == "SUCCEEDED"]
         return done if len(done) >= 2 else None
 
-    wait_until(succeeded, 90, "two runs of proj/report to succeed", every=1.0)
+    def reported() -> bool:  # a log read, where each `cronchain history` is an interpreter
+        return len(re.findall(r"proj/report \S+ attempt 1 SUCCEEDED", terminals.log("worker"))) >= 2
+
+    wait_until(reported, 90, "the project's worker to report two runs of proj/report")
+    wait_until(succeeded, 30, "two runs of proj/report to succeed", every=1.0)
     table = terminals.run("cronchain history")
     assert re.search(r"proj/report\s+\S+\s+SUCCEEDED", table), table
     # The task ran in the project's worker, which logged the run's outcome, and

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,8 +45,11 @@ def apply(path: Path, home: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def migrated(home: Path) -> Path:
-    home.mkdir()
+@pytest.fixture(scope="module")
+def schema(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedded database migrated once by ``cronchain db upgrade``; each test applies
+    into a copy of it (a command's interpreter costs a second or two of CPU)."""
+    home = tmp_path_factory.mktemp("schema")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONCHAIN_")}
     done = subprocess.run(
         [sys.executable, "-m", "cronchain.scheduler.cli", "db", "upgrade"],
@@ -55,6 +59,15 @@ def migrated(home: Path) -> Path:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+    return home / "cronchain.db"
+
+
+@pytest.fixture
+def home(schema: Path, tmp_path: Path) -> Path:
+    """A home of the test's own, its database a copy of the migrated one."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copyfile(schema, home / "cronchain.db")
     return home
 
 
@@ -71,14 +84,14 @@ def test_the_examples_and_the_manual_show_job_files():
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_each_example_file_applies(path: Path, tmp_path: Path):
-    done = apply(path, migrated(tmp_path / "home"))
+def test_each_example_file_applies(path: Path, home: Path):
+    done = apply(path, home)
     assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: yaml.safe_load(b)["project"])
-def test_each_job_file_of_the_manual_applies(block: str, tmp_path: Path):
+def test_each_job_file_of_the_manual_applies(block: str, home: Path, tmp_path: Path):
     path = tmp_path / "jobs.yaml"
     path.write_text(block)
-    done = apply(path, migrated(tmp_path / "home"))
+    done = apply(path, home)
     assert done.returncode == 0, f"{done.stderr}\n{block}"
