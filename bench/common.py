@@ -124,7 +124,7 @@ class Deployment:
     def apply(self, document: dict, timeout: float = 120) -> None:
         path = self.cluster.folder / "jobs.yaml"
         path.write_text(json.dumps(document))  # JSON is YAML
-        self.cluster.cronchain("apply", str(path), timeout=timeout)
+        self.cluster.cronchain_alone("apply", str(path), timeout=timeout)
         analyze(self.db)
 
     def start(self, loglevel: str = "INFO", beat: bool = True) -> None:
@@ -174,7 +174,7 @@ def deployment(
             **env,
         )
         if code is not None:
-            c.cronchain("db", "upgrade")
+            c.cronchain_alone("db", "upgrade")
         try:
             yield Deployment(db, redis, c, delay)
         finally:

@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
             ],
         }
         (folder / "jobs.yaml").write_text(json.dumps(document))
-        c.cronchain("apply", str(folder / "jobs.yaml"))
+        c.cronchain_alone("apply", str(folder / "jobs.yaml"))
         with db.begin() as conn:
             low, revision = conn.exec_driver_sql("SELECT min(id), min(revision) FROM jobs").one()
             named = conn.exec_driver_sql("SELECT id, project || '/' || name FROM jobs").all()

@@ -200,7 +200,7 @@ def write(folder: Path, document: dict) -> list[Path]:
 def apply(c: Cluster, paths: list[Path]) -> None:
     """``cronchain apply`` of each file, one after another."""
     for path in paths:
-        c.cronchain("apply", str(path), timeout=900)
+        c.cronchain_alone("apply", str(path), timeout=900)
 
 
 def timed(run: Callable[[], object]) -> float:

@@ -13,9 +13,10 @@ event loop (:mod:`.aio`), so that a work-path worker holds thousands of slow cal
   ``Proxy-Authorization``) are not sent on to another origin (scheme, host and port),
   as curl and requests do.
 - ``accept`` lists the status codes that succeed (default ``2xx``).
-- The invocation id goes out as ``Idempotency-Key`` (the same on every attempt, so the
-  endpoint can deduplicate retries) and ``X-Cronchain-Invocation``; the attempt's
-  number as ``X-Cronchain-Attempt``.
+- The run's key (``Call.key``: its job and slot, or its trigger) goes out as
+  ``Idempotency-Key``, the same on every attempt so that the endpoint can deduplicate
+  retries; the invocation id as ``X-Cronchain-Invocation``, the attempt's number as
+  ``X-Cronchain-Attempt``.
 - Secret header values (``{secret: ...}`` or ``{env: NAME}``) are replaced by
   ``[secret]`` in everything written to history and logs, response bodies included.
 

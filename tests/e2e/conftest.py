@@ -45,7 +45,7 @@ def tasks_cluster(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[C
 @pytest.fixture
 def cli(cluster: Cluster) -> Iterator[Cli]:
     """The ``cronchain`` command on the test's cluster (its environment and folder), each
-    command a process of its own, as ``cluster.cronchain`` runs it, but forked from one
-    process that imported cronchain once rather than a new interpreter each time."""
+    command a process of its own forked from one that imported cronchain once, as
+    ``cluster.cronchain`` runs it; this one answers with the exit status and stderr too."""
     with Cli(cluster.env, cluster.folder, timeout=120) as run:
         yield run

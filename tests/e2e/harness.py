@@ -139,7 +139,25 @@ class Cluster:
             self.close_cli()
             self._cli, self._cli_env = Cli(self.env, self.folder), dict(self.env)
         self._cli.timeout = timeout
-        return self._cli(*args).stdout
+        try:
+            return self._cli(*args).stdout
+        except subprocess.TimeoutExpired:
+            self._cli = None  # it closed itself: the next command starts another
+            raise
+
+    def cronchain_alone(self, *args: str, timeout: float = 120) -> str:
+        """``cronchain ARGS`` in a new interpreter, as a shell starts it: what the
+        benchmarks time, and what a revision without the forker's modules can run."""
+        done = subprocess.run(
+            [sys.executable, "-m", "cronchain.scheduler.cli", *args],
+            env=self.env,
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
 
     def close_cli(self) -> None:
         if self._cli is not None:
@@ -218,9 +236,11 @@ class Cluster:
             raise
 
     def stop_all(self) -> None:
-        for name in list(self.processes):
-            self.kill(name, signal.SIGKILL)
-        self.close_cli()
+        try:
+            for name in list(self.processes):
+                self.kill(name, signal.SIGKILL)
+        finally:
+            self.close_cli()
 
     def log(self, name: str) -> str:
         return (self.folder / f"{name}.log").read_text(errors="replace")

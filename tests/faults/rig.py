@@ -153,7 +153,8 @@ class Rig:
         pool it has, as ``start_worker`` takes them), all at once, then wait until each
         consumes: a worker takes about 2 s to boot, and one after another they took
         that much each."""
-        which = which or dict.fromkeys(WORKERS, (None, None))
+        if which is None:
+            which = dict.fromkeys(WORKERS, (None, None))
         readies = {name: self._readies(name) for name in which}
         for name, (queues, like) in which.items():
             self._launch(name, queues, like)

@@ -59,6 +59,7 @@ def schema(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+    assert not (home / "cronchain.db-wal").exists()  # the file holds every page
     return home / "cronchain.db"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -73,6 +74,10 @@ def test_the_import_beat_tutorial_followed_as_written(tmp_path: Path):
 
     job_file = (project / "shop.yaml").read_text()  # step 4
     assert job_file == blocks(IMPORT_BEAT, "yaml")[0]
+    nights = blocks(IMPORT_BEAT, "sh")[3]  # step 6: the nights across a change of clocks
+    done = cronchain(*shlex.split(nights.removeprefix("cronchain ")), cwd=project)
+    assert (done.returncode, done.stdout) == (0, shown_after(nights))
+
     check = "cronchain db upgrade\ncronchain apply shop.yaml --dry-run -v\n"  # step 6
     said = ""
     for line in check.splitlines():

@@ -133,10 +133,10 @@ def test_every_link_of_the_readme_and_the_pages_leads_to_a_file():
 
 
 def test_the_benchmarks_page_is_a_current_table_not_a_diary():
-    """Every figure on the benchmarks page sits in a table row that names the command
-    reproducing it and the date it was measured (the Today table: its load's row and
-    the one date above it). Prose names no date: an account of a round belongs in the
-    archive."""
+    """The benchmarks page is tables of today's figures: each load's row names the
+    command that reproduces it, and each row of the scale table its date and the code
+    it ran (the Today table has one date and code, above it). Prose names no date: an
+    account of a round belongs in the archive."""
     text = (DOCS / "benchmarks.md").read_text()
     date = re.compile(r"\b20\d\d-\d\d-\d\d\b")
     prose = [line for line in text.splitlines() if not line.startswith("|")]
@@ -152,3 +152,4 @@ def test_the_benchmarks_page_is_a_current_table_not_a_diary():
     assert len(rows) >= 10
     for row in rows:
         assert date.search(row) and "`python -m bench." in row, row
+        assert re.search(r"`[0-9a-f]{7}`", row), row
