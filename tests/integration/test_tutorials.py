@@ -9,8 +9,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import Cli
 from tests.support.repo import DOCS, ROOT
 
 TUTORIALS = ROOT / "examples" / "tutorials"
@@ -37,18 +36,11 @@ def shown_after(commands: str) -> str:
     return found.group(1)
 
 
-def cronchain(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """A command as the page runs it, in ``cwd``, on the embedded default there."""
+def page_cli(cwd: Path) -> Cli:
+    """Commands as the page runs them, in ``cwd``, on the embedded default there."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRONCHAIN_", "CELERY_"))}
     env["CELERY_BROKER_URL"] = "memory://"  # the app is loaded, never connected
-    return subprocess.run(
-        [sys.executable, "-m", "cronchain.scheduler.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return Cli(env, cwd, timeout=120)
 
 
 def test_the_import_beat_tutorial_followed_as_written(tmp_path: Path):
@@ -59,32 +51,28 @@ def test_the_import_beat_tutorial_followed_as_written(tmp_path: Path):
     assert all(line in app.splitlines() for line in shown.splitlines() if line), shown
     command = blocks(IMPORT_BEAT, "sh")[1].strip().removeprefix("cronchain ").split()
     texts = blocks(IMPORT_BEAT, "text")
+    with page_cli(project) as cronchain:
+        refused = cronchain(*command, code=2)  # step 2
+        assert refused.stderr == texts[0]
+        assert not (project / "shop.yaml").exists()
 
-    refused = cronchain(*command, cwd=project)  # step 2
-    assert refused.returncode == 2, refused
-    assert refused.stderr == texts[0]
-    assert not (project / "shop.yaml").exists()
+        edited = app.replace(', "relative": True}', "}")  # step 3
+        assert edited != app
+        (project / "celeryapp.py").write_text(edited)
+        assert cronchain(*command).stdout == texts[1]
 
-    edited = app.replace(', "relative": True}', "}")  # step 3
-    assert edited != app
-    (project / "celeryapp.py").write_text(edited)
-    wrote = cronchain(*command, cwd=project)
-    assert wrote.returncode == 0, wrote
-    assert wrote.stdout == texts[1]
+        assert (project / "shop.yaml").read_text() == blocks(IMPORT_BEAT, "yaml")[0]  # step 4
 
-    job_file = (project / "shop.yaml").read_text()  # step 4
-    assert job_file == blocks(IMPORT_BEAT, "yaml")[0]
-    nights = blocks(IMPORT_BEAT, "sh")[3]  # step 6: the nights across a change of clocks
-    done = cronchain(*shlex.split(nights.removeprefix("cronchain ")), cwd=project)
-    assert (done.returncode, done.stdout) == (0, shown_after(nights))
-
-    check = "cronchain db upgrade\ncronchain apply shop.yaml --dry-run -v\n"  # step 6
-    said = ""
-    for line in check.splitlines():
-        done = cronchain(*line.removeprefix("cronchain ").split(), cwd=project)
-        assert done.returncode == 0, done
-        said += done.stdout
-    assert said == shown_after(check)
+        nights = blocks(IMPORT_BEAT, "sh")[3]  # step 6: the nights across a change of clocks
+        assert cronchain(*shlex.split(nights.removeprefix("cronchain "))).stdout == shown_after(
+            nights
+        )
+        check = "cronchain db upgrade\ncronchain apply shop.yaml --dry-run -v\n"
+        said = [
+            cronchain(*line.removeprefix("cronchain ").split()).stdout
+            for line in check.splitlines()
+        ]
+        assert "".join(said) == shown_after(check)
 
 
 @pytest.fixture
