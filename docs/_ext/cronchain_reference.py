@@ -336,6 +336,20 @@ def stale_metric_notes(page: str) -> set[str]:
     return noted - {metric_name(f) for f in metric_families()}
 
 
+def exit_statuses() -> set[str]:
+    """The statuses the command's help names (``Exit status: 0 done; 1 ...``) and the one
+    it leaves when its reader closes the pipe."""
+    from cronchain.scheduler.cli.main import CLOSED_PIPE, DESCRIPTION
+
+    said = DESCRIPTION.split("Exit status:", 1)[1]
+    return set(re.findall(r"(?:^|;)\s*(\d+) ", said)) | {str(CLOSED_PIPE)}
+
+
+def unlisted_exit_statuses(page: str) -> set[str]:
+    listed = {first.strip("` ") for first, _ in first_table(section(page, "Exit statuses"))}
+    return exit_statuses() - listed
+
+
 def unlisted_paths(page: str) -> set[str]:
     listed = set().union(set(), *(code_names(first) for first, _ in first_table(page)))
     return web_paths() - {name.split()[-1] for name in listed}
@@ -367,7 +381,7 @@ def undescribed_names(page: str) -> set[str]:
 CHECKS = {
     "reference/jobs": lambda page: missing_job_fields(page),
     "reference/settings": lambda page: undocumented_variables(page),
-    "reference/cli": lambda page: unlisted_commands(page),
+    "reference/cli": lambda page: unlisted_commands(page) | unlisted_exit_statuses(page),
     "reference/metrics": lambda page: stale_metric_notes(page),
     "reference/http": lambda page: unlisted_paths(page) | unlisted_checks(page),
     "reference/statuses": unlisted_states,

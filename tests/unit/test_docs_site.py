@@ -73,6 +73,7 @@ def test_the_probes_find_the_fields_the_spec_accepts():
             {"CRONCHAIN_TICK_BATCH"},
         ),
         ("cli", ref.unlisted_commands, r"^```\{cronchain-command\} pool set", {"pool set"}),
+        ("cli", ref.unlisted_exit_statuses, r"^\| 141 \|", {"141"}),
         ("http", ref.unlisted_paths, r"^\| `GET /livez`", {"/livez"}),
         ("http", ref.unlisted_checks, r"^\| `work_path`", {"work_path"}),
         ("statuses", ref.unlisted_states, r"^\| `OVERRUN`", {"OVERRUN"}),
