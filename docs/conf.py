@@ -2,7 +2,8 @@
 
 ``make docs`` builds it strictly (every warning an error, every reference checked), as
 ``.ci/run`` does; ``_ext/cronchain_reference.py`` writes the reference pages' tables from the code
-and fails the build when a job field, setting, command or metric lacks its entry.
+and fails the build when a job field, setting, command, exit status, metric, endpoint,
+HTTP status, state or Python name lacks its entry.
 """
 
 from __future__ import annotations

@@ -350,6 +350,35 @@ def unlisted_exit_statuses(page: str) -> set[str]:
     return exit_statuses() - listed
 
 
+def web_statuses() -> set[str]:
+    """The statuses besides 200 that the web package answers with: the literals it hands
+    to ``abort``, ``redirect`` or ``Response``, or returns beside a body."""
+    found = set()
+    for path in sorted((ROOT / "scheduler" / "web").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in _ANSWERS:
+                parts: list[ast.expr] = node.args
+            elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
+                parts = node.value.elts
+            else:
+                continue
+            found |= {
+                str(c.value)
+                for part in parts
+                for c in ast.walk(part)
+                if isinstance(c, ast.Constant) and type(c.value) is int and 300 <= c.value < 600
+            }
+    return found
+
+
+_ANSWERS = {"abort", "redirect", "Response"}
+
+
+def unlisted_statuses(page: str) -> set[str]:
+    listed = {first.strip("` ") for first, _ in first_table(section(page, "Statuses"))}
+    return web_statuses() - listed
+
+
 def unlisted_paths(page: str) -> set[str]:
     listed = set().union(set(), *(code_names(first) for first, _ in first_table(page)))
     return web_paths() - {name.split()[-1] for name in listed}
@@ -383,7 +412,9 @@ CHECKS = {
     "reference/settings": lambda page: undocumented_variables(page),
     "reference/cli": lambda page: unlisted_commands(page) | unlisted_exit_statuses(page),
     "reference/metrics": lambda page: stale_metric_notes(page),
-    "reference/http": lambda page: unlisted_paths(page) | unlisted_checks(page),
+    "reference/http": lambda page: (
+        unlisted_paths(page) | unlisted_checks(page) | unlisted_statuses(page)
+    ),
     "reference/statuses": unlisted_states,
     "reference/python": undescribed_names,
 }

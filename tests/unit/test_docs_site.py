@@ -1,8 +1,9 @@
 """The manual is the site under docs/, and a manual that lags the code misleads: the site
 builds strictly (a broken link or a missing page is an error), and its reference pages
-fail that build when the code has a job field, setting, command, metric, endpoint,
-state or Python name that they lack (docs/_ext/cronchain_reference.py). These tests
-build it, and show that each of those checks does catch a missing entry.
+fail that build when the code has a job field, setting, command, exit status, metric,
+endpoint, HTTP status, state or Python name that they lack
+(docs/_ext/cronchain_reference.py). These tests build it, and show that each of those
+checks does catch a missing entry.
 
 The README is the front door: two commands first, at most ~200 lines, and every link in
 it leads to a file of the repository.
@@ -76,6 +77,7 @@ def test_the_probes_find_the_fields_the_spec_accepts():
         ("cli", ref.unlisted_exit_statuses, r"^\| 141 \|", {"141"}),
         ("http", ref.unlisted_paths, r"^\| `GET /livez`", {"/livez"}),
         ("http", ref.unlisted_checks, r"^\| `work_path`", {"work_path"}),
+        ("http", ref.unlisted_statuses, r"^\| `409` \|", {"409"}),
         ("statuses", ref.unlisted_states, r"^\| `OVERRUN`", {"OVERRUN"}),
         (
             "python",
