@@ -36,7 +36,6 @@ import argparse
 import re
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,6 +65,7 @@ from bench.delay import round_trips
 from cronchain.scheduler.storage.models import invocations, jobs
 from cronchain.scheduler.timing.schedules import parse_schedule
 from tests.e2e.harness import Endpoint
+from tests.support.services import serving
 
 # The debug log's line of a claim (scheduler.core.attempts.Attempts.claim): how long the
 # attempt had waited for a work-path worker since it was sent.
@@ -97,13 +97,8 @@ def slow_endpoint(duration: float) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = SlowServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/slow"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(SlowServer(("127.0.0.1", 0), Handler)) as port:
+        yield f"http://127.0.0.1:{port}/slow"
 
 
 @dataclass

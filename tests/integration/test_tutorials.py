@@ -9,7 +9,6 @@ import os
 import re
 import shlex
 import shutil
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import pytest
 
 from tests.support.cli import Cli
 from tests.support.repo import DOCS, ROOT
+from tests.support.services import serving
 
 TUTORIALS = ROOT / "examples" / "tutorials"
 IMPORT_BEAT = (DOCS / "tutorials" / "import-beat.md").read_text()
@@ -84,13 +84,8 @@ def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.chdir(tmp_path)
-    server = HTTPServer(("127.0.0.1", 0), module.Ready)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/ready"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(HTTPServer(("127.0.0.1", 0), module.Ready)) as port:
+        yield f"http://127.0.0.1:{port}/ready"
 
 
 def answer(url: str) -> tuple[int, str]:

@@ -13,7 +13,7 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.services import free_port
+from tests.support.services import free_port, serving
 
 
 @dataclass
@@ -51,15 +51,9 @@ def webhook() -> Iterator[Webhook]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    hook.url = f"http://127.0.0.1:{server.server_address[1]}/hook?token=SECRET-TOKEN"
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)) as port:
+        hook.url = f"http://127.0.0.1:{port}/hook?token=SECRET-TOKEN"
         yield hook
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @dataclass
@@ -125,15 +119,12 @@ def gate_endpoint(*answers: int, then: int = 200) -> Iterator[GateEndpoint]:
 
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    gate.url = f"http://127.0.0.1:{server.server_address[1]}/ready"
-    try:
-        yield gate
-    finally:
-        quit_.set()
-        server.shutdown()
-        server.server_close()
+    with serving(server) as port:
+        gate.url = f"http://127.0.0.1:{port}/ready"
+        try:
+            yield gate
+        finally:
+            quit_.set()  # a hanging answer ends before the server shuts down
 
 
 @dataclass

@@ -7,9 +7,11 @@ import contextlib
 import os
 import shutil
 import socket
+import socketserver
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -221,6 +223,17 @@ class PostgresServer:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[int]:
+    """``server`` answering on a thread of its own until the block ends: its port."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextmanager
