@@ -46,6 +46,7 @@ from cronchain.statemachine.policy import (
     OverlapPolicy,
     RetryPolicy,
 )
+from cronchain.statemachine.reasons import Reason
 
 __all__ = [
     "Abandon",
@@ -70,6 +71,7 @@ __all__ = [
     "JobSnapshot",
     "JobState",
     "Pause",
+    "Reason",
     "RecordSkipped",
     "Repair",
     "Resume",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from cronchain.statemachine.reasons import Reason
+
 
 @dataclass(frozen=True)
 class TickLater:
@@ -33,7 +35,7 @@ class RecordSkipped:
     """Record a slot (or a manual trigger) that was deliberately not run, with why."""
 
     slot: datetime | None
-    reason: str
+    reason: Reason
     trigger_id: str | None = None
 
 
@@ -55,7 +57,7 @@ class StartBuffered:
 class AbortActive:
     """End every STARTING or RUNNING invocation of the job as ABORTED (``cancel_other``)."""
 
-    reason: str
+    reason: Reason
 
 
 Action = (

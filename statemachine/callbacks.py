@@ -17,6 +17,7 @@ from cronchain.statemachine.actions import (
 )
 from cronchain.statemachine.events import Abandon, InvocationFinished, Resume, Tick, Trigger
 from cronchain.statemachine.policy import Misfire, Overlap
+from cronchain.statemachine.reasons import Reason
 from cronchain.statemachine.snapshot import Context, JobSnapshot, JobState, Plan, Schedule
 
 # A misfire or a resume records the slots it does not run, the newest this many.
@@ -64,7 +65,7 @@ def resume(ev: EventData) -> None:
         _set_tick(job, ctx, first)
     else:
         for slot in _slots_between(ctx.schedule, first, ctx.now, MAX_SKIPPED_RECORDS):
-            ctx.actions.append(RecordSkipped(slot, "paused"))
+            ctx.actions.append(RecordSkipped(slot, Reason.PAUSED))
         arm(ev)
 
 
@@ -140,14 +141,14 @@ def _run(job: JobSnapshot, ctx: Context, slot: datetime | None, trigger_id: str 
         return
     job.overruns += 1
     if policy.mode is Overlap.CANCEL_OTHER:
-        ctx.actions.append(AbortActive("cancel_other"))
+        ctx.actions.append(AbortActive(Reason.CANCEL_OTHER))
         job.active = 0
         _start(job, ctx, slot, trigger_id)
     elif job.buffered < policy.buffer_size:
         ctx.actions.append(BufferInvocation(slot, trigger_id))
         job.buffered += 1
     else:
-        ctx.actions.append(RecordSkipped(slot, "overlap", trigger_id))
+        ctx.actions.append(RecordSkipped(slot, Reason.OVERLAP, trigger_id))
 
 
 def _queue(job: JobSnapshot, ctx: Context, slot: datetime) -> None:
@@ -164,7 +165,7 @@ def fire(ev: EventData) -> None:
     ctx = _ctx(ev)
     plan = _plan(job, ctx)
     for slot in plan.skip:
-        ctx.actions.append(RecordSkipped(slot, "misfire"))
+        ctx.actions.append(RecordSkipped(slot, Reason.MISFIRE))
     for slot in plan.run:
         if plan.catch_up:
             _queue(job, ctx, slot)
@@ -191,7 +192,7 @@ def trigger(ev: EventData) -> None:
 def skip_idle_trigger(ev: EventData) -> None:
     ctx = _ctx(ev)
     assert isinstance(ctx.event, Trigger)
-    reason = "paused" if ev.model.state is JobState.SUSPENDED else "disabled"
+    reason = Reason.PAUSED if ev.model.state is JobState.SUSPENDED else Reason.DISABLED
     ctx.actions.append(RecordSkipped(None, reason, ctx.event.trigger_id))
 
 

@@ -29,7 +29,7 @@ from cronchain.scheduler.workers import heap
 from cronchain.scheduler.workers.gatecheck import check as check_gate
 from cronchain.scheduler.workers.runtime import Runtime
 from cronchain.scheduler.workers.work import execute, execute_batch
-from cronchain.statemachine import InvocationStatus
+from cronchain.statemachine import InvocationStatus, Reason
 from cronchain.tasks.app import app
 
 log = logging.getLogger("cronchain.tasks")
@@ -211,7 +211,7 @@ def invocation_succeeded(result: Any = None, *, invocation_id: int) -> None:
 @app.task(name="cronchain.invocation_failed", **RETRY)
 def invocation_failed(task_id: str | None = None, *, invocation_id: int) -> None:
     if _ints(invocation_id):
-        outcome = Outcome.failed(f"celery task {task_id} failed")
+        outcome = Outcome.failed(f"celery task {task_id} failed", Reason.ERROR)
         runtime().engine.runs.finish_invocation(invocation_id, outcome)
 
 

@@ -8,7 +8,10 @@ Written from the code, by directives:
 - ``{cronchain-command} NAME``: a command's usage and options, from the parser;
 - ``{cronchain-metrics}``: every metric family with its type, labels and help, from the
   collector's families;
-- ``{cronchain-model} NAME``: a spec model's fields and their defaults, from pydantic.
+- ``{cronchain-model} NAME``: a spec model's fields and their defaults, from pydantic;
+- ``{cronchain-reasons}``: every reason a run may have, the statuses it comes with and
+  what it means, from the vocabulary every writer of a reason uses
+  (``cronchain.statemachine.reasons``).
 
 Checked against the code (a missing entry is a warning, an error under ``-W``):
 
@@ -20,7 +23,8 @@ Checked against the code (a missing entry is a warning, an error under ``-W``):
 - ``reference/metrics.md``: its notes name only metrics that exist;
 - ``reference/http.md``: its first table names every path the web app serves, and its
   health table every check;
-- ``reference/statuses.md``: its tables name every job state and run status;
+- ``reference/statuses.md``: its tables name every job state and run status (its
+  reasons are written, above);
 - ``reference/python.md``: it describes every name ``cronchain.scheduler`` exports.
 
 The README's tests did the same for the README until the manual moved here; the probes
@@ -274,6 +278,24 @@ class ModelDirective(SphinxDirective):
         return self.parse_text_to_nodes(model_text(self.arguments[0]))
 
 
+def reasons_text() -> str:
+    """A table of every reason: on which statuses, and what it means."""
+    from cronchain.statemachine.reasons import MEANINGS
+
+    rows = [
+        f"| `{reason}` | {', '.join(f'`{s}`' for s in m.on)} | {_cell(m.means)} |"
+        for reason, m in MEANINGS.items()
+    ]
+    return "\n".join(["| reason | on | means |", "| --- | --- | --- |", *rows, ""])
+
+
+class ReasonsDirective(SphinxDirective):
+    """``{cronchain-reasons}``: the table of every reason."""
+
+    def run(self) -> list[nodes.Node]:
+        return self.parse_text_to_nodes(reasons_text())
+
+
 class MetricsDirective(SphinxDirective):
     """``{cronchain-metrics}``: the table of every metric family."""
 
@@ -434,5 +456,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("cronchain-command", CommandDirective)
     app.add_directive("cronchain-metrics", MetricsDirective)
     app.add_directive("cronchain-model", ModelDirective)
+    app.add_directive("cronchain-reasons", ReasonsDirective)
     app.connect("source-read", check_pages)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -22,12 +22,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronchain.scheduler.spec.model import ALERT_EVENTS, ALERT_THRESHOLDS
+from cronchain.statemachine import Reason
 
 # The events, named as the spec's grammar accepts them.
 FAILED, EXHAUSTED, SKIPPED, RECOVERED, UPSTREAM_STALE = ALERT_EVENTS
 LATE_START, RUNNING_LONGER = ALERT_THRESHOLDS
 # Skips someone chose: slots a pause passed over, triggers of a disabled job.
-NOT_ALERTED_SKIPS = ("paused", "disabled")
+NOT_ALERTED_SKIPS = (Reason.PAUSED, Reason.DISABLED)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from cronchain.scheduler.timing.localtime import transitions
 from cronchain.scheduler.timing.schedules import DAYS, parse_schedule, parse_zone
 from cronchain.scheduler.version import VERSION
 from cronchain.scheduler.web import CHECKS
-from cronchain.statemachine import InvalidTransition
+from cronchain.statemachine import InvalidTransition, Reason
 
 if TYPE_CHECKING:
     from cronchain.scheduler.api import Scheduler
@@ -261,8 +261,8 @@ def _with_wait(row: dict[str, Any]) -> dict[str, Any]:
     waits = [
         f"{what} (waited until {released})"
         for what, released in (
-            ("upstream", checks.get("released_at")),
-            ("gate", checks.get("gate", {}).get("released_at")),
+            (Reason.UPSTREAM, checks.get("released_at")),
+            (Reason.GATE, checks.get(Reason.GATE, {}).get("released_at")),
         )
         if released
     ]
@@ -311,7 +311,11 @@ def _ids(ids: list[int], most: int = 10) -> str:
     return shown + (f", ... {len(ids) - most} more" if len(ids) > most else "")
 
 
-_WAITS_FOR = {"upstream": "its upstreams", "gate": "its gates", "pool": "a place in its pool"}
+_WAITS_FOR = {
+    Reason.UPSTREAM: "its upstreams",
+    Reason.GATE: "its gates",
+    Reason.POOL: "a place in its pool",
+}
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:

@@ -38,6 +38,7 @@ from cronchain.statemachine import (
     Event,
     InvocationFinished,
     InvocationStatus,
+    Reason,
     Unbuffer,
     check_move,
 )
@@ -50,10 +51,10 @@ if TYPE_CHECKING:
     from cronchain.scheduler.core.leases import Lease
 # Why an attempt that cronchain ended (not its worker) may still run: a ``celery`` task
 # is revoked for these.
-ENDED_HERE = ("timeout", "lease expired", "aborted")
+ENDED_HERE = (Reason.TIMEOUT, Reason.LEASE_EXPIRED, Reason.ABORTED)
 # An attempt that no worker took in time is not retried: a retry would wait in the same
 # queue (Temporal's schedule-to-start timeout is not retried either).
-NOT_RETRIED = ("schedule_to_start",)
+NOT_RETRIED = (Reason.SCHEDULE_TO_START,)
 
 
 class Runs:
@@ -296,7 +297,7 @@ class Runs:
             for inv in targets:
                 row = job_store.lock_job(conn, job_id)
                 assert row is not None
-                outcome = Outcome(S.ABORTED, "aborted by a user", "aborted")
+                outcome = Outcome(S.ABORTED, "aborted by a user", Reason.ABORTED)
                 messages += self._end(conn, inv, row, outcome, now).messages
                 aborted[inv.status].append(inv.id)
         self.engine.send(messages)

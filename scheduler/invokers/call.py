@@ -11,6 +11,7 @@ from cronchain.scheduler import outside
 from cronchain.scheduler.debuglog import LINE_LIMIT
 from cronchain.scheduler.spec.model import DEFAULT_PRIORITY
 from cronchain.statemachine import InvocationStatus
+from cronchain.statemachine.reasons import Reason
 
 # A job's priority is 0-9, 9 first.
 
@@ -113,7 +114,7 @@ def celery_task_id(invocation_id: int, attempt: int) -> str:
 class Outcome:
     status: InvocationStatus
     error: str | None = None
-    reason: str | None = None  # a short cause: "timeout", "launch", ...
+    reason: str | None = None  # a word of statemachine.reasons (as a report carries it)
     log: tuple[str, ...] = ()  # lines for the invocation's debug log
 
     def recorded(self) -> Outcome:
@@ -138,7 +139,7 @@ class Outcome:
         return Outcome(self.status, error, outside.kept(self.reason, REASON_LIMIT), (note,))
 
     @classmethod
-    def failed(cls, error: str, reason: str | None = None, log: tuple[str, ...] = ()) -> Outcome:
+    def failed(cls, error: str, reason: Reason | None = None, log: tuple[str, ...] = ()) -> Outcome:
         return cls(InvocationStatus.FAILED, error, reason, log)
 
 

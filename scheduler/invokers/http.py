@@ -46,6 +46,7 @@ from cronchain.scheduler.invokers import aio, netguard
 from cronchain.scheduler.invokers.call import SUCCEEDED, Call, Outcome
 from cronchain.scheduler.spec.model import HEADER_NAME, HTTP_METHODS
 from cronchain.scheduler.version import VERSION
+from cronchain.statemachine.reasons import Reason
 
 DEFAULT_REDIRECTS = 5
 READ_LIMIT = 64 * 1024  # bytes of a response body read at most
@@ -99,9 +100,10 @@ class HttpInvoker:
         redact = Redactor(secrets)
         what = redact(f"http: {o['method']} {o['url']}")
         if missing:
-            return Outcome.failed(f"{what}: environment variable {missing} is not set", "launch")
+            unset = f"{what}: environment variable {missing} is not set"
+            return Outcome.failed(unset, Reason.LAUNCH)
         if any(c in value for value in headers.values() for c in UNSENDABLE):
-            return Outcome.failed("a header's value holds CR, LF or NUL: not sent", "launch")
+            return Outcome.failed("a header's value holds CR, LF or NUL: not sent", Reason.LAUNCH)
         timeout = o["timeout"]
         if call.timeout is not None:
             timeout = min(timeout, call.timeout.total_seconds())
@@ -121,15 +123,15 @@ class HttpInvoker:
             async with asyncio.timeout(timeout):
                 status, text = await self._fetch(request, redirects, timeout)
         except TimeoutError:
-            return Outcome.failed(redact(f"{what}: no answer within {timeout:g}s"), "timeout")
+            return Outcome.failed(redact(f"{what}: no answer within {timeout:g}s"), Reason.TIMEOUT)
         except netguard.Refused as err:
-            return Outcome.failed(redact(f"{what}: refused: {err}"), "refused")
+            return Outcome.failed(redact(f"{what}: refused: {err}"), Reason.REFUSED)
         except (OSError, ValueError) as err:
-            return Outcome.failed(redact(f"{what}: {type(err).__name__}: {err}"), "launch")
+            return Outcome.failed(redact(f"{what}: {type(err).__name__}: {err}"), Reason.LAUNCH)
         lines = (redact(f"answered {status}: {text}" if text else f"answered {status}"),)
         if accepted(status, o.get("accept", ["2xx"])):
             return Outcome(SUCCEEDED.status, log=lines)
-        return Outcome.failed(f"{what} answered {status}", "status", lines)
+        return Outcome.failed(f"{what} answered {status}", Reason.STATUS, lines)
 
     async def _fetch(self, request: Request, redirects: int, timeout: float) -> tuple[int, str]:
         """The status and the start of the body of the last answer, redirects followed."""

@@ -29,7 +29,7 @@ from cronchain.scheduler.storage import job_store, observed, revokes, run_store
 from cronchain.scheduler.storage.db import write_transaction
 from cronchain.scheduler.storage.models import REPAIRS
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
-from cronchain.statemachine import Repair
+from cronchain.statemachine import Reason, Repair
 
 log = logging.getLogger("cronchain.watchdog")
 
@@ -372,10 +372,10 @@ def _lapsed(inv: InvocationRow, job: JobRow, now: datetime) -> Outcome | None:
         if _start_by(inv, job) > now:
             return None
         wait = controls.schedule_to_start
-        return Outcome.failed(f"no worker claimed it within {wait}", "schedule_to_start")
+        return Outcome.failed(f"no worker claimed it within {wait}", Reason.SCHEDULE_TO_START)
     if inv.timeout_at is not None and inv.timeout_at <= now:
-        return Outcome.failed(f"timed out after {controls.timeout}", "timeout")
-    return Outcome.failed("lease expired", "lease expired")
+        return Outcome.failed(f"timed out after {controls.timeout}", Reason.TIMEOUT)
+    return Outcome.failed("lease expired", Reason.LEASE_EXPIRED)
 
 
 def _start_by(inv: InvocationRow, job: JobRow) -> datetime:

@@ -19,6 +19,7 @@ from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.timing.schedules import Schedule, stored_schedule
 from cronchain.scheduler.workflows import gates
 from cronchain.scheduler.workflows.upstream import said
+from cronchain.statemachine.reasons import Reason, meaning_of
 
 
 def explain(conn: Connection, ref: str, at: datetime, now: datetime) -> dict[str, Any]:
@@ -120,17 +121,10 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
     if gates.REASON in checks:
         fields["gates"] = checks[gates.REASON]["gates"]
     if inv["status"] == "SKIPPED":
-        why = {
-            "misfire": "it was missed by more than the misfire grace and the misfire policy "
-            "did not run it",
-            "overlap": "another run was active and the overlap policy skipped it",
-            "paused": "the job was paused and resumed without catch-up",
-            "upstream": inv["error"],
-            "gate": inv["error"],
-        }.get(inv["reason"], inv["reason"])
+        why = inv["error"] or meaning_of(inv["reason"])  # an unmet hold says what it missed
         return _answer("skipped", f"the slot was SKIPPED ({inv['reason']}): {why}", **fields)
     how = " by a backfill" if inv["backfill"] else ""
-    if inv["status"] == "WAITING" and inv["reason"] == "upstream":
+    if inv["status"] == "WAITING" and inv["reason"] == Reason.UPSTREAM:
         waiting = [c for c in checks.get("upstream", ()) if not c["met"]]
         text = (
             f"the slot's invocation {inv['id']} waits for its upstreams until"
@@ -144,7 +138,7 @@ def _ran(inv: dict[str, Any]) -> dict[str, Any]:
             f" {iso(inv['deadline'])}: {gates.unmet_text(state)}"
         )
         return _answer("waiting", text, deadline=iso(inv["deadline"]), **fields)
-    if inv["status"] == "WAITING" and inv["reason"] == "pool":
+    if inv["status"] == "WAITING" and inv["reason"] == Reason.POOL:
         full = checks.get("pool", {})
         holders = ", ".join(
             f"{h['job']} (invocation {h['invocation']})" for h in full.get("held_by", ())

@@ -28,6 +28,7 @@ from cronchain.scheduler.storage.models import (
     slot_outcomes,
     watchdog,
 )
+from cronchain.statemachine import Reason
 
 
 @dataclass(frozen=True)
@@ -106,13 +107,14 @@ def overdue_ticks(conn: Connection, cut: datetime) -> Overdue:
 
 # A WAITING run's reason: the one recorded on it (``upstream``, ``pool``), else what made
 # it wait: a backfill, or the job's overlap policy and catch-up, which both buffer it.
-_WAITING_REASON = func.coalesce(
-    invocations.c.reason, case((invocations.c.backfill, "backfill"), else_="buffered")
+WAITING_REASON = func.coalesce(
+    invocations.c.reason,
+    case((invocations.c.backfill, Reason.BACKFILL.value), else_=Reason.BUFFERED.value),
 )
 _WAITING = (
-    select(_WAITING_REASON.label("reason"), func.count())
+    select(WAITING_REASON.label("reason"), func.count())
     .where(invocations.c.status == "WAITING")
-    .group_by(_WAITING_REASON)
+    .group_by(WAITING_REASON)
 )
 
 

@@ -32,6 +32,7 @@ from sqlalchemy import (
 
 from cronchain.scheduler.spec.model import NAME
 from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.observed import WAITING_REASON
 
 STRIP = 30  # outcomes a job's strip shows
 _IDS_PER_STATEMENT = 1000  # a page is 200 jobs; this only bounds a caller's list
@@ -76,14 +77,8 @@ class Run:
     backfill: bool = False
 
 
-# The same derivation as scheduler.storage.observed's count of runs waiting by reason.
-_REASON = case(
-    (
-        and_(invocations.c.status == "WAITING", invocations.c.reason.is_(None)),
-        case((invocations.c.backfill, "backfill"), else_="buffered"),
-    ),
-    else_=invocations.c.reason,
-)
+# A WAITING run's reason as /metrics counts it (scheduler.storage.observed).
+_REASON = case((invocations.c.status == "WAITING", WAITING_REASON), else_=invocations.c.reason)
 
 
 _RUN_COLUMNS = (

@@ -21,12 +21,12 @@ from sqlalchemy.dialects.postgresql import psycopg
 from cronchain.scheduler.errors import TransientError
 from cronchain.scheduler.spec.controls import Controls, controls_of
 from cronchain.scheduler.storage.models import UTCDateTime, invocations, jobs
-from cronchain.statemachine import JobSnapshot, JobState
+from cronchain.statemachine import JobSnapshot, JobState, Reason
 
 _Made = TypeVar("_Made")
 
 # Why a run the machine started may still wait before its first attempt.
-HOLDS = ("upstream", "gate", "pool")
+HOLDS = (Reason.UPSTREAM, Reason.GATE, Reason.POOL)
 
 
 class ConcurrentUpdate(TransientError):

@@ -43,6 +43,7 @@ from cronchain.scheduler.storage.rows import (
     columns,
     driver_sql,
 )
+from cronchain.statemachine import Reason
 
 # The hot path's statements are built once: building one costs about as much as running
 # it (bench/hot_path.py). Values come as execution parameters.
@@ -470,12 +471,16 @@ def slots_taken(conn: Connection, job_id: int, first: datetime, last: datetime) 
     return set(conn.execute(query).scalars())
 
 
+# A backfill's run waiting here is in flight: the machine started it, its holds admit it.
+_ADMITTING = (Reason.GATE, Reason.POOL)
+
+
 def count_backfill(conn: Connection, job_id: int) -> int:
     """A job's backfill runs in flight: started, or waiting for their gates or a place
     in their pool."""
     in_flight = or_(
         invocations.c.status.in_(("STARTING", "RUNNING")),
-        and_(invocations.c.status == "WAITING", invocations.c.reason.in_(("gate", "pool"))),
+        and_(invocations.c.status == "WAITING", invocations.c.reason.in_(_ADMITTING)),
     )
     query = select(func.count()).where(
         invocations.c.job_id == job_id, invocations.c.backfill.is_(True), in_flight

@@ -26,8 +26,9 @@ from sqlalchemy import (
 )
 
 from cronchain.scheduler.storage.models import REQUIRING, invocations, jobs, requirements
+from cronchain.statemachine import Reason
 
-REASON = "upstream"  # a run WAITING with this reason waits for its upstreams
+REASON = Reason.UPSTREAM  # a run WAITING with this reason waits for its upstreams
 WAITING = "WAITING"
 Ref = tuple[str, str]  # (project, name)
 

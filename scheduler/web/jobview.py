@@ -19,18 +19,9 @@ from cronchain.scheduler.storage.alert_store import AlertRow, delivery_text
 from cronchain.scheduler.storage.pages import Run
 from cronchain.scheduler.timing.schedules import stored_schedule
 from cronchain.scheduler.web.zones import Shown, dst_notes, shown
+from cronchain.statemachine.reasons import meaning_of
 
 UPCOMING = 10  # next slots the timeline shows
-
-# What a reason means, as ``explain`` words it (scheduler.queries.explain), and the reasons a
-# WAITING run has (scheduler.storage.pages derives the last two as /metrics does).
-REASONS = {
-    "misfire": "missed by more than the misfire grace; the misfire policy did not run it",
-    "overlap": "another run was active and the overlap policy skipped it",
-    "paused": "the job was paused and resumed without catch-up",
-    "buffered": "waits for the active run (overlap policy or catch-up)",
-    "backfill": "a backfill's run, waiting for its turn (max_concurrent)",
-}
 
 
 @dataclass(frozen=True)
@@ -58,13 +49,17 @@ def scrub(text: str | None) -> str | None:
     return _QUERY.sub(r"\1?(query hidden)", text)
 
 
-def reason_text(reason: str | None) -> str | None:
-    return None if reason is None else REASONS.get(reason, reason)
+def reason_text(run: Run) -> str | None:
+    """Why a run was skipped or waits: its error where a hold left one (what was not
+    met), else what its reason means."""
+    if run.error:
+        return scrub(run.error)
+    return None if run.reason is None else meaning_of(run.reason)
 
 
 def run_row(run: Run, zone: str) -> Row:
     when = shown(run.slot or run.created_at, zone)
-    note = reason_text(run.reason) if run.status in ("SKIPPED", "WAITING") else scrub(run.error)
+    note = reason_text(run) if run.status in ("SKIPPED", "WAITING") else scrub(run.error)
     if run.slot is None:
         note = "triggered" + (f": {note}" if note else "")
     elif run.backfill:

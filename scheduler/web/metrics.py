@@ -62,10 +62,10 @@ from cronchain.scheduler.storage import observed
 from cronchain.scheduler.storage.clock import database_clock
 from cronchain.scheduler.storage.models import JOB_STATES
 from cronchain.scheduler.version import VERSION
+from cronchain.statemachine.reasons import WAITING_REASONS
 
-# The reasons a WAITING run has today, reported at 0 when none waits, so that a rate or
-# an alert on them has a series to read.
-WAITING_REASONS = ("buffered", "backfill", "upstream", "gate", "pool")
+# The reasons a WAITING run has (WAITING_REASONS) are reported at 0 when none waits, so
+# that a rate or an alert on them has a series to read.
 # Outcomes reported at 0 before any run had them, for the same reason.
 OUTCOMES = (("SUCCEEDED", ""), ("FAILED", ""))
 JOB = ("project", "job_name")

@@ -39,7 +39,7 @@ from cronchain.scheduler.workers import gatecheck
 from cronchain.scheduler.workers.gatecheck import HEADER as GATE
 from cronchain.scheduler.workers.runtime import Runtime
 from cronchain.scheduler.workflows import gates
-from cronchain.statemachine import InvocationStatus
+from cronchain.statemachine import InvocationStatus, Reason
 
 log = logging.getLogger("cronchain.worker")
 # The lease a delivery claimed is kept on that delivery's request, not by task id: every
@@ -136,9 +136,9 @@ def _report(
     if state == "SUCCESS":
         outcome = Outcome(InvocationStatus.SUCCEEDED)
     elif state == "FAILURE":  # what it raised, whatever its text holds (scheduler.outside)
-        outcome = Outcome.failed(outside.described(retval), "error")
+        outcome = Outcome.failed(outside.described(retval), Reason.ERROR)
     else:  # RETRY: Celery's own retries would run outside the attempt; the job's apply
-        outcome = Outcome.failed(f"the task ended as {state}; use the job's retries", "error")
+        outcome = Outcome.failed(f"the task ended as {state}; use the job's retries", Reason.ERROR)
     # The lease goes with the outcome, recorded or not (then it lapses: the watchdog's).
     Runtime.current(task.app).engine.runs.report(lease, outcome)
 

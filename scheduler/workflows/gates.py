@@ -39,12 +39,12 @@ from cronchain.scheduler.storage import run_store
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.workflows.unmet import settle as unmet_settle
-from cronchain.statemachine import InvocationStatus
+from cronchain.statemachine import InvocationStatus, Reason
 
 if TYPE_CHECKING:
     from cronchain.scheduler.core.host import Host
 
-REASON = "gate"
+REASON = Reason.GATE  # the hold's name: a run WAITING for its gates, and their checks
 KEPT = 20  # the answers of each gate kept on the run, the latest
 SAID = 300  # characters of an answer kept
 S = InvocationStatus

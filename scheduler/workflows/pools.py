@@ -30,7 +30,7 @@ from cronchain.scheduler.core.host import Admitting, Ended, Held
 from cronchain.scheduler.storage import pool_store, run_store
 from cronchain.scheduler.storage.pool_store import HOLDING
 from cronchain.scheduler.timing.iso import iso
-from cronchain.statemachine import InvocationStatus
+from cronchain.statemachine import InvocationStatus, Reason
 from cronchain.statemachine.pool import Waiter, choose
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cronchain.engine")
 
-REASON = "pool"
+REASON = Reason.POOL  # the hold's name: a run WAITING for a place, and its checks
 S = InvocationStatus
 _SHOWN_HOLDERS = 10  # the runs ``explain`` names as holding a full pool
 

@@ -11,10 +11,11 @@ from cronchain.scheduler.invokers import Outcome
 from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.storage.rows import InvocationRow, JobRow
 from cronchain.statemachine import InvocationStatus as S
+from cronchain.statemachine import Reason
 
 
 def settle(
-    job: JobRow, inv: InvocationRow, reason: str, error: str, now: datetime
+    job: JobRow, inv: InvocationRow, reason: Reason, error: str, now: datetime
 ) -> tuple[dict[str, Any], Outcome | None]:
     """The columns to write (its log; or its end, SKIPPED or FAILED with ``reason`` and
     ``error``) and how the run ends: None if it starts all the same (``on_unmet:

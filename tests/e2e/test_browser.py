@@ -150,7 +150,7 @@ def test_operator_pauses_a_job_in_the_browser(cluster: Cluster, browser: Any):
     rows["web/ping"].find_element(By.TAG_NAME, "a").click()
     wait_until(lambda: browser.current_url.endswith("/jobs/web/ping"), 10, "the job page")
     skipped = browser.find_elements(By.CSS_SELECTOR, "section.timeline tr.s-row-SKIPPED")
-    assert skipped and "paused: the job was paused and resumed" in skipped[-1].text
+    assert skipped and "paused: missed while the job was paused" in skipped[-1].text
     screenshot(browser, "job.png")
 
     # Pause it with the form; the page then says so, and so does the CLI.
