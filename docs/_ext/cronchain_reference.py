@@ -18,7 +18,7 @@ Checked against the code (a missing entry is a warning, an error under ``-W``):
 - ``reference/jobs.md``: its first table names every field the spec accepts, and each
   kind's row every option of that kind;
 - ``reference/settings.md``: its first table names every ``CRONCHAIN_*`` variable that
-  the package reads;
+  the package reads, with the default the code takes;
 - ``reference/cli.md``: every command has its ``{cronchain-command}``;
 - ``reference/metrics.md``: its notes name only metrics that exist;
 - ``reference/http.md``: its first table names every path the web app serves, and its
@@ -342,6 +342,33 @@ def missing_job_fields(page: str) -> dict[str, set[str]]:
     return {where: keys for where, keys in missing.items() if keys}
 
 
+def _read_settings(env: dict[str, str]) -> tuple[Any, ...]:
+    """Everything the settings read from ``env``: the settings, the retention, the
+    alert delivery."""
+    from cronchain.scheduler.settings import AlertDelivery, Settings, history_retention
+
+    return Settings.from_env(env), history_retention(env), AlertDelivery.from_env(env)
+
+
+def wrong_defaults(page: str) -> set[str]:
+    """The variables whose documented default (a single code value in the default
+    column, ``$CRONCHAIN_HOME`` standing for the default home) is not what the code
+    takes when the variable is unset: set to it, the settings must read as unset."""
+    unset = _read_settings({})
+    home = str(unset[0].home)
+    wrong = set()
+    for first, rest in first_table(page):
+        default = rest.partition(" | ")[0]
+        values = code_names(default)
+        if len(values) != 1 or not default.startswith("`"):
+            continue  # (none), or words: "two watchdog intervals"
+        variable = first.strip("`")
+        value = values.pop().replace("$CRONCHAIN_HOME", home)
+        if _read_settings({variable: value}) != unset:
+            wrong.add(variable)
+    return wrong
+
+
 def undocumented_variables(page: str) -> set[str]:
     listed = set().union(set(), *(code_names(first) for first, _ in first_table(page)))
     return settings_variables() - listed
@@ -431,7 +458,7 @@ def undescribed_names(page: str) -> set[str]:
 
 CHECKS = {
     "reference/jobs": lambda page: missing_job_fields(page),
-    "reference/settings": lambda page: undocumented_variables(page),
+    "reference/settings": lambda page: undocumented_variables(page) | wrong_defaults(page),
     "reference/cli": lambda page: unlisted_commands(page) | unlisted_exit_statuses(page),
     "reference/metrics": lambda page: stale_metric_notes(page),
     "reference/http": lambda page: (
