@@ -12,6 +12,7 @@ from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.storage.db import make_engine
 from tests.faults.rig import SUMMARY
 from tests.support import services
+from tests.support.databases import DatabasePool
 from tests.support.engine import GRACE, Clock, RecordingPort
 
 
@@ -31,11 +32,19 @@ def pg_template(pg_admin: sqlalchemy.Engine) -> Iterator[str]:
     services.drop_database(pg_admin, name)
 
 
+@pytest.fixture(scope="session")
+def pg_pool(pg_admin: sqlalchemy.Engine, pg_template: str) -> Iterator[DatabasePool]:
+    pool = DatabasePool(pg_admin, pg_template)
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def pg_url(pg_admin: sqlalchemy.Engine, pg_template: str) -> Iterator[str]:
-    name = services.create_database(pg_admin, template=pg_template)
+def pg_url(pg_pool: DatabasePool) -> Iterator[str]:
+    """A migrated database of this test's own, as the template is."""
+    name = pg_pool.take()
     yield services.database_url(name)
-    services.drop_database(pg_admin, name)
+    pg_pool.give(name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
