@@ -14,7 +14,12 @@ from typing import Any
 
 from celery import Task, current_app
 from celery.concurrency import prefork
-from celery.signals import beat_init, worker_process_init, worker_ready
+from celery.signals import (
+    beat_init,
+    worker_before_create_process,
+    worker_process_init,
+    worker_ready,
+)
 
 from cronchain.scheduler.alerts.delivery import deliver as deliver_alert
 from cronchain.scheduler.cli.up import STARTED_BY_UP
@@ -159,6 +164,16 @@ def _freeze_heap(sender: Any, **_: Any) -> None:
             heap.keep_frozen(sender.timer)
         else:  # its tasks run in this process
             _make_runtime()
+
+
+@worker_before_create_process.connect
+def _freeze_before_fork(**_: Any) -> None:
+    """A prefork worker's main process, about to fork a child: what it has made (the
+    modules, the app) is frozen first, so that the child inherits it frozen and its own
+    freeze, once its runtime is made, walks only what it made since. Each child's full
+    collection of the inherited heap cost a worker's start about 0.3 s of CPU."""
+    if current_app._get_current_object() is app:
+        heap.freeze("fork")
 
 
 @worker_process_init.connect

@@ -36,7 +36,8 @@ _frozen: set[tuple[int, str]] = set()  # (process, moment): a forked child has n
 
 def freeze(moment: str) -> None:
     """Leave every object the process has now to the end of the process, once per
-    process and ``moment``: call it once what lives that long has been made (``ready``:
+    process and ``moment``: call it once what lives that long has been made (``fork``:
+    a prefork worker about to fork its children, which inherit it frozen; ``ready``:
     cronchain's worker ready; ``runtime``: its runtime made, as each prefork child starts
     or once a worker of threads is ready, else at the first task). Garbage is collected
     first, else it would stay; from then on the young generation is collected at

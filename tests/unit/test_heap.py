@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from celery import Celery, current_app
 from celery.concurrency import prefork, thread
+from celery.signals import worker_before_create_process
 from kombu.asynchronous.timer import Timer
 
 from cronchain.scheduler.errors import ConfigError
@@ -133,6 +134,37 @@ def test_a_prefork_child_makes_its_runtime_before_its_first_task(unfrozen: list[
     _child_of(chain.app)
     assert len(unfrozen) == 1
     assert (os.getpid(), "runtime") in heap._frozen
+
+
+def test_a_prefork_child_inherits_the_heap_frozen(unfrozen: list[object]):
+    # As celery's prefork pool does before each child: the child's freeze then walks only
+    # what it makes itself, not the modules and the app.
+    gc.unfreeze()
+    worker_before_create_process.send(sender=None)
+    frozen = gc.get_freeze_count()
+    assert frozen > 0 and (os.getpid(), "fork") in heap._frozen
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: report what it inherited frozen, and go
+        os.write(write, str(gc.get_freeze_count()).encode())
+        os._exit(0)
+    os.waitpid(child, 0)
+    inherited = int(os.read(read, 64))  # less what the parent freed since
+    assert frozen * 0.9 < inherited <= frozen
+    os.close(read)
+    os.close(write)
+
+
+def test_a_user_s_worker_freezes_nothing_before_it_forks(unfrozen: list[object]):
+    before = Celery("users", set_as_current=False)
+    current, gc_before = current_app._get_current_object(), gc.get_freeze_count()
+    before.set_current()
+    try:
+        worker_before_create_process.send(sender=None)
+    finally:
+        current.set_current()
+    assert gc.get_freeze_count() == gc_before
+    assert heap._frozen == set()
 
 
 def test_a_user_s_prefork_child_makes_no_runtime(unfrozen: list[object]):
