@@ -31,6 +31,24 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
 
+def _claim_subnet() -> int:
+    """A /30 of SUBNETS that no other namespace has, claimed by adding its black-hole
+    route, which the kernel refuses twice: tests in other processes that make
+    namespaces at the same moment each get another."""
+    for _ in range(64):
+        used = subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
+        index = random.choice([n for n in range(256) if f"{SUBNETS}.{n}.0/30" not in used])
+        subnet = f"{SUBNETS}.{index}.0/30"
+        added = subprocess.run(
+            ["ip", "route", "add", "blackhole", subnet, "metric", "1000"],
+            capture_output=True,
+            timeout=30,
+        )
+        if added.returncode == 0:
+            return index
+    raise RuntimeError(f"no free /30 of {SUBNETS}.0.0/16 for a namespace")
+
+
 @dataclass
 class Namespace:
     name: str
@@ -65,11 +83,11 @@ class Namespace:
     def create(cls, links: int = 1) -> Namespace:
         if os.geteuid() != 0 or shutil.which("ip") is None:
             unavailable("network namespaces (root and iproute2's ip)")
-        used = subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
-        free = [n for n in range(256) if f"{SUBNETS}.{n}.0/30" not in used]
-        ns = cls(f"cc{uuid.uuid4().hex[:6]}", random.sample(free, links))
-        _ip("netns", "add", ns.name)
+        ns = cls(f"cc{uuid.uuid4().hex[:6]}", [])
         try:
+            for _ in range(links):
+                ns.indexes.append(_claim_subnet())
+            _ip("netns", "add", ns.name)
             _ip("netns", "exec", ns.name, "ip", "link", "set", "lo", "up")
             for link in range(links):
                 ns._join(link)
@@ -84,7 +102,6 @@ class Namespace:
         _ip("link", "set", inner, "netns", self.name)
         _ip("addr", "add", f"{self.host_of(link)}/30", "dev", self._veth(link))
         _ip("link", "set", self._veth(link), "up")
-        _ip("route", "add", "blackhole", self._subnet(link), "metric", "1000")
         for args in (
             ("addr", "add", f"{self._inside(link)}/30", "dev", inner),
             ("link", "set", inner, "up"),

@@ -140,7 +140,12 @@ def test_a_prefork_child_inherits_the_heap_frozen(unfrozen: list[object]):
     # As celery's prefork pool does before each child: the child's freeze then walks only
     # what it makes itself, not the modules and the app.
     gc.unfreeze()
-    worker_before_create_process.send(sender=None)
+    current = current_app._get_current_object()
+    chain.app.set_current()  # a test before may have made another app current
+    try:
+        worker_before_create_process.send(sender=None)
+    finally:
+        current.set_current()
     frozen = gc.get_freeze_count()
     assert frozen > 0 and (os.getpid(), "fork") in heap._frozen
     read, write = os.pipe()
