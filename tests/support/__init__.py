@@ -9,4 +9,5 @@
 - ``upstream``: ``requires`` and the races around it
 - ``metrics``, ``web``, ``cli``, ``beat``, ``repo``, ``wait``: what their names say
 - ``services``, ``receivers``, ``locks``: real servers and PostgreSQL's lock waits
+- ``databases``: migrated PostgreSQL databases, cloned once and emptied for each test
 """
