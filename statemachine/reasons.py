@@ -18,6 +18,9 @@ from cronchain.statemachine.invocation import InvocationStatus as S
 
 
 class Reason(StrEnum):
+    """A run's reason, stored as its word: the words never change (rows, ``/metrics``
+    labels and users' scripts read them)."""
+
     # Slots the machine does not run.
     OVERLAP = "overlap"
     MISFIRE = "misfire"
@@ -44,8 +47,16 @@ class Reason(StrEnum):
 
 @dataclass(frozen=True)
 class Meaning:
-    on: tuple[S, ...]  # the statuses a run has with this reason
-    means: str  # a clause: "the slot was SKIPPED (overlap): <means>"
+    """What a reason tells a reader: the statuses a run has with it, and a clause that
+    reads after them ("the slot was SKIPPED (overlap): <means>")."""
+
+    on: tuple[S, ...]
+    means: str  # names of fields and settings in backquotes, as the reference shows them
+
+
+# A failed attempt's reason stays on its run while the run waits for its retry
+# (STARTING), until the next attempt ends.
+_FAILED = (S.FAILED, S.STARTING)
 
 
 MEANINGS: dict[Reason, Meaning] = {
@@ -65,57 +76,57 @@ MEANINGS: dict[Reason, Meaning] = {
         (S.SKIPPED,),
         "a trigger that reached a disabled job (the slots a disabled job misses are not recorded)",
     ),
-    Reason.ERROR: Meaning((S.FAILED,), "a celery task raised"),
-    Reason.STATUS: Meaning((S.FAILED,), "an http answer not in accept"),
+    Reason.ERROR: Meaning(_FAILED, "a `celery` task raised"),
+    Reason.STATUS: Meaning(_FAILED, "an `http` answer not in `accept`"),
     Reason.LAUNCH: Meaning(
-        (S.FAILED,),
-        "the task could not be sent, the endpoint could not be reached, or a header's env"
-        " variable is not set",
+        _FAILED,
+        "an `http` call that could not be made: the endpoint could not be reached, a"
+        " header's `env` variable is not set, or a header's value holds CR, LF or NUL",
     ),
     Reason.REFUSED: Meaning(
-        (S.FAILED,),
-        "an http job's address is not public and CRONCHAIN_HTTP_ALLOW does not list it",
+        _FAILED,
+        "an `http` job's address is not public and `CRONCHAIN_HTTP_ALLOW` does not list it",
     ),
     Reason.TIMEOUT: Meaning(
-        (S.FAILED,),
-        "ran longer than the job's timeout, or an http call longer than http.timeout",
+        _FAILED,
+        "ran longer than the job's `timeout`, or an `http` call longer than `http.timeout`",
     ),
     Reason.LEASE_EXPIRED: Meaning(
-        (S.FAILED,),
-        "its worker stopped renewing the lease (died, or was cut off); retries apply",
+        _FAILED,
+        "its worker stopped renewing the lease (died, or was cut off); `retries` apply",
     ),
     Reason.SCHEDULE_TO_START: Meaning(
-        (S.FAILED,), "no worker claimed it within schedule_to_start; not retried"
+        (S.FAILED,), "no worker claimed it within `schedule_to_start`; not retried"
     ),
     Reason.ABORTED: Meaning((S.ABORTED,), "aborted by an operator"),
     Reason.CANCEL_OTHER: Meaning(
-        (S.ABORTED,), "the next slot's run took its place (overlap policy cancel_other)"
+        (S.ABORTED,), "the next slot's run took its place (overlap policy `cancel_other`)"
     ),
     Reason.BUFFERED: Meaning(
         (S.WAITING,), "waits for the active run (the overlap policy, or a catch-up)"
     ),
     Reason.BACKFILL: Meaning(
-        (S.WAITING,), "a backfill's run, waiting for its turn (max_concurrent)"
+        (S.WAITING,), "a backfill's run, waiting for its turn (`max_concurrent`)"
     ),
     Reason.UPSTREAM: Meaning(
         (S.WAITING, S.SKIPPED, S.FAILED),
         "waits for its upstreams; skipped or failed when they were not met within"
-        " max_wait (on_unmet: skip or fail)",
+        " `max_wait` (`on_unmet: skip` or `fail`)",
     ),
     Reason.GATE: Meaning(
         (S.WAITING, S.SKIPPED, S.FAILED),
         "waits for its gates to answer yes; skipped or failed when they did not within"
-        " max_wait (on_unmet: skip or fail)",
+        " `max_wait` (`on_unmet: skip` or `fail`)",
     ),
     Reason.POOL: Meaning((S.WAITING,), "waits for a place in its pool"),
 }
 
 
 def meaning_of(reason: str) -> str:
-    """What ``reason`` means, for a reader; a word from elsewhere (an older row) as is."""
+    """What ``reason`` means, as plain text; a word from elsewhere (an older row) as is."""
     meaning = MEANINGS.get(reason)  # type: ignore[call-overload]
-    return reason if meaning is None else meaning.means
+    return reason if meaning is None else meaning.means.replace("`", "")
 
 
-# What a WAITING run may wait for, in the order /metrics lists them.
+# What a WAITING run may wait for (/metrics reports each, at 0 when none waits).
 WAITING_REASONS = tuple(r for r, m in MEANINGS.items() if S.WAITING in m.on)

@@ -17,6 +17,7 @@ from celery.concurrency import prefork
 from celery.signals import (
     beat_init,
     worker_before_create_process,
+    worker_init,
     worker_process_init,
     worker_ready,
 )
@@ -166,13 +167,24 @@ def _freeze_heap(sender: Any, **_: Any) -> None:
             _make_runtime()
 
 
+_ours: list[bool] = []  # this process is the main process of cronchain's worker
+
+
+@worker_init.connect
+def _know_our_worker(sender: Any, **_: Any) -> None:
+    # Known from the worker itself: a module it imports (CRONCHAIN_IMPORTS) may make
+    # another app current, and a user's worker may import cronchain's tasks.
+    if sender.app is app:
+        _ours.append(True)
+
+
 @worker_before_create_process.connect
 def _freeze_before_fork(**_: Any) -> None:
     """A prefork worker's main process, about to fork a child: what it has made (the
     modules, the app) is frozen first, so that the child inherits it frozen and its own
     freeze, once its runtime is made, walks only what it made since. Each child's full
     collection of the inherited heap cost a worker's start about 0.3 s of CPU."""
-    if current_app._get_current_object() is app:
+    if _ours:
         heap.freeze("fork")
 
 

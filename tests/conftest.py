@@ -14,6 +14,7 @@ from tests.faults.rig import SUMMARY
 from tests.support import services
 from tests.support.databases import DatabasePool
 from tests.support.engine import GRACE, Clock, RecordingPort
+from tests.support.order import interleaved
 
 
 @pytest.fixture(scope="session")
@@ -79,39 +80,19 @@ def engine(db: sqlalchemy.Engine, port: RecordingPort, clock: Clock) -> Engine:
 # overlap. A module whose tests share a module-scoped fixture (a cluster of real
 # processes, a database built once) is one group, run whole by one worker: spread, each
 # worker would build that fixture again. This runs before xdist's own hook, which reads
-# the groups.
-#
-# The tests that wait on real processes (end-to-end and faults) are spread among the
-# others, all within the first part of the run: one after another, they left the cores
-# idle a third of the time while their deployments waited, and the in-process tests
-# then ran alone at the end.
+# the groups, and hands the tests out in the order of ``tests.support.order``.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    items[:] = interleaved(items, SPREAD)
+    items[:] = interleaved(items, _unit)
 
 
-# The waiting tests are spread over this share of the others, so that the last of them
-# ends before the in-process tests do.
-SPREAD = 0.4
-
-
-def interleaved(items: list[pytest.Item], spread: float) -> list[pytest.Item]:
-    """The waiting tests one by one among the others, evenly over their first
-    ``spread``: the fault suite's first (its tests are the longest), then the
-    end-to-end tests; each kind in the order collected."""
-    faults = [i for i in items if i.nodeid.startswith("tests/faults/")]
-    waiting = faults + [i for i in items if i.nodeid.startswith("tests/e2e/")]
-    others = [i for i in items if not i.nodeid.startswith(("tests/e2e/", "tests/faults/"))]
-    if not waiting or not others:
-        return items
-    every = max(1, int(len(others) * spread / len(waiting)))
-    out: list[pytest.Item] = []
-    for n, item in enumerate(waiting):
-        out += [item, *others[n * every : (n + 1) * every]]
-    return out + others[len(waiting) * every :]
+def _unit(item: pytest.Item) -> str:
+    """The tests that stay together: a module's that share a module-scoped fixture."""
+    path = item.nodeid.split("::")[0]
+    return path if _shares_a_module_fixture(item) else item.nodeid
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:

@@ -353,7 +353,9 @@ def _read_settings(env: dict[str, str]) -> tuple[Any, ...]:
 def wrong_defaults(page: str) -> set[str]:
     """The variables whose documented default (a single code value in the default
     column, ``$CRONCHAIN_HOME`` standing for the default home) is not what the code
-    takes when the variable is unset: set to it, the settings must read as unset."""
+    takes when the variable is unset: set to it, the settings must read as unset (a
+    value the code refuses is wrong too). A cell of two values or of words is not
+    checked (``CRONCHAIN_BROKER_URL``'s, ``CRONCHAIN_HEALTH_OVERDUE``'s)."""
     unset = _read_settings({})
     home = str(unset[0].home)
     wrong = set()
@@ -364,7 +366,10 @@ def wrong_defaults(page: str) -> set[str]:
             continue  # (none), or words: "two watchdog intervals"
         variable = first.strip("`")
         value = values.pop().replace("$CRONCHAIN_HOME", home)
-        if _read_settings({variable: value}) != unset:
+        try:
+            if _read_settings({variable: value}) != unset:
+                wrong.add(variable)
+        except SpecError:  # ConfigError: refused
             wrong.add(variable)
     return wrong
 

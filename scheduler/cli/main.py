@@ -338,7 +338,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
                 f" cronchain history --invocation {r['invocation']} says which"
             )
         case _:
-            why = ": another run is active" if r["skipped"] == "overlap" else ""
+            why = ": another run is active" if r["skipped"] == Reason.OVERLAP else ""
             print(
                 f"{args.job}: skipped ({r['skipped']}){why}; recorded as invocation"
                 f" {r['invocation']}"

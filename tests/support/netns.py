@@ -36,16 +36,22 @@ def _claim_subnet() -> int:
     route, which the kernel refuses twice: tests in other processes that make
     namespaces at the same moment each get another."""
     for _ in range(64):
-        used = subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
-        index = random.choice([n for n in range(256) if f"{SUBNETS}.{n}.0/30" not in used])
+        used = subprocess.run(["ip", "route"], capture_output=True, text=True, timeout=30)
+        free = [n for n in range(256) if f"{SUBNETS}.{n}.0/30" not in used.stdout]
+        if not free:
+            break
+        index = random.choice(free)
         subnet = f"{SUBNETS}.{index}.0/30"
         added = subprocess.run(
             ["ip", "route", "add", "blackhole", subnet, "metric", "1000"],
             capture_output=True,
+            text=True,
             timeout=30,
         )
         if added.returncode == 0:
             return index
+        if "File exists" not in added.stderr:  # not taken meanwhile: a real failure
+            raise RuntimeError(f"ip route add blackhole {subnet}: {added.stderr.strip()}")
     raise RuntimeError(f"no free /30 of {SUBNETS}.0.0/16 for a namespace")
 
 

@@ -203,19 +203,22 @@ class PostgresServer:
         self.start()
 
     def _initialized(self) -> Path:
-        """A cluster as initdb makes it, made once per machine and version and copied
-        for each server: initdb takes half a second of CPU, a copy a tenth. Made aside
-        and renamed, under a lock, so that a test in another process never copies half."""
-        said = subprocess.run(["initdb", "--version"], capture_output=True, text=True).stdout
+        """A cluster as initdb makes it, made once per user, machine and version and
+        copied for each server: initdb takes half a second of CPU, a copy a tenth. Made
+        under a lock and marked whole once made, so that a test in another process never
+        copies half of one, and one left half made (a run killed) is made again."""
+        said = subprocess.run(
+            ["initdb", "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
         version = said.removeprefix("initdb (PostgreSQL) ").split()[0]  # 15.20
-        made = Path(tempfile.gettempdir()) / f"cronchain-initdb-{version}"
+        made = Path(tempfile.gettempdir()) / f"cronchain-initdb-{version}-{os.geteuid()}"
+        whole = made.with_name(f"{made.name}.whole")
         with open(f"{made}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (made / "PG_VERSION").exists():
-                aside = f"{made}.{os.getpid()}"
-                self._run("rm", "-rf", aside)
-                self._run("initdb", "-D", aside, "-U", "postgres", "--auth=trust", "--no-sync")
-                self._run("mv", aside, str(made))
+            if not whole.exists():
+                self._run("rm", "-rf", str(made))
+                self._run("initdb", "-D", str(made), "-U", "postgres", "--auth=trust", "--no-sync")
+                whole.touch()
         return made
 
     def start(self) -> None:

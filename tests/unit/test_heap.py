@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from celery import Celery, current_app
 from celery.concurrency import prefork, thread
-from celery.signals import worker_before_create_process
+from celery.signals import worker_before_create_process, worker_init
 from kombu.asynchronous.timer import Timer
 
 from cronchain.scheduler.errors import ConfigError
@@ -136,39 +136,41 @@ def test_a_prefork_child_makes_its_runtime_before_its_first_task(unfrozen: list[
     assert (os.getpid(), "runtime") in heap._frozen
 
 
-def test_a_prefork_child_inherits_the_heap_frozen(unfrozen: list[object]):
-    # As celery's prefork pool does before each child: the child's freeze then walks only
-    # what it makes itself, not the modules and the app.
-    gc.unfreeze()
+class _Worker:
+    def __init__(self, app: Celery):
+        self.app = app
+
+
+def _forking(worker_app: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the main process of ``worker_app``'s prefork worker does up to its first fork,
+    with a user's app made current meanwhile (as a module of CRONCHAIN_IMPORTS may)."""
+    monkeypatch.setattr(chain, "_ours", [])
+    worker_init.send(sender=_Worker(worker_app))
     current = current_app._get_current_object()
-    chain.app.set_current()  # a test before may have made another app current
+    Celery("imported", set_as_current=True)
     try:
         worker_before_create_process.send(sender=None)
     finally:
         current.set_current()
-    frozen = gc.get_freeze_count()
-    assert frozen > 0 and (os.getpid(), "fork") in heap._frozen
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: report what it inherited frozen, and go
-        os.write(write, str(gc.get_freeze_count()).encode())
-        os._exit(0)
-    os.waitpid(child, 0)
-    inherited = int(os.read(read, 64))  # less what the parent freed since
-    assert frozen * 0.9 < inherited <= frozen
-    os.close(read)
-    os.close(write)
 
 
-def test_a_user_s_worker_freezes_nothing_before_it_forks(unfrozen: list[object]):
-    before = Celery("users", set_as_current=False)
-    current, gc_before = current_app._get_current_object(), gc.get_freeze_count()
-    before.set_current()
-    try:
-        worker_before_create_process.send(sender=None)
-    finally:
-        current.set_current()
-    assert gc.get_freeze_count() == gc_before
+def test_cronchain_s_prefork_worker_freezes_its_heap_before_it_forks(
+    unfrozen: list[object], monkeypatch: pytest.MonkeyPatch
+):
+    # The child inherits it frozen: its own freeze walks only what it makes itself.
+    gc.unfreeze()
+    _forking(chain.app, monkeypatch)
+    assert gc.get_freeze_count() > 0
+    assert heap._frozen == {(os.getpid(), "fork")}
+
+
+def test_a_user_s_worker_freezes_nothing_before_it_forks(
+    unfrozen: list[object], monkeypatch: pytest.MonkeyPatch
+):
+    before = gc.get_freeze_count()
+    chain.app.set_current()  # a user's worker that imported cronchain's tasks
+    _forking(Celery("users", set_as_current=False), monkeypatch)
+    assert gc.get_freeze_count() == before
     assert heap._frozen == set()
 
 

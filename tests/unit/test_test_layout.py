@@ -61,22 +61,3 @@ def test_the_check_finds_every_spelling_of_such_an_import(tmp_path: Path) -> Non
     )
     found = [line.split(" imports ")[1] for line in imports_of_test_modules(root)]
     assert found == ["tests.integration.test_a"] * 5 + ["tests.unit.test_c"]
-
-
-def test_the_waiting_tests_are_spread_over_the_first_part_of_the_run() -> None:
-    from itertools import pairwise
-    from types import SimpleNamespace
-
-    from tests.conftest import interleaved
-
-    def items(folder: str, n: int) -> list[SimpleNamespace]:
-        return [SimpleNamespace(nodeid=f"tests/{folder}/test_x.py::test_{i}") for i in range(n)]
-
-    collected = items("e2e", 4) + items("faults", 2) + items("integration", 50) + items("unit", 50)
-    order = interleaved(collected, 0.4)  # type: ignore[arg-type]
-    assert sorted(order, key=id) == sorted(collected, key=id)  # each once, none dropped
-    places = {item.nodeid: n for n, item in enumerate(order)}
-    waiting = [places[i.nodeid] for i in collected[:6]]
-    assert max(waiting) < 0.45 * len(order)  # all handed out early
-    assert [order[p].nodeid.split("/")[1] for p in sorted(waiting)] == ["faults"] * 2 + ["e2e"] * 4
-    assert all(b - a > 1 for a, b in pairwise(sorted(waiting)))  # never two in a row
