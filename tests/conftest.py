@@ -14,7 +14,6 @@ from tests.faults.rig import SUMMARY
 from tests.support import services
 from tests.support.databases import DatabasePool
 from tests.support.engine import GRACE, Clock, RecordingPort
-from tests.support.order import interleaved
 
 
 @pytest.fixture(scope="session")
@@ -80,19 +79,12 @@ def engine(db: sqlalchemy.Engine, port: RecordingPort, clock: Clock) -> Engine:
 # overlap. A module whose tests share a module-scoped fixture (a cluster of real
 # processes, a database built once) is one group, run whole by one worker: spread, each
 # worker would build that fixture again. This runs before xdist's own hook, which reads
-# the groups, and hands the tests out in the order of ``tests.support.order``.
+# the groups.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    items[:] = interleaved(items, _unit)
-
-
-def _unit(item: pytest.Item) -> str:
-    """The tests that stay together: a module's that share a module-scoped fixture."""
-    path = item.nodeid.split("::")[0]
-    return path if _shares_a_module_fixture(item) else item.nodeid
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:

@@ -10,5 +10,4 @@
 - ``metrics``, ``web``, ``cli``, ``beat``, ``repo``, ``wait``: what their names say
 - ``services``, ``receivers``, ``locks``: real servers and PostgreSQL's lock waits
 - ``databases``: migrated PostgreSQL databases, cloned once and emptied for each test
-- ``order``: the order the suite hands its tests out in
 """
