@@ -55,7 +55,7 @@ class Meaning:
 
 
 # A failed attempt's reason stays on its run while the run waits for its retry
-# (STARTING), until the next attempt ends.
+# (STARTING), until the next attempt is sent.
 _FAILED = (S.FAILED, S.STARTING)
 
 

@@ -8,8 +8,8 @@ River's pooled test schemas. Emptied means as the clone was: its rows gone
 (``TRUNCATE``), its sequences restarted, its planner statistics as the template's (the
 watchdog analyzes a table without statistics, ``scheduler.storage.statistics``; a table
 analyzed empty is planned at its size, one never analyzed as ten pages) and its activity
-counters cleared. It is then renamed, so that whatever still holds the old name (a
-process the test left, a pool in this one) fails to reach it, as it would a dropped one.
+counters cleared. It is renamed first, so that whatever still holds the old name (a
+process the test left, a pool in this one) cannot reach it, as it could not a dropped one.
 
 A database whose shape differs from its template's is dropped instead, and the next test
 gets a new clone: its relations (with their owners, privileges, options and row counts
@@ -72,10 +72,9 @@ _SEQUENCES = text(
     "SELECT c.oid::regclass::text FROM pg_class c"
     " WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'S' ORDER BY 1"
 )
-_OTHERS = text(
-    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-)
+# What the test left connected (a worker, a stray pool), ended and waited for: a backend
+# writes its activity counters as it exits.
+_OTHERS = text("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = :name")
 
 
 # The tables the template has analyzed (empty): analyzed again once emptied.
@@ -121,9 +120,18 @@ class DatabasePool:
         return services.create_database(self.admin, template=self.template)
 
     def give(self, name: str) -> None:
-        """Empty ``name`` and keep it, renamed, for the next test; or drop it, if the test
-        changed its shape or emptying it failed."""
-        engine = _engine(name)
+        """Rename ``name`` first, so that nothing the test left reaches it any more, then
+        empty it and keep it for the next test; or drop it, if the test changed its shape
+        or emptying it failed."""
+        renamed = f"cronchain_test_{uuid.uuid4().hex[:12]}"
+        try:
+            with self.admin.connect() as conn:
+                conn.execute(_OTHERS, {"name": name})
+                conn.exec_driver_sql(f"ALTER DATABASE {name} RENAME TO {renamed}")
+        except sqlalchemy.exc.SQLAlchemyError:
+            services.drop_database(self.admin, name)
+            return
+        engine = _engine(renamed)
         try:
             kept = self._emptied(engine)
         except sqlalchemy.exc.SQLAlchemyError:
@@ -131,16 +139,9 @@ class DatabasePool:
         finally:
             engine.dispose()
         if kept:
-            renamed = f"cronchain_test_{uuid.uuid4().hex[:12]}"
-            try:
-                with self.admin.connect() as conn:  # fails if anything reconnected
-                    conn.exec_driver_sql(f"ALTER DATABASE {name} RENAME TO {renamed}")
-            except sqlalchemy.exc.SQLAlchemyError:
-                kept = False
-            else:
-                self.free.append(renamed)
-        if not kept:
-            services.drop_database(self.admin, name)
+            self.free.append(renamed)
+        else:
+            services.drop_database(self.admin, renamed)
 
     def close(self) -> None:
         while self.free:
@@ -149,11 +150,8 @@ class DatabasePool:
     def _emptied(self, engine: sqlalchemy.Engine) -> bool:
         """Empty the database as its clone was; False if its shape changed."""
         with engine.connect() as conn:
-            conn.execute(_OTHERS)  # what the test left connected (a worker, a stray pool)
-            conn.commit()
             if shape(conn) != self.shape:
                 return False
-            conn.exec_driver_sql("SET lock_timeout = '10s'")  # a terminated backend lets go
             tables = conn.execute(_TABLES).scalars().all()
             conn.exec_driver_sql(f"TRUNCATE {', '.join(tables)} CASCADE")
             for sequence in conn.execute(_SEQUENCES).scalars():

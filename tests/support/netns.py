@@ -47,6 +47,7 @@ def _claim_subnet() -> int:
             capture_output=True,
             text=True,
             timeout=30,
+            env={**os.environ, "LC_ALL": "C"},  # the error below, in English
         )
         if added.returncode == 0:
             return index

@@ -215,7 +215,8 @@ class PostgresServer:
         whole = made.with_name(f"{made.name}.whole")
         with open(f"{made}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not whole.exists():
+            if not (whole.exists() and (made / "PG_VERSION").exists()):
+                whole.unlink(missing_ok=True)
                 self._run("rm", "-rf", str(made))
                 self._run("initdb", "-D", str(made), "-U", "postgres", "--auth=trust", "--no-sync")
                 whole.touch()

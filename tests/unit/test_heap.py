@@ -168,8 +168,12 @@ def test_a_user_s_worker_freezes_nothing_before_it_forks(
     unfrozen: list[object], monkeypatch: pytest.MonkeyPatch
 ):
     before = gc.get_freeze_count()
+    current = current_app._get_current_object()
     chain.app.set_current()  # a user's worker that imported cronchain's tasks
-    _forking(Celery("users", set_as_current=False), monkeypatch)
+    try:
+        _forking(Celery("users", set_as_current=False), monkeypatch)
+    finally:
+        current.set_current()
     assert gc.get_freeze_count() == before
     assert heap._frozen == set()
 

@@ -139,5 +139,6 @@ def test_the_words_read_as_before() -> None:
     }
     assert before == WORDS
     assert WAITING_REASONS == ("buffered", "backfill", "upstream", "gate", "pool")
-    assert meaning_of("paused") == MEANINGS[Reason.PAUSED].means
+    assert meaning_of("status") == "an http answer not in accept"  # backquotes are the page's
+    assert not any("`" in meaning_of(r) for r in Reason)
     assert meaning_of("a word of an older version") == "a word of an older version"
