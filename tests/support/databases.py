@@ -27,10 +27,7 @@ from sqlalchemy import text
 
 from tests.support import services
 
-# What a test may change that emptying does not undo: the relations (their owners,
-# privileges and options), columns and their defaults, constraints, triggers, functions,
-# types and schemas, the migration's revision, the database's own settings. A database
-# whose shape differs from its template's is not reused.
+# The shape the module's docstring lists, as one text.
 _SHAPE = text(
     """
     SELECT concat_ws('|',
