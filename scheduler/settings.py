@@ -29,14 +29,13 @@ ETA_HORIZON = timedelta(minutes=5)
 WATCHDOG_LIFETIME = 3600.0
 VISIBILITY_TIMEOUT = timedelta(hours=1)
 # Ticks due at the same instant share a message and a transaction, this many at most
-# (the runs they begin share the work path's messages too): enough to spare Celery and
-# PostgreSQL most of their per-fire cost, few enough that the last of a batch is not late
-# (one transaction of 100 takes a few tens of ms). bench.fire_rate, 2,000 jobs due at
-# once, alternated: worker CPU per fire 1.10-1.16 ms at 20, 0.70-0.83 ms at 100. 300
-# drained a herd of 100,000 a sixth sooner; on a steady 3,000-3,600 fires/s from a
-# start, no run at 300 kept up, against two of four at 100: too few runs to call 300
-# worse, and no reason to change the default (docs/how-to/herds.md, "Set the batch size").
-TICK_BATCH = 100
+# (the runs they begin share the work path's messages too): each message and transaction
+# costs a few ms whatever its size, so the larger, the cheaper per fire; the last tick of
+# a batch waits for the ones before it (a transaction of 300 takes some 50 ms).
+# bench.fire_rate, alternated: a herd of 2,000, worker CPU per fire 1.10-1.16 ms at 20,
+# 0.70-0.83 ms at 100; a herd of 100,000 drained in 17.5-18.1 s at 100, 14.4-16.0 s at
+# 300 (docs/how-to/herds.md, "Set the batch size").
+TICK_BATCH = 300
 # A tick goes out at the next multiple of this at or after its slot, so that ticks due a
 # few milliseconds apart share a message (and Celery's per-task cost) as well: a fire may
 # start this much later than its slot, never earlier. It divides a second, so that

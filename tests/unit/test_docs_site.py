@@ -96,7 +96,7 @@ def test_each_check_catches_a_missing_entry(name, check, line, missing):  # type
 def test_a_setting_documented_with_a_default_the_code_does_not_take_is_caught():
     text = page("settings")
     assert ref.wrong_defaults(text) == set()
-    wrong = text.replace("| `CRONCHAIN_TICK_BATCH` | `100` |", "| `CRONCHAIN_TICK_BATCH` | `50` |")
+    wrong = text.replace("| `CRONCHAIN_TICK_BATCH` | `300` |", "| `CRONCHAIN_TICK_BATCH` | `50` |")
     home = text.replace("| `./.cronchain` |", "| `./.elsewhere` |")
     assert ref.wrong_defaults(wrong) == {"CRONCHAIN_TICK_BATCH"}
     assert ref.wrong_defaults(home) == {"CRONCHAIN_HOME"}
