@@ -90,10 +90,18 @@ def update_joined(
     columns = [table.c[match.get(key, key)] for key in keys]
     processors = [_processor(conn, column) for column in columns]
     arrays = tuple(
-        [row[key] for row in rows] if p is None else [p(row[key]) for row in rows]
+        unnested([row[key] for row in rows] if p is None else [p(row[key]) for row in rows])
         for key, p in zip(keys, processors, strict=True)
     )
     return conn.exec_driver_sql(_joined_update(table, keys, tuple(match.items())), arrays).rowcount
+
+
+def unnested(values: list[Any]) -> list[Any] | None:
+    """One column's array for ``unnest``: None for a column that is NULL in every row
+    (an error, a log, a worker not yet known), which ``unnest`` pads with NULLs as it
+    would have read them; a list of NULLs cost psycopg and the server 70 µs for 300
+    rows, a few in each of a batch's statements."""
+    return None if all(v is None for v in values) else values
 
 
 @functools.cache

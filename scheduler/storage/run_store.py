@@ -225,7 +225,7 @@ def _unnest(
             raise ValueError(f"naive datetime in {column} cannot be stored")
         if isinstance(kind, JSON):  # as text, which the server casts to json[]
             arrays[n] = [None if v is None else json.dumps(v) for v in values]
-    found = conn.exec_driver_sql(_unnest_insert(columns), tuple(arrays))
+    found = conn.exec_driver_sql(_unnest_insert(columns), tuple(map(bulk.unnested, arrays)))
     return [((job_id, slot.astimezone(UTC)), id_) for id_, job_id, slot in found.all()]
 
 
