@@ -218,7 +218,8 @@ def _parser() -> argparse.ArgumentParser:
         "--per-task",
         type=int,
         default=None,
-        help="ticks delivered together (the engine's batch, 100, unless given); 1: each"
+        help="ticks delivered together (the engine's batch, CRONCHAIN_TICK_BATCH's default,"
+        " unless given); 1: each"
         " tick alone, as jobs whose slots are spread reach the control path",
     )
     parser.add_argument(

@@ -67,6 +67,8 @@ def _server_engine(url: str) -> Engine:
     # the next outcome, and that cost PostgreSQL 3.7 ms per fire at 200 fires/s, more
     # than any other part of a fire. A process with one thread opens one or two.
     engine = create_engine(url, pool_size=16, max_overflow=0)
+    if engine.dialect.name != "postgresql":
+        return engine
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
