@@ -75,8 +75,9 @@ def update_joined(
     """``update``'s work for the hot path's batches (a tick batch's jobs, an outcome
     group's runs and jobs): on PostgreSQL, when the rows name distinct rows, one UPDATE
     joined to an array per column, whose text is the same for the same columns (parsed
-    once, then prepared by psycopg); an executemany (a pipeline of a statement per row)
-    paid SQLAlchemy's and psycopg's work per row, a fifth of a herd's CPU on each path.
+    once, then prepared by psycopg, once for each set of columns sent as no array); an
+    executemany (a pipeline of a statement per row) paid SQLAlchemy's and psycopg's work
+    per row, a fifth of a herd's CPU on each path.
     Otherwise, and on SQLite (in-process, quick already), that executemany. An UPDATE
     joined to two rows that name the same row sets it once, where the executemany set
     it twice in order: such rows take the executemany. The arrays go in binary, as

@@ -213,7 +213,8 @@ def _unnest(
     INSERT (SQLAlchemy's "insertmanyvalues") is a new statement of some 1,800 parameters
     for each batch of 100 runs: psycopg parsed it anew each time, a third of a tick
     batch's CPU, and the server planned it anew; this one is the same text each time,
-    parsed once and prepared by psycopg after a few uses. The arrays go in binary
+    parsed once and prepared by psycopg after a few uses (once for each set of columns
+    sent as no array, ``bulk.unnested``). The arrays go in binary
     (``%b``): psycopg writes a text array element by element in Python, a timestamp in
     some 4 µs, ten times binary's cost (a fifth of a tick batch's CPU)."""
     arrays = [[row[c] for row in rows] for c in columns]
