@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import shutil
 import socket
@@ -36,10 +37,39 @@ def unavailable(what: str) -> None:
     pytest.skip(f"{what} is not available")
 
 
+def ephemeral_ports() -> range:
+    """The ports the kernel gives outgoing connections and ``bind(0)``."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    except OSError:
+        low, high = "32768", "60999"
+    return range(int(low), int(high) + 1)
+
+
+_PORT_BLOCK = 1000
+_ports_taken = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a test's own server, outside the ephemeral range and in a block of this
+    process's own (one per xdist worker), never handed out twice: a server a test stops
+    and starts again finds its port free. A port from ``bind(0)`` did not, now and then,
+    when an outgoing connection or another worker's server took it during the outage."""
+    ephemeral = ephemeral_ports()
+    below, above = range(10000, ephemeral.start), range(ephemeral.stop, 65536)
+    area = max(below, above, key=len)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    owner = int(worker[2:]) if worker[2:].isdigit() else os.getpid()
+    block = area.start + owner % max(1, len(area) // _PORT_BLOCK) * _PORT_BLOCK
+    for _ in range(_PORT_BLOCK):
+        port = block + next(_ports_taken) % _PORT_BLOCK
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # another program's, or still in TIME_WAIT
+            return port
+    raise RuntimeError(f"no free port in {block}-{block + _PORT_BLOCK - 1}")
 
 
 def pg_admin() -> sqlalchemy.Engine:
@@ -108,15 +138,17 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(self.folder),
+                "--logfile",
+                str(self.folder / "redis.log"),
             ],
-            stdout=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.ping():
                 return
             time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
+        log = (self.folder / "redis.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"redis-server did not start on port {self.port}:\n{log}")
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)
