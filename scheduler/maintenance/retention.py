@@ -20,8 +20,7 @@ lock that a second beat's pass does not wait for (it skips), it
   is undone if one was filed in the month since the first look.
 
 Last, outside that lock, it analyzes each of cronchain's tables that holds rows and has
-no statistics (``statistics``: a server without autovacuum, a month's new partition),
-once.
+no statistics (``statistics``: a server without autovacuum, a month's new partition).
 
 SQLite's history is not partitioned and never pruned: every pass returns at once.
 """
@@ -93,13 +92,13 @@ def ensure_partitions(db: Engine, now: datetime) -> HistoryReport:
     return _create(db, now)
 
 
-_ANALYZED: set[tuple[str, str]] = set()  # (database, table)
-
-
 def _analyze(db: Engine) -> tuple[str, ...]:
-    """Analyze each of cronchain's tables that has no statistics (``statistics``), once
-    in this process; one that fails (a lock wait timed out) is left to the next pass.
-    Nothing it meets stops the pass."""
+    """Analyze each of cronchain's tables that has no statistics (``statistics``); one
+    that fails (a lock wait timed out) is left to the next pass. Nothing it meets stops
+    the pass. A table is not remembered as done: an ANALYZE counts no row another
+    transaction is still inserting, and a month caught with all its rows so stays
+    without statistics, recorded as empty (which the planner takes for one row however
+    it grows) until a pass analyzes it again."""
     try:
         with write_transaction(db) as conn:
             tables = statistics.without(conn)
@@ -108,16 +107,12 @@ def _analyze(db: Engine) -> tuple[str, ...]:
         return ()
     done = []
     for table in tables:
-        key = (str(db.url), table)
-        if key in _ANALYZED:
-            continue
         try:
             with write_transaction(db) as conn:
                 statistics.analyze(conn, table)
         except Exception as err:
             log.warning("could not analyze %s: %s", table, first_line(err))
             continue
-        _ANALYZED.add(key)
         done.append(table)
     if done:
         log.warning("analyzed %s: they had no statistics (is autovacuum off?)", ", ".join(done))
