@@ -51,25 +51,43 @@ _ports_taken = itertools.count()
 
 
 def free_port() -> int:
-    """A port for a test's own server, outside the ephemeral range and in a block of this
-    process's own (one per xdist worker), never handed out twice: a server a test stops
-    and starts again finds its port free. A port from ``bind(0)`` did not, now and then,
-    when an outgoing connection or another worker's server took it during the outage."""
-    ephemeral = ephemeral_ports()
-    below, above = range(10000, ephemeral.start), range(ephemeral.stop, 65536)
-    area = max(below, above, key=len)
+    """A port for a test's own server, outside the ephemeral range and in a block of 1,000
+    of this process's own, not handed out again until the block wraps: a server a test
+    stops and starts again finds its port free. A port from ``bind(0)`` did not, now and
+    then, when an outgoing connection or another worker's server took it meanwhile.
+    xdist's workers take the blocks of the area's lower half, by number; other processes
+    (a benchmark, a pytest run alone) the upper half, by pid."""
+    blocks = _port_blocks()
+    half = len(blocks) // 2
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    owner = int(worker[2:]) if worker[2:].isdigit() else os.getpid()
-    block = area.start + owner % max(1, len(area) // _PORT_BLOCK) * _PORT_BLOCK
+    if worker[2:].isdigit():
+        block = blocks[int(worker[2:]) % half]
+    else:
+        block = blocks[half + os.getpid() % (len(blocks) - half)]
     for _ in range(_PORT_BLOCK):
         port = block + next(_ports_taken) % _PORT_BLOCK
         with socket.socket() as s:
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind(("0.0.0.0", port))  # taken on any address, or in TIME_WAIT: next
             except OSError:
-                continue  # another program's, or still in TIME_WAIT
+                continue
             return port
     raise RuntimeError(f"no free port in {block}-{block + _PORT_BLOCK - 1}")
+
+
+def _port_blocks() -> range:
+    """The first port of each block, in the wider of the areas below (from 10000) and
+    above the ephemeral range."""
+    ephemeral = ephemeral_ports()
+    below = range(10000, max(10000, ephemeral.start))
+    above = range(min(65536, ephemeral.stop), 65536)
+    area = max(below, above, key=len)
+    if len(area) < 2 * _PORT_BLOCK:
+        raise RuntimeError(
+            f"the ephemeral ports ({ephemeral.start}-{ephemeral.stop - 1}) leave no"
+            f" {2 * _PORT_BLOCK} ports outside them for the tests' servers"
+        )
+    return range(area.start, area.stop - _PORT_BLOCK + 1, _PORT_BLOCK)
 
 
 def pg_admin() -> sqlalchemy.Engine:
@@ -143,12 +161,15 @@ class RedisServer:
             ],
         )
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.process.poll() is None:
             if self.ping():
                 return
             time.sleep(0.05)
-        log = (self.folder / "redis.log").read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"redis-server did not start on port {self.port}:\n{log}")
+        logged = self.folder / "redis.log"
+        log = logged.read_text(errors="replace")[-2000:] if logged.exists() else "(no log)"
+        raise RuntimeError(
+            f"redis-server did not start on port {self.port} (exit {self.process.poll()}):\n{log}"
+        )
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)
