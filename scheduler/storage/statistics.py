@@ -27,15 +27,20 @@ from cronchain.scheduler.storage.models import metadata
 # plan hardly matters.
 BYTES = 128 * 1024
 # cronchain's tables and months (not a month retention is dropping, ``..._detached``),
-# that this user may analyze (it owns them), holding ``bytes`` and without statistics.
+# that this user may analyze (it owns them), holding ``bytes`` and without statistics:
+# never analyzed, or analyzed with no live row and holding live rows since (an ANALYZE
+# that found every row still being inserted). One whose rows are all dead (``revokes``
+# emptied) is left alone: analyzing it again would find none either.
 _WITHOUT = text(
     "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " LEFT JOIN pg_stat_user_tables a ON a.relid = c.oid"
     " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
     " AND (c.relname = ANY(:names) OR c.relname ~ '^invocations_(p[0-9]{4}_[0-9]{2}|default)$')"
     " AND pg_has_role(c.relowner, 'USAGE')"
     " AND pg_relation_size(c.oid) >= :bytes"
     " AND NOT EXISTS (SELECT 1 FROM pg_stats s"
     " WHERE s.schemaname = n.nspname AND s.tablename = c.relname)"
+    " AND (c.reltuples < 0 OR a.n_live_tup > 0)"
     " ORDER BY c.relname"
 )
 # A table busy with DDL is left to the next pass (``pg_relation_size`` and ANALYZE take

@@ -233,6 +233,12 @@ def test_a_month_taken_out_while_a_tick_holds_its_job_does_not_deadlock(
     assert history(engine) == [JANUARY + timedelta(days=40)]
 
 
+def counted_at_commit(conn: sqlalchemy.Connection) -> None:
+    """The transaction's rows counted in ``pg_stat_user_tables`` as it commits, which a
+    backend otherwise does up to ten seconds later."""
+    conn.exec_driver_sql("SELECT pg_stat_force_next_flush()")
+
+
 def test_a_pass_analyzes_once_a_month_that_has_rows_and_no_statistics(
     pg_engine: Engine, clock: Clock
 ):
@@ -251,6 +257,7 @@ def test_a_pass_analyzes_once_a_month_that_has_rows_and_no_statistics(
         # The application's own table in the same schema is not cronchain's to analyze.
         conn.exec_driver_sql("CREATE TABLE app_notes AS SELECT repeat('x', 200) AS note"
                              " FROM generate_series(1, 2000)")  # fmt: skip
+        counted_at_commit(conn)
 
     def statistics_of(table: str) -> int:
         with engine.db.connect() as conn:
@@ -267,9 +274,37 @@ def test_a_month_analyzed_while_its_rows_were_being_inserted_is_analyzed_again(
     pg_engine: Engine, clock: Clock
 ):
     """An ANALYZE counts no row another transaction is still inserting: a month caught
-    so was recorded as empty with pages, which the planner takes for one row however it
-    grows (claims of 300 runs read the whole month, seconds each, in a benchmark). The
-    pass had it done once: the next pass analyzes it again, with its rows in."""
+    so is recorded as empty with pages, which the planner takes for one row however it
+    grows (claims of 300 runs read the whole month, seconds each, in a benchmark). A new
+    month (never analyzed) that the pass analyzed so was remembered as done: the next
+    pass analyzes it again, with its rows in."""
+    engine = pg_engine
+    apply(engine, make("every 10s"))
+    first = JANUARY  # a month the pass makes: never analyzed
+    month = partitions.month_of(first).name
+    assert run_once(engine.db, first, RETENTION).analyzed == ()
+    estimate = "SELECT reltuples FROM pg_class WHERE relname = %(t)s"
+    with engine.db.connect() as conn:
+        assert conn.exec_driver_sql(estimate, {"t": month}).scalar_one() < 0
+        conn.exec_driver_sql(f"ALTER TABLE {month} SET (autovacuum_enabled = off)")
+        conn.commit()
+        for i in range(2 * statistics.BYTES // 130):
+            run(conn, first + timedelta(seconds=10 * i), "SUCCEEDED", 0.5)
+        assert run_once(engine.db, first, RETENTION).analyzed == (month,)  # none counted
+        counted_at_commit(conn)
+        conn.commit()
+        assert conn.exec_driver_sql(estimate, {"t": month}).scalar_one() == 0
+    assert run_once(engine.db, first, RETENTION).analyzed == (month,)
+    with engine.db.connect() as conn:
+        assert conn.exec_driver_sql(estimate, {"t": month}).scalar_one() > 0
+    assert run_once(engine.db, first, RETENTION).analyzed == ()
+
+
+def test_a_month_another_analyze_found_empty_is_analyzed_once_its_rows_are_in(
+    pg_engine: Engine, clock: Clock
+):
+    """The same, from an ANALYZE of anyone's (an operator's, a benchmark's): the pass
+    leaves the month while its rows are not in, and analyzes it once they are."""
     engine = pg_engine
     apply(engine, make("every 10s"))
     now = datetime.now(UTC)
@@ -280,14 +315,32 @@ def test_a_month_analyzed_while_its_rows_were_being_inserted_is_analyzed_again(
         conn.commit()
         for i in range(2 * statistics.BYTES // 130):
             run(conn, first + timedelta(seconds=10 * i), "SUCCEEDED", 0.5)
-        assert run_once(engine.db, now, RETENTION).analyzed == (month,)  # none counted
+        with engine.db.connect() as other:
+            other.exec_driver_sql(f"ANALYZE {month}")
+            other.commit()
+        assert run_once(engine.db, now, RETENTION).analyzed == ()  # none in yet
+        counted_at_commit(conn)
         conn.commit()
-        estimate = "SELECT reltuples FROM pg_class WHERE relname = %(t)s"
-        assert conn.exec_driver_sql(estimate, {"t": month}).scalar_one() == 0
     assert run_once(engine.db, now, RETENTION).analyzed == (month,)
-    with engine.db.connect() as conn:
-        assert conn.exec_driver_sql(estimate, {"t": month}).scalar_one() > 0
     assert run_once(engine.db, now, RETENTION).analyzed == ()
+
+
+def test_a_table_of_dead_rows_only_is_analyzed_once(pg_engine: Engine, clock: Clock):
+    """An ANALYZE of a table whose rows are all deleted writes no statistics either: the
+    pass must not analyze it (and warn) again at every pass."""
+    engine = pg_engine
+    apply(engine, make("every 10s"))
+    month = partitions.month_of(JANUARY).name  # never analyzed
+    run_once(engine.db, JANUARY, RETENTION)
+    with engine.db.begin() as conn:
+        conn.exec_driver_sql(f"ALTER TABLE {month} SET (autovacuum_enabled = off)")
+        for i in range(2 * statistics.BYTES // 130):
+            run(conn, JANUARY + timedelta(seconds=10 * i), "SUCCEEDED", 0.5)
+    with engine.db.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {month}")
+        counted_at_commit(conn)
+    assert run_once(engine.db, JANUARY, RETENTION).analyzed == (month,)
+    assert run_once(engine.db, JANUARY, RETENTION).analyzed == ()
 
 
 def test_a_month_with_runs_waiting_or_in_flight_is_kept_until_they_end(
