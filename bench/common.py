@@ -463,7 +463,10 @@ class MachineCpu:
       database (the server is shared): a pool that opens and closes connections shows
       here, as does another test's;
     - ``others``: every other process (on a shared machine, other people's tests);
-    - ``kernel``: work charged to no process;
+    - ``kernel``: work charged to no process: what is left of the machine's busy time
+      once the processes' is taken out. The machine's is counted in ticks and the
+      processes' from their exact run time, so it reads a hundredth of a core or so
+      below zero when there is none (-0.007 and -0.010 cores seen);
     - ``network``: the delay proxies of ``network_pids`` (``bench.delay``), children of
       this process but not the deployment's: a real network takes no CPU from it.
 
