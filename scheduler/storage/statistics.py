@@ -7,7 +7,7 @@ and the database's CPU doubled). Autovacuum analyzes a table soon after it fills
 server may run without it (this project's CI machine does), a month's partition is new
 each month, and ``pg_upgrade`` leaves every table without statistics. So the watchdog's
 history pass analyzes each of cronchain's tables that holds rows and has no statistics
-(again at the next pass if an ANALYZE found every row still being inserted, which
+(again once its rows are in, if an ANALYZE found every row still being inserted, which
 records the table as empty: the planner then takes it for one row however it grows).
 Once is enough for the shape of those plans (ids unique, a job's many runs), which
 does not change as the tables grow: the planner scales the counts to the tables' sizes
