@@ -68,6 +68,76 @@ def run_row(run: Run, zone: str) -> Row:
 
 
 @dataclass(frozen=True)
+class Moment:
+    """When a run started or ended: ``ago`` (``5 min ago``) as the row says it, ``at``
+    exactly, in the job's zone and in UTC, for a title."""
+
+    ago: str
+    at: Shown
+
+
+@dataclass(frozen=True)
+class HistoryLine:
+    """A run as the job's history lists it: its slot (or when a triggered run was made),
+    when it started and ended, how long it took (so far, if running), its attempts."""
+
+    run: int
+    when: Shown
+    status: str
+    note: str | None
+    attempts: int
+    started: Moment | None
+    finished: Moment | None
+    took: str
+
+
+def history_line(run: Run, zone: str, now: datetime) -> HistoryLine:
+    row = run_row(run, zone)
+    started = finished = None
+    took_text = ""
+    if run.started_at is not None:
+        started = Moment(ago(run.started_at, now), shown(run.started_at, zone))
+        end = run.finished_at or now
+        took_text = took((end - run.started_at).total_seconds())
+        if run.finished_at is None:
+            took_text += " so far"
+    if run.finished_at is not None:
+        finished = Moment(ago(run.finished_at, now), shown(run.finished_at, zone))
+    return HistoryLine(
+        run.id, row.when, run.status, row.note, run.attempt, started, finished, took_text
+    )
+
+
+def took(seconds: float) -> str:
+    """A duration as a person reads it: 850 ms, 12.3 s, 4 min 05 s, 2 h 03 min, 3 d 04 h."""
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"
+
+
+def ago(t: datetime, now: datetime) -> str:
+    """How long before ``now``, in its largest whole unit: 12 s ago, 5 min ago, 3 h ago,
+    2 d ago; within a second either way (a worker's clock ahead), just now."""
+    seconds = (now - t).total_seconds()
+    if seconds < 1:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return f"{int(seconds)} s ago"
+
+
+@dataclass(frozen=True)
 class AlertLine:
     """An alert as the job's page lists it: its slot, event, state and where it went."""
 

@@ -97,7 +97,7 @@ def job_page(project: str, name: str) -> str:
             now=now,
             days=job.days,
         ),
-        history=[jobview.run_row(run, job.timezone) for run in history[:HISTORY]],
+        history=[jobview.history_line(run, job.timezone, now) for run in history[:HISTORY]],
         older=older,
         links=linked,
         alerts=[jobview.alert_row(alert, job.timezone) for alert in raised],
