@@ -79,43 +79,54 @@ class Moment:
 @dataclass(frozen=True)
 class HistoryLine:
     """A run as the job's history lists it: its slot (or when a triggered run was made),
-    when it started and ended, how long it took (so far, if running), its attempts."""
+    when its last attempt started and when the run ended, what that attempt took (so
+    far, while it runs), and the number of its attempt."""
 
     run: int
     when: Shown
     status: str
     note: str | None
-    attempts: int
+    attempt: int
     started: Moment | None
     finished: Moment | None
     took: str
 
 
 def history_line(run: Run, zone: str, now: datetime) -> HistoryLine:
+    """``now`` is the page's one instant, so that every row's "ago" counts from it."""
     row = run_row(run, zone)
-    started = finished = None
+    started = _moment(run.started_at, zone, now)
+    finished = _moment(run.finished_at, zone, now)
     took_text = ""
-    if run.started_at is not None:
-        started = Moment(ago(run.started_at, now), shown(run.started_at, zone))
-        end = run.finished_at or now
-        took_text = took((end - run.started_at).total_seconds())
-        if run.finished_at is None:
-            took_text += " so far"
-    if run.finished_at is not None:
-        finished = Moment(ago(run.finished_at, now), shown(run.finished_at, zone))
+    if run.started_at is not None and run.finished_at is not None:
+        took_text = took((run.finished_at - run.started_at).total_seconds())
+    elif run.started_at is not None and run.status == "RUNNING":
+        took_text = took((now - run.started_at).total_seconds()) + " so far"
+    # Otherwise (a run waiting to be retried keeps its last attempt's start) nothing runs.
     return HistoryLine(
         run.id, row.when, run.status, row.note, run.attempt, started, finished, took_text
     )
 
 
+def _moment(t: datetime | None, zone: str, now: datetime) -> Moment | None:
+    """In whole seconds: HTML's ``datetime`` takes at most three digits of a second, and
+    a person reads none."""
+    if t is None:
+        return None
+    t = t.replace(microsecond=0)
+    return Moment(ago(t, now), shown(t, zone))
+
+
 def took(seconds: float) -> str:
-    """A duration as a person reads it: 850 ms, 12.3 s, 4 min 05 s, 2 h 03 min, 3 d 04 h."""
+    """A duration as a person reads it: 850 ms, 12.3 s, 4 min 05 s, 2 h 03 min, 3 d 04 h,
+    each rounded before its unit is chosen (never "1000 ms" or "60.0 s"). Below zero (the
+    clocks of two hosts) it is 0 ms."""
     seconds = max(0.0, seconds)
-    if seconds < 1:
+    if round(seconds * 1000) < 1000:
         return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
+    if round(seconds, 1) < 60:
         return f"{seconds:.1f} s"
-    minutes, rest = divmod(int(seconds), 60)
+    minutes, rest = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes} min {rest:02d} s"
     hours, minutes = divmod(minutes, 60)
@@ -127,7 +138,8 @@ def took(seconds: float) -> str:
 
 def ago(t: datetime, now: datetime) -> str:
     """How long before ``now``, in its largest whole unit: 12 s ago, 5 min ago, 3 h ago,
-    2 d ago; within a second either way (a worker's clock ahead), just now."""
+    2 d ago. Under a second, or after ``now`` (the clock of the host that wrote it
+    ahead of this one's), just now."""
     seconds = (now - t).total_seconds()
     if seconds < 1:
         return "just now"
