@@ -32,6 +32,7 @@ def run_jobs(cluster: Cluster, hits: HitCounter) -> None:
     cluster.start_work_worker()
     cluster.start_beat()
     cluster.wait_ready()
+    cluster.wait_ready("work")  # else the first runs wait for it, and the next slots skip
     cluster.cronchain("apply", str(http_job_file(cluster.folder / "jobs.yaml", hits.url, JOBS)))
 
 
