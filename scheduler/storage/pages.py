@@ -217,6 +217,73 @@ def runs_of(
     return [Run(*row) for row in conn.execute(query)]
 
 
+@dataclass(frozen=True)
+class RunDetail(Run):
+    """One run as its own page shows it: a ``Run`` and what only that page reads (the
+    earlier attempts a retry recorded, what its holds checked, its debug log)."""
+
+    worker: str | None = None
+    attempts: list[dict[str, Any]] | None = None
+    checks: dict[str, Any] | None = None
+    start_at: datetime | None = None
+    revision: str = ""
+    log: str | None = None
+
+
+def run_detail(conn: Connection, job_id: int, run_id: int) -> RunDetail | None:
+    """The run ``run_id`` if it is the job's (a run id under another job's page is not
+    found), read from the index (job_id, id)."""
+    query = select(
+        *_RUN_COLUMNS,
+        invocations.c.worker,
+        invocations.c.attempts,
+        invocations.c.checks,
+        invocations.c.start_at,
+        invocations.c.revision,
+        invocations.c.log,
+    ).where(invocations.c.job_id == job_id, invocations.c.id == run_id)
+    row = conn.execute(query).first()
+    return None if row is None else RunDetail(*row)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a run was due (its slot, or when a triggered run was made), when its first
+    attempt started, and when its last attempt started and ended: what the chart of a
+    job's last runs draws (``scheduler.web.chart``)."""
+
+    id: int
+    status: str
+    due: datetime
+    first_started_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def timings(conn: Connection, job_id: int, limit: int = 100) -> list[Timing]:
+    """The job's newest ``limit`` runs' times, newest first: the first attempt's start
+    is the first recorded attempt's (a retried run), else the run's own."""
+    first = invocations.c.attempts[(0, "started_at")].as_string()
+    query = (
+        select(
+            invocations.c.id,
+            invocations.c.status,
+            func.coalesce(invocations.c.slot, invocations.c.created_at),
+            first,
+            invocations.c.started_at,
+            invocations.c.finished_at,
+        )
+        .where(invocations.c.job_id == job_id)
+        .order_by(invocations.c.id.desc())
+        .limit(limit)
+    )
+    found = []
+    for run_id, status, due, first_text, started, finished in conn.execute(query):
+        first_start = datetime.fromisoformat(first_text) if first_text else started
+        found.append(Timing(run_id, status, due, first_start, started, finished))
+    return found
+
+
 def specs_mentioning(conn: Connection, key: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(project, name, spec) of the jobs whose stored spec has the key ``key`` (e.g.
     ``triggers``): the jobs that may point at another one. A scan of the registry's

@@ -95,8 +95,8 @@ class HistoryLine:
 def history_line(run: Run, zone: str, now: datetime) -> HistoryLine:
     """``now`` is the page's one instant, so that every row's "ago" counts from it."""
     row = run_row(run, zone)
-    started = _moment(run.started_at, zone, now)
-    finished = _moment(run.finished_at, zone, now)
+    started = moment(run.started_at, zone, now)
+    finished = moment(run.finished_at, zone, now)
     took_text = ""
     if run.started_at is not None and run.finished_at is not None:
         took_text = took((run.finished_at - run.started_at).total_seconds())
@@ -108,7 +108,7 @@ def history_line(run: Run, zone: str, now: datetime) -> HistoryLine:
     )
 
 
-def _moment(t: datetime | None, zone: str, now: datetime) -> Moment | None:
+def moment(t: datetime | None, zone: str, now: datetime) -> Moment | None:
     """In whole seconds: HTML's ``datetime`` takes at most three digits of a second, and
     a person reads none."""
     if t is None:
@@ -141,12 +141,21 @@ def ago(t: datetime, now: datetime) -> str:
     2 d ago. Under a second, or after ``now`` (the clock of the host that wrote it
     ahead of this one's), just now."""
     seconds = (now - t).total_seconds()
-    if seconds < 1:
-        return "just now"
+    return "just now" if seconds < 1 else f"{_span(seconds)} ago"
+
+
+def due_in(t: datetime, now: datetime) -> str:
+    """How long after ``now`` (in 12 s, in 5 min); "due now" once it is not after it (a
+    retry due and not yet sent)."""
+    seconds = (t - now).total_seconds()
+    return "due now" if seconds < 1 else f"in {_span(seconds)}"
+
+
+def _span(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
-            return f"{int(seconds // size)} {unit} ago"
-    return f"{int(seconds)} s ago"
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 @dataclass(frozen=True)

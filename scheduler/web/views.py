@@ -1,4 +1,5 @@
-"""The pages: ``GET /`` (the jobs, a page at a time) and ``GET /jobs/PROJECT/NAME``.
+"""The pages: ``GET /`` (the jobs, a page at a time), ``GET /jobs/PROJECT/NAME`` and
+``GET /jobs/PROJECT/NAME/runs/ID`` (one run).
 
 ``/`` lists ``PAGE`` jobs at a time in (project, name) order, from the unique key's
 index: ``?project=P`` keeps one project's, ``?after=PROJECT/NAME`` is the next page (a
@@ -12,14 +13,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from flask import Flask, abort, render_template, request
+from flask import Flask, abort, render_template, request, url_for
 from markupsafe import Markup, escape
 
 from cronchain.scheduler.api import EARLIEST, LATEST, MAX_ID
 from cronchain.scheduler.errors import CronchainError
 from cronchain.scheduler.spec.model import NAME
 from cronchain.scheduler.storage import alert_store, job_store, pages
-from cronchain.scheduler.web import csrf, jobview, links
+from cronchain.scheduler.web import chart, csrf, jobview, links, runview
 from cronchain.scheduler.web.context import context
 from cronchain.scheduler.web.zones import local_text, next_tick, shown, zone_of
 
@@ -27,11 +28,13 @@ PAGE = 200  # jobs a page of / lists
 HISTORY = 50  # runs a page of a job's history lists
 RECENT = 20  # past runs the timeline shows
 ALERTS = 20  # the newest alerts a job's page lists
+CHARTED = 100  # runs the charts of a job's page draw
 
 
 def register(app: Flask) -> None:
     app.add_url_rule("/", "jobs", jobs_page)
     app.add_url_rule("/jobs/<project>/<name>", "job", job_page)
+    app.add_url_rule("/jobs/<project>/<name>/runs/<int:run_id>", "run", run_page)
     app.context_processor(lambda: {"operator": context().operator})
 
 
@@ -81,6 +84,7 @@ def job_page(project: str, name: str) -> str:
         history = pages.runs_of(conn, job.id, before=before, limit=HISTORY + 1)
         linked = links.links(conn, job.ref, job.spec)
         raised = alert_store.listing(conn, job.id, limit=ALERTS)
+        timings = pages.timings(conn, job.id, limit=CHARTED) if before is None else []
     older = history[HISTORY - 1].id if len(history) > HISTORY else None
     return render_template(
         "job.html",
@@ -99,6 +103,7 @@ def job_page(project: str, name: str) -> str:
         ),
         history=[jobview.history_line(run, job.timezone, now) for run in history[:HISTORY]],
         older=older,
+        charts=chart.charts(timings, job.timezone, lambda run_id: _run_url(job.ref, run_id)),
         links=linked,
         alerts=[jobview.alert_row(alert, job.timezone) for alert in raised],
         explained=_explained(job.ref),
@@ -108,6 +113,51 @@ def job_page(project: str, name: str) -> str:
         csrf_token=ctx.csrf_token,
         done=_done(),
     )
+
+
+def run_page(project: str, name: str, run_id: int) -> str:
+    ctx = context()
+    now = ctx.now()
+    with ctx.db.connect() as conn:
+        line = pages.job_line(conn, project, name)
+        run = None
+        if line is not None and 0 < run_id <= MAX_ID:
+            run = pages.run_detail(conn, line.id, run_id)
+        if line is None or run is None:
+            abort(404, f"no run {run_id} of {project}/{name}")
+        raised = alert_store.of_invocation(conn, line.id, run.id)
+    zone = line.timezone
+    retry = None
+    if run.status == "STARTING" and run.attempts and run.start_at is not None:
+        retry = jobview.Moment(jobview.due_in(run.start_at, now), shown(run.start_at, zone))
+    return render_template(
+        "run.html",
+        job=line,
+        run=run,
+        slot=shown(run.slot or run.created_at, zone),
+        reason=jobview.reason_text(run) if run.reason or run.status == "SKIPPED" else None,
+        retry=retry,
+        attempts=runview.attempts(run, zone, now),
+        waits=runview.waits(run, zone, now),
+        alerts=[jobview.alert_row(alert, zone) for alert in raised],
+        explained=_explained_slot(line.ref, run.slot),
+        log=jobview.scrub(run.log),
+    )
+
+
+def _run_url(ref: str, run_id: int) -> str:
+    project, _, name = ref.partition("/")
+    return url_for("run", project=project, name=name, run_id=run_id)
+
+
+def _explained_slot(ref: str, slot: datetime | None) -> dict[str, Any] | None:
+    """What ``explain`` says of the run's slot (a triggered run has none to ask of)."""
+    if slot is None:
+        return None
+    try:
+        return context().scheduler.explain(ref, slot)
+    except CronchainError as err:
+        return {"error": str(err)}
 
 
 def _strip(runs: list[pages.Run], zone_name: str) -> Markup:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -164,3 +165,64 @@ def test_operator_pauses_a_job_in_the_browser(cluster: Cluster, browser: Any):
     ping = next(j for j in jobs if j["id"] == "web/ping")
     assert ping["paused"] and ping["state"] == "SUSPENDED"
     assert ping["pause_reason"] == "from the browser"
+
+
+RUNS = """project: web
+jobs:
+  - name: ping
+    schedule: every 2s
+    noop: {sleep: 0.3}
+"""
+
+
+def test_a_jobs_runs_read_as_a_person_reads_them(cluster: Cluster, browser: Any):
+    """Runs done by real workers: the history says when each started and what it took
+    (exact on hover, in the job's zone and the viewer's), the charts draw a bar per run,
+    and a run's page names the worker of its attempt."""
+    from selenium.webdriver.common.by import By
+
+    cluster.cronchain("db", "upgrade")
+    (cluster.folder / "jobs.yaml").write_text(RUNS)
+    cluster.start_worker()
+    cluster.start_work_worker()
+    cluster.wait_ready("worker")
+    cluster.wait_ready("work")
+    cluster.cronchain("apply", "jobs.yaml")
+    base = serve(cluster, "serve-readonly")
+    sign_in(browser, None)
+    # The viewer's zone, which only the browser knows: each exact time says it there too.
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "America/Sao_Paulo"})
+
+    def finished() -> list[Any]:
+        browser.get(f"{base}/jobs/web/ping")
+        return [
+            row
+            for row in browser.find_elements(By.CSS_SELECTOR, "section.history tbody tr")
+            if "SUCCEEDED" in row.text
+        ]
+
+    wait_until(lambda: len(finished()) >= 3, 60, "three runs of web/ping")
+    row = finished()[0]
+    took = row.find_element(By.CSS_SELECTOR, "td.took").text
+    assert took.endswith(" ms") and 300 <= int(took.split()[0]) < 5000, took
+    started = row.find_element(By.CSS_SELECTOR, "td.started time")
+    assert re.fullmatch(r"just now|\d+ s ago", started.text), started.text
+    title = started.get_attribute("title")
+    assert re.search(r"UTC \(\S+Z\)\nin your zone \(America/Sao_Paulo\): .*GMT-3$", title), title
+    bars = browser.find_elements(By.CSS_SELECTOR, "svg.chart-took rect")
+    assert len(bars) >= 3 and all(bar.size["height"] > 0 for bar in bars)
+    assert browser.find_element(By.CSS_SELECTOR, "svg.chart-took").size["width"] > 300
+    assert "median" in browser.find_element(By.CSS_SELECTOR, "figure.chart figcaption").text
+    history = browser.find_element(By.CSS_SELECTOR, "section.history")
+    browser.execute_script("arguments[0].scrollIntoView()", history)
+    screenshot(browser, "job-runs.png")
+
+    run = row.find_element(By.CSS_SELECTOR, "td a").text
+    row.find_element(By.CSS_SELECTOR, "td a").click()
+    wait_until(lambda: browser.current_url.endswith(f"/runs/{run}"), 10, "the run's page")
+    [attempt] = browser.find_elements(By.CSS_SELECTOR, "section.attempts tbody tr")
+    cells = [cell.text for cell in attempt.find_elements(By.TAG_NAME, "td")]
+    assert cells[0] == "1" and cells[1].startswith("work@"), cells
+    assert cells[4] == took and "SUCCEEDED" in cells[5]
+    assert "ran" in browser.find_element(By.CSS_SELECTOR, "section.explain").text
+    screenshot(browser, "run.png")

@@ -108,7 +108,8 @@ def test_python_statemachine_is_installed_beside_cronchain(tmp_path: Path):
 
 def test_the_wheel_installs_everything_beneath_cronchain(tmp_path: Path):
     """The built wheel holds one top-level package, ``cronchain``, with every module of
-    the repository's folders and celeryconfig.py, and the console script points in it."""
+    the repository's folders and celeryconfig.py and every file the page serves, and the
+    console script points in it."""
     source = tmp_path / "source"  # setuptools builds in the tree: a copy, not the checkout
     for name in tracked_files():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +129,10 @@ def test_the_wheel_installs_everything_beneath_cronchain(tmp_path: Path):
     ours = [f for f in tracked_files() if f.split("/")[0] in (*TOPS, "celeryconfig.py")]
     modules = {f"cronchain/{f}" for f in ours if f.endswith(".py")}
     assert modules <= set(names), sorted(modules - set(names))
-    assert "cronchain/scheduler/web/templates/job.html" in names
+    served = ("scheduler/web/templates/", "scheduler/web/static/")
+    page = {f"cronchain/{f}" for f in ours if f.startswith(served)}
+    assert "cronchain/scheduler/web/static/cronchain.js" in page
+    assert page <= set(names), sorted(page - set(names))  # the page's templates, style, script
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert re.search(r"^cronchain = cronchain\.scheduler\.cli\.main:main$", text, re.M)

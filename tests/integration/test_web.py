@@ -144,7 +144,7 @@ def test_history_is_paged(engine: Engine, port: RecordingPort, clock: Clock):
     older = re.search(r'href="(/jobs/p/t\?before=\d+)"', first)
     assert older is not None
     second = page(c, older.group(1).replace("&amp;", "&"))
-    ids = re.findall(r"<tr><td>(\d+)</td>", first + second)
+    ids = re.findall(r"<tr><td><a href=\"/jobs/p/t/runs/(\d+)\">", first + second)
     assert len(ids) == len(set(ids)) == 55
     assert "older runs" not in second
 
@@ -370,9 +370,9 @@ def test_history_says_when_runs_started_and_ended_and_what_they_took(
             .values(started_at=started, finished_at=started + timedelta(seconds=2.5), attempt=3)
         )
     text = page(client(engine, clock), "/jobs/p/t")
-    rows = re.findall(r"<tr><td>(\d+)</td>.*?</tr>", text, re.S)
+    rows = re.findall(r"<tr><td><a href=\"/jobs/p/t/runs/\d+\">(\d+)</a></td>.*?</tr>", text, re.S)
     assert rows == sorted(rows, key=int, reverse=True) and len(rows) == 2
-    older = re.search(rf"<tr><td>{min(rows, key=int)}</td>.*?</tr>", text, re.S)
+    older = re.search(rf"<tr><td><a [^>]*>{min(rows, key=int)}</a></td>.*?</tr>", text, re.S)
     assert older is not None
     cells = dict(re.findall(r'<td class="(\w+)">(.*?)</td>', older.group(0)))
     assert cells["took"] == "2.5 s" and cells["attempts"] == "3"
