@@ -9,8 +9,10 @@ history is there to be avoided) and a last success on every job. A real ``cronch
 serve`` process answers; the scrapes are real HTTP requests, one after another. Figures:
 the scrape's wall time p50/p99/max, its size, and the time of one in-process render
 (the database's part and the text format's, without HTTP). Then the same for the
-page: ``/`` (its first 200 jobs, each with its strip of 30 runs), ``/?after=`` a page
-near the end (keyset paging: it should cost what the first does) and one job's page.
+page: ``/`` (its first 200 jobs, each with its strip of 30 runs), ``/?page=`` a page
+near the end, the jobs that failed last (one in a hundred), a search by name, the list
+by next tick, and one job's page; with each, the share of a core an open page's
+refresh every 5 s costs at most.
 Last, the scrape again with ``CRONCHAIN_METRICS_PER_JOB=false`` (``no_per_job_*``), and
 again a minute later (``no_per_job_a_minute_on_*``), when a slow count of the jobs by state
 is counted again.
@@ -36,12 +38,14 @@ from cronchain.scheduler.invokers import default_invokers
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.web.metrics import STALE_COUNT, DatabaseCollector, render
+from cronchain.scheduler.web.views import PAGE
 from tests.support.engine import RecordingPort
 from tests.support.repo import ROOT
 from tests.support.services import free_port
 from tests.support.wait import wait_until
 
 NAME = "scrape"
+LIVE = 5  # seconds between an open page's refreshes (scheduler/web/static/cronchain.js)
 
 
 def main() -> None:
@@ -61,14 +65,21 @@ def main() -> None:
         render(collector)
         figure(NAME, "render_in_process", (time.perf_counter() - started) * 1000, "ms")
         last = f"bench/{sorted(s.name for s in specs)[-300]}"
+        late = max(1, args.jobs // PAGE - 1)
         with _serving(url, folder) as base:
             _scrapes(f"{base}/metrics", args.scrapes)
             for name, path in (
                 ("page", "/"),
-                ("page_late", f"/?after={last}"),
+                ("page_late", f"/?page={late}"),
+                ("page_failed", "/?outcome=failed"),
+                ("page_search", f"/?q={last.split('/')[1][:-1]}"),
+                ("page_by_next_tick", "/?sort=next"),
                 ("job_page", f"/jobs/{last}"),
             ):
-                _scrapes(base + path, args.scrapes, name)
+                p50 = _scrapes(base + path, args.scrapes, name)
+                # An open page asks again every LIVE seconds: its share of a core, at most
+                # (the server's whole time, the database's part within it).
+                figure(NAME, f"{name}_live_core_share", p50 / 1000 / LIVE * 100, "%")
         with _serving(url, folder, CRONCHAIN_METRICS_PER_JOB="false") as base:
             _scrapes(f"{base}/metrics", args.scrapes, "no_per_job")
             # A minute on, the count of jobs by state that a slow registry's scrapes keep
@@ -106,12 +117,15 @@ def _history(db, runs_per_job: int) -> None:  # type: ignore[no-untyped-def]
             f" generate_series(1, {runs_per_job}) s"
         )
         conn.exec_driver_sql("UPDATE jobs SET last_success_at = now() - interval '1 minute'")
+        # One job in a hundred failed since (what ?outcome=failed finds).
+        conn.exec_driver_sql("UPDATE jobs SET last_failure_at = now() WHERE mod(id, 100) = 0")
     with db.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")
 
 
-def _scrapes(url: str, count: int, name: str = "", warm: bool = False) -> None:
-    """``count`` requests, timed, after one that is not unless the server is ``warm``."""
+def _scrapes(url: str, count: int, name: str = "", warm: bool = False) -> float:
+    """``count`` requests, timed, after one that is not unless the server is ``warm``;
+    returns their p50, in ms."""
 
     def get() -> bytes:
         with urllib.request.urlopen(url, timeout=30) as answer:
@@ -130,6 +144,7 @@ def _scrapes(url: str, count: int, name: str = "", warm: bool = False) -> None:
     figure(NAME, f"{prefix}p50", percentile(times, 0.5), "ms")
     figure(NAME, f"{prefix}p99", percentile(times, 0.99), "ms")
     figure(NAME, f"{prefix}max", max(times), "ms")
+    return percentile(times, 0.5)
 
 
 def _answers(url: str) -> bool:

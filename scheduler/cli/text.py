@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from cronchain.scheduler.outside import one_line, shown_on_a_terminal
-from cronchain.scheduler.workflows import gates
-from cronchain.scheduler.workflows.upstream import said
+from cronchain.scheduler.workflows import gates, upstream
+from cronchain.scheduler.workflows.unmet import unreleased
 
 
 def show(rows: Any, as_json: bool, text: Callable[[Any], str]) -> None:
@@ -29,14 +29,15 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     )
 
 
-def _not_released(d: dict[str, Any]) -> str:
-    """The end of a wait that released nothing: the run still waits, it started anyway
-    (``on_unmet: run``), or it was settled without a start (``on_unmet``, an abort)."""
-    if d["status"] == "WAITING":
-        return "still waiting"
+def _not_released(d: dict[str, Any], hold: str) -> str:
+    """The end of a wait for ``hold`` that released nothing (``unmet.unreleased``), with
+    when the run started or ended."""
+    words = unreleased(hold, d["status"], d["reason"], d["started_at"] is not None)
     if d["started_at"] is not None:
         return f"not met; started anyway at {d['started_at']} (on_unmet: run)"
-    return f"not met: {d['status']} at {d['finished_at']}"
+    if words.startswith("not met: "):
+        return f"{words} at {d['finished_at']}"
+    return words
 
 
 def invocation_text(d: dict[str, Any]) -> str:
@@ -60,19 +61,15 @@ def invocation_text(d: dict[str, Any]) -> str:
     lines = [f"{k}: {one_line(str(d[k]))}" for k in keys if d[k] is not None]
     checks = d.get("checks") or {}
     if checks.get("held_at"):
-        until = checks.get("released_at") or _not_released(d)
+        until = checks.get("released_at") or _not_released(d, upstream.REASON)
         lines.append(f"waited for upstreams: {checks['held_at']} -> {until}")
-    lines += [f"upstream {said(c)}" for c in checks.get("upstream", ())]
+    lines += [f"upstream {upstream.said(c)}" for c in checks.get(upstream.REASON, ())]
     if gates.REASON in checks:
         state = checks[gates.REASON]
-        until = state.get("released_at") or _not_released(d)
+        until = state.get("released_at") or _not_released(d, gates.REASON)
         lines.append(f"waited for gates: {state['since']} -> {until}")
         for gate in state["gates"]:
-            lines += [
-                f"gate {gate['name']} check {a['check']} at {a['at']}:"
-                f" {'yes' if a['yes'] else 'no'}, {a['said']}"
-                for a in gate["answers"]
-            ] or [gates.said(gate)]
+            lines += gates.answers_said(gate)
     for a in d["attempts"]:
         reason = f" ({a['reason']})" if a.get("reason") else ""
         lines.append(

@@ -10,6 +10,7 @@ its jobs, not one per job.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,7 @@ from sqlalchemy import (
     and_,
     case,
     cast,
+    false,
     func,
     literal,
     or_,
@@ -31,8 +33,9 @@ from sqlalchemy import (
 )
 
 from cronchain.scheduler.spec.model import NAME
-from cronchain.scheduler.storage.models import invocations, jobs
+from cronchain.scheduler.storage.models import JOB_STATES, invocations, jobs
 from cronchain.scheduler.storage.observed import WAITING_REASON
+from cronchain.scheduler.timing.iso import parsed
 
 STRIP = 30  # outcomes a job's strip shows
 _IDS_PER_STATEMENT = 1000  # a page is 200 jobs; this only bounds a caller's list
@@ -52,10 +55,24 @@ class JobLine:
     last_success_at: datetime | None
     paused: bool
     pause_reason: str | None
+    last_failure_at: datetime | None = None
 
     @property
     def ref(self) -> str:
         return f"{self.project}/{self.name}"
+
+    @property
+    def outcome(self) -> str:
+        """How its latest run that ended succeeded or failed: ``succeeded``, ``failed``,
+        or ``never`` (no run has yet). Skipped and aborted runs did not run: they leave
+        it as it was."""
+        if self.last_failure_at is None and self.last_success_at is None:
+            return "never"
+        if self.last_success_at is None or (
+            self.last_failure_at is not None and self.last_failure_at > self.last_success_at
+        ):
+            return "failed"
+        return "succeeded"
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,7 @@ _LINE_COLUMNS = (
     jobs.c.last_success_at,
     jobs.c.paused,
     jobs.c.pause_reason,
+    jobs.c.last_failure_at,
 )
 
 
@@ -123,19 +141,68 @@ def projects(conn: Connection) -> list[tuple[str, int]]:
     return [(p, n) for p, n in conn.execute(query)]
 
 
-def job_page(
-    conn: Connection, *, project: str | None, after: tuple[str, str] | None, limit: int
-) -> list[JobLine]:
-    """Up to ``limit`` jobs in (project, name) order after ``after`` (keyset paging: a
-    page costs the same wherever it is), of ``project`` alone if given."""
-    query = select(*_LINE_COLUMNS)
-    if project is not None:
-        query = query.where(jobs.c.project == project)
-    if after is not None:
-        p, n = after
-        query = query.where(or_(jobs.c.project > p, and_(jobs.c.project == p, jobs.c.name > n)))
-    query = query.order_by(jobs.c.project, jobs.c.name).limit(limit)
-    return [JobLine(*row) for row in conn.execute(query)]
+STATES = JOB_STATES
+_SEARCHABLE = re.compile(r"[A-Za-z0-9_./-]+")  # what a project/name may hold
+OUTCOMES = ("succeeded", "failed", "never")  # what the list filters a job's outcome by
+_FAILED_LAST = and_(
+    jobs.c.last_failure_at.is_not(None),
+    or_(jobs.c.last_success_at.is_(None), jobs.c.last_failure_at > jobs.c.last_success_at),
+)
+_OUTCOME = {
+    "failed": _FAILED_LAST,
+    "succeeded": and_(jobs.c.last_success_at.is_not(None), ~_FAILED_LAST),
+    "never": and_(jobs.c.last_success_at.is_(None), jobs.c.last_failure_at.is_(None)),
+}
+# The list's orders, each ending in the unique key so that a page is always the same:
+# by name; the next tick first (none last); the newest success or failure first.
+SORTS: dict[str, tuple[Any, ...]] = {
+    "name": (jobs.c.project, jobs.c.name),
+    "next": (jobs.c.tick_at.asc().nulls_last(), jobs.c.project, jobs.c.name),
+    "success": (jobs.c.last_success_at.desc().nulls_last(), jobs.c.project, jobs.c.name),
+    "failure": (jobs.c.last_failure_at.desc().nulls_last(), jobs.c.project, jobs.c.name),
+}
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """Which jobs the list shows, in which order: of ``project``, in ``state``, whose
+    last outcome is ``outcome`` (``OUTCOMES``), whose ``project/name`` holds ``text``
+    (any case); ``sort`` is one of ``SORTS``."""
+
+    project: str | None = None
+    state: str | None = None
+    outcome: str | None = None
+    text: str | None = None
+    sort: str = "name"
+
+
+def listing(
+    conn: Connection, query: JobQuery, *, offset: int, limit: int
+) -> tuple[list[JobLine], int]:
+    """A page of the jobs ``query`` finds, and how many it finds in all. Found by name
+    order from the unique key's index; the filters on state, outcome and text read every
+    job of the project (a scan of the jobs alone, never of the history)."""
+    where = []
+    if query.project is not None:
+        where.append(jobs.c.project == query.project)
+    if query.state is not None:
+        where.append(jobs.c.state == query.state)
+    if query.outcome is not None:
+        where.append(_OUTCOME[query.outcome])
+    if query.text and not _SEARCHABLE.fullmatch(query.text):
+        where.append(false())  # a character no name holds (PostgreSQL refuses a NUL)
+    elif query.text:
+        ref = func.lower(jobs.c.project + "/" + jobs.c.name)
+        where.append(ref.contains(query.text.lower(), autoescape=True))
+    count = conn.execute(select(func.count()).select_from(jobs).where(*where)).scalar_one()
+    found = conn.execute(
+        select(*_LINE_COLUMNS)
+        .where(*where)
+        .order_by(*SORTS[query.sort])
+        .offset(offset)
+        .limit(limit)
+    )
+    return [JobLine(*row) for row in found], count
 
 
 def job_line(conn: Connection, project: str, name: str) -> JobLine | None:
@@ -248,9 +315,10 @@ def run_detail(conn: Connection, job_id: int, run_id: int) -> RunDetail | None:
 
 @dataclass(frozen=True)
 class Timing:
-    """When a run was due (its slot, or when a triggered run was made), when its first
-    attempt started, and when its last attempt started and ended: what the chart of a
-    job's last runs draws (``scheduler.web.chart``)."""
+    """When a run was due (its slot; when it was made, for a triggered or backfilled run,
+    whose slot may be weeks old), when its first attempt started, and when its last
+    attempt started and ended: what the chart of a job's last runs draws
+    (``scheduler.web.chart``)."""
 
     id: int
     status: str
@@ -268,7 +336,10 @@ def timings(conn: Connection, job_id: int, limit: int = 100) -> list[Timing]:
         select(
             invocations.c.id,
             invocations.c.status,
-            func.coalesce(invocations.c.slot, invocations.c.created_at),
+            case(
+                (invocations.c.backfill, invocations.c.created_at),
+                else_=func.coalesce(invocations.c.slot, invocations.c.created_at),
+            ),
             first,
             invocations.c.started_at,
             invocations.c.finished_at,
@@ -279,7 +350,7 @@ def timings(conn: Connection, job_id: int, limit: int = 100) -> list[Timing]:
     )
     found = []
     for run_id, status, due, first_text, started, finished in conn.execute(query):
-        first_start = datetime.fromisoformat(first_text) if first_text else started
+        first_start = parsed(first_text) or started
         found.append(Timing(run_id, status, due, first_start, started, finished))
     return found
 

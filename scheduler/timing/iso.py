@@ -17,3 +17,9 @@ def iso(t: None) -> None: ...
 
 def iso(t: datetime | None) -> str | None:
     return None if t is None else t.isoformat().replace("+00:00", "Z")
+
+
+def parsed(text: str | None) -> datetime | None:
+    """An instant as ``iso`` (or ``datetime.isoformat``) wrote it into a stored record
+    (a retry's attempts, a hold's checks); None for none."""
+    return datetime.fromisoformat(text) if text else None

@@ -50,7 +50,7 @@ def create_app(
     without it, each request asks them (a second)."""
     app = Flask("cronchain.scheduler.web")
     app.extensions["cronchain"] = WebContext(
-        db, scheduler, settings.web_basic_auth, now or database_clock(db)
+        db, scheduler, settings.web_basic_auth, now or database_clock(db), settings.watchdog_grace
     )
     metrics = DatabaseCollector(db, settings)
     credentials = settings.web_basic_auth

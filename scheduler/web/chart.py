@@ -83,11 +83,12 @@ def _chart(
             continue
         height = max(1.0, (HEIGHT - 2) * value / top)
         title = f"run {run.id}, {local_text(run.due, zone)}: {took(value)}, {run.status}"
+        # Out of the keyboard's way (tabindex -1): the history's table links each run too.
         bars.append(
-            f'<a href="{escape(link(run.id))}"><rect class="s-{escape(run.status)}"'
+            f'<a href="{escape(link(run.id))}" tabindex="-1"><title>{escape(title)}</title>'
+            f'<rect class="s-{escape(run.status)}"'
             f' x="{first + i * step + step * 0.1:.1f}" y="{HEIGHT - height:.1f}"'
-            f' width="{step * 0.8:.1f}" height="{height:.1f}"><title>{escape(title)}</title>'
-            "</rect></a>"
+            f' width="{step * 0.8:.1f}" height="{height:.1f}"/></a>'
         )
     summary = (
         f"{what.capitalize()}, {len(known)} of the last {len(runs)} runs:"
@@ -95,15 +96,23 @@ def _chart(
     )
     svg = (
         f'<svg class="chart chart-{name}" viewBox="0 0 {WIDTH} {HEIGHT + 14}"'
-        f' role="group" aria-label="{escape(summary)}">'
+        f' role="group" aria-labelledby="chart-{name}-says">'
         f'<line class="axis" x1="{AXIS}" y1="{HEIGHT}" x2="{WIDTH}" y2="{HEIGHT}"/>'
         f'<line class="grid" x1="{AXIS}" y1="1" x2="{WIDTH}" y2="1"/>'
-        f'<text x="{AXIS - 4}" y="12" text-anchor="end">{escape(took(top))}</text>'
+        f'<text x="{AXIS - 4}" y="12" text-anchor="end">{escape(round_label(top))}</text>'
         f'<text x="{AXIS - 4}" y="{HEIGHT}" text-anchor="end">0</text>'
         f'<text x="{WIDTH}" y="{HEIGHT + 13}" text-anchor="end">newest</text>'
         f"{''.join(bars)}</svg>"
     )
     return Chart(name, Markup(svg), summary)
+
+
+def round_label(seconds: float) -> str:
+    """A round figure of ``nice_ceiling`` in its one unit: 500 ms, 5 s, 15 min, 6 h, 2 d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if seconds >= size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds * 1000:g} ms"
 
 
 def nice_ceiling(value: float) -> float:

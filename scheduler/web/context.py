@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from flask import current_app
 from sqlalchemy import Engine
@@ -16,12 +16,14 @@ from cronchain.scheduler.web import csrf
 @dataclass(frozen=True)
 class WebContext:
     """The database the pages read, the ``Scheduler`` the controls act through (as the
-    CLI does), the credentials (None: read-only) and the clock."""
+    CLI does), the credentials (None: read-only), the clock, and how late a tick may be
+    before the page flags it overdue (the watchdog's grace, as /metrics counts them)."""
 
     db: Engine
     scheduler: Scheduler
     credentials: str | None
     now: Callable[[], datetime]
+    grace: timedelta
 
     @property
     def operator(self) -> bool:

@@ -97,15 +97,23 @@ def history_line(run: Run, zone: str, now: datetime) -> HistoryLine:
     row = run_row(run, zone)
     started = moment(run.started_at, zone, now)
     finished = moment(run.finished_at, zone, now)
-    took_text = ""
-    if run.started_at is not None and run.finished_at is not None:
-        took_text = took((run.finished_at - run.started_at).total_seconds())
-    elif run.started_at is not None and run.status == "RUNNING":
-        took_text = took((now - run.started_at).total_seconds()) + " so far"
-    # Otherwise (a run waiting to be retried keeps its last attempt's start) nothing runs.
+    took_text = took_of(run.started_at, run.finished_at, now, running=run.status == "RUNNING")
     return HistoryLine(
         run.id, row.when, run.status, row.note, run.attempt, started, finished, took_text
     )
+
+
+def took_of(
+    start: datetime | None, end: datetime | None, now: datetime, *, running: bool = False
+) -> str:
+    """What an attempt took from ``start`` to ``end``; while it is ``running``, so far.
+    Nothing for one that has not ended and does not run (a run waiting to be retried
+    keeps its last attempt's start)."""
+    if start is not None and end is not None:
+        return took((end - start).total_seconds())
+    if start is not None and running:
+        return took((now - start).total_seconds()) + " so far"
+    return ""
 
 
 def moment(t: datetime | None, zone: str, now: datetime) -> Moment | None:

@@ -14,8 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from cronchain.scheduler.storage.pages import RunDetail
-from cronchain.scheduler.web.jobview import Moment, moment, scrub, took
+from cronchain.scheduler.timing.iso import parsed
+from cronchain.scheduler.web.jobview import Moment, moment, scrub, took_of
 from cronchain.scheduler.workflows import gates, pools, upstream
+from cronchain.scheduler.workflows.unmet import unreleased
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ def attempts(run: RunDetail, zone: str, now: datetime) -> list[AttemptLine]:
                 run.worker,
                 moment(run.started_at, zone, now),
                 moment(run.finished_at, zone, now),
-                _took(run.started_at, run.finished_at, now, running=run.status == "RUNNING"),
+                took_of(run.started_at, run.finished_at, now, running=run.status == "RUNNING"),
                 _note(run.reason, run.error),
             )
         )
@@ -62,24 +64,16 @@ def attempts(run: RunDetail, zone: str, now: datetime) -> list[AttemptLine]:
 
 
 def _recorded(record: dict[str, Any], zone: str, now: datetime) -> AttemptLine:
-    started, finished = _time(record.get("started_at")), _time(record.get("finished_at"))
+    started, finished = parsed(record.get("started_at")), parsed(record.get("finished_at"))
     return AttemptLine(
         int(record["attempt"]),
         str(record["status"]),
         record.get("worker"),
         moment(started, zone, now),
         moment(finished, zone, now),
-        _took(started, finished, now, running=False),
+        took_of(started, finished, now, running=False),
         _note(record.get("reason"), record.get("error")),
     )
-
-
-def _took(start: datetime | None, end: datetime | None, now: datetime, *, running: bool) -> str:
-    if start is not None and end is not None:
-        return took((end - start).total_seconds())
-    if start is not None and running:
-        return took((now - start).total_seconds()) + " so far"
-    return ""
 
 
 def _note(reason: str | None, error: str | None) -> str | None:
@@ -92,53 +86,42 @@ def waits(run: RunDetail, zone: str, now: datetime) -> list[Wait]:
     checks = run.checks or {}
     found = []
     if checks.get("held_at"):
-        lines = [upstream.said(check) for check in checks.get("upstream", ())]
-        found.append(_wait("its upstreams", checks, "held_at", run, zone, now, lines))
+        recorded = checks.get(upstream.REASON, ())
+        met = all(check.get("met") for check in recorded)
+        lines = [upstream.said(check) for check in recorded]
+        found.append(_wait(upstream.REASON, checks, "held_at", run, zone, now, lines, met))
     if gates.REASON in checks:
         state = checks[gates.REASON]
-        lines = [
-            line
-            for gate in state.get("gates", ())
-            for line in [
-                f"gate {gate['name']}, check {a['check']} at {a['at']}:"
-                f" {'yes' if a['yes'] else 'no'}, {a['said']}"
-                for a in gate["answers"]
-            ]
-            or [gates.said(gate)]
-        ]
-        found.append(_wait("its gates", state, "since", run, zone, now, lines))
+        lines = [line for gate in state.get("gates", ()) for line in gates.answers_said(gate)]
+        found.append(_wait(gates.REASON, state, "since", run, zone, now, lines))
     if pools.REASON in checks:
         place = checks[pools.REASON]
-        what = f"a place in pool {place.get('name', '')}"
-        found.append(_wait(what, place, "since", run, zone, now, []))
+        found.append(_wait(pools.REASON, place, "since", run, zone, now, [], pool=place))
     return found
 
 
+_WHAT = {upstream.REASON: "its upstreams", gates.REASON: "its gates"}
+
+
 def _wait(
-    what: str,
+    hold: str,
     state: dict[str, Any],
     since_key: str,
     run: RunDetail,
     zone: str,
     now: datetime,
     lines: list[str],
+    met: bool = True,
+    pool: dict[str, Any] | None = None,
 ) -> Wait:
-    since = _time(state.get(since_key))
-    released = _time(state.get("released_at"))
-    if released is not None:
-        waited = f" after {took((released - since).total_seconds())}" if since else ""
-        until = f"released{waited}"
-    elif run.status == "WAITING":
-        until = "still waiting"
-    elif run.started_at is not None:
-        until = "not met: started anyway (on_unmet: run)"
+    """``met``: what was waited for was there when the wait ended (an upstream wait
+    ended by ``max_wait`` and ``on_unmet: run`` records a release too)."""
+    since, released = parsed(state.get(since_key)), parsed(state.get("released_at"))
+    if released is not None and met:
+        until = "released" + (f" after {took_of(since, released, now)}" if since else "")
+    elif released is not None:
+        until = "not met; started anyway (on_unmet: run)"
     else:
-        until = f"not met: {run.status}"
+        until = unreleased(hold, run.status, run.reason, run.started_at is not None)
+    what = f"a place in pool {pool.get('name', '')}" if pool is not None else _WHAT[hold]
     return Wait(what, moment(since, zone, now), until, [scrub(line) or "" for line in lines])
-
-
-def _time(text: Any) -> datetime | None:
-    """A time as a hold or a retry recorded it (ISO 8601 with its offset, or Z)."""
-    if not text:
-        return None
-    return datetime.fromisoformat(str(text).replace("Z", "+00:00"))

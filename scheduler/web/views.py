@@ -1,11 +1,13 @@
 """The pages: ``GET /`` (the jobs, a page at a time), ``GET /jobs/PROJECT/NAME`` and
 ``GET /jobs/PROJECT/NAME/runs/ID`` (one run).
 
-``/`` lists ``PAGE`` jobs at a time in (project, name) order, from the unique key's
-index: ``?project=P`` keeps one project's, ``?after=PROJECT/NAME`` is the next page (a
-keyset, so the last page costs what the first does). The projects and their job
-counts head the page. Each job's strip of its last ``STRIP`` outcomes comes from one
-query for the whole page (``scheduler.storage.pages.strips``).
+``/`` lists ``PAGE`` jobs at a time, filtered and sorted by its query string, so that a
+view can be shared as a link: ``project``, ``state``, ``outcome`` (the last run that
+ended succeeded or failed, or none ever did), ``q`` (a text the job's ``project/name``
+holds), ``sort`` (``pages.SORTS``) and ``page``. A filter reads the jobs alone, never
+the history, so that a page costs the same at a hundred thousand jobs. The projects and
+their job counts head the page. Each job's strip of its last ``STRIP`` outcomes comes
+from one query for the whole page (``scheduler.storage.pages.strips``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,16 @@ from cronchain.scheduler.storage import alert_store, job_store, pages
 from cronchain.scheduler.web import chart, csrf, jobview, links, runview
 from cronchain.scheduler.web.context import context
 from cronchain.scheduler.web.zones import local_text, next_tick, shown, zone_of
+from cronchain.statemachine.reasons import meaning_of
 
 PAGE = 200  # jobs a page of / lists
+SEARCH = 200  # characters of a search kept (a name is at most 100, a project 100)
+SORT_NAMES = {
+    "name": "name",
+    "next": "next tick",
+    "success": "last success",
+    "failure": "last failure",
+}
 HISTORY = 50  # runs a page of a job's history lists
 RECENT = 20  # past runs the timeline shows
 ALERTS = 20  # the newest alerts a job's page lists
@@ -40,18 +50,29 @@ def register(app: Flask) -> None:
 
 def jobs_page() -> str:
     ctx = context()
-    project = _name_or_none(request.args.get("project"))
-    after = _ref_or_none(request.args.get("after"))
+    query = pages.JobQuery(
+        project=_name_or_none(request.args.get("project")),
+        state=_choice("state", pages.STATES),
+        outcome=_choice("outcome", pages.OUTCOMES),
+        text=request.args.get("q", "").strip()[:SEARCH] or None,
+        sort=_choice("sort", tuple(pages.SORTS)) or "name",
+    )
+    number = _page_number(request.args.get("page"))
     now = ctx.now()
     with ctx.db.connect() as conn:
-        found = pages.job_page(conn, project=project, after=after, limit=PAGE + 1)
-        listed, more = found[:PAGE], len(found) > PAGE
+        listed, found = pages.listing(conn, query, offset=(number - 1) * PAGE, limit=PAGE)
+        last = max(1, -(-found // PAGE))
+        if number > last:  # a page past the end (the jobs went since): the last one
+            number = last
+            listed, found = pages.listing(conn, query, offset=(number - 1) * PAGE, limit=PAGE)
         strips = pages.strips(conn, [job.id for job in listed])
         projects = pages.projects(conn)
     rows = [
         {
             "job": job,
             "next": next_tick(job.tick_at, job.timezone, now) if job.tick_at else None,
+            "overdue": job.tick_at is not None and job.tick_at < now - ctx.grace,
+            "outcome": _outcome(job, now),
             "last_success": shown(job.last_success_at, job.timezone)
             if job.last_success_at
             else None,
@@ -59,16 +80,33 @@ def jobs_page() -> str:
         }
         for job in listed
     ]
+    kept = {k: v for k, v in vars(query).items() if v and not (k == "sort" and v == "name")}
+    kept["q"] = kept.pop("text", None)
     return render_template(
         "jobs.html",
         rows=rows,
         projects=projects,
-        project=project,
-        after=listed[-1].ref if more else None,
-        page=PAGE,
+        query=query,
+        kept={k: v for k, v in kept.items() if v},
+        number=number,
+        last=last,
+        first_shown=(number - 1) * PAGE + 1 if listed else 0,
+        last_shown=(number - 1) * PAGE + len(listed),
+        found=found,
+        states=pages.STATES,
+        outcomes=pages.OUTCOMES,
+        sorts=SORT_NAMES,
         strip_length=pages.STRIP,
         total=sum(n for _, n in projects),
     )
+
+
+def _outcome(job: pages.JobLine, now: datetime) -> dict[str, Any] | None:
+    """The job's last outcome as its column says it: ``failed``, 3 min ago."""
+    at = job.last_failure_at if job.outcome == "failed" else job.last_success_at
+    if at is None:
+        return None
+    return {"word": job.outcome, "ago": jobview.ago(at, now), "at": shown(at, job.timezone)}
 
 
 def job_page(project: str, name: str) -> str:
@@ -103,7 +141,11 @@ def job_page(project: str, name: str) -> str:
         ),
         history=[jobview.history_line(run, job.timezone, now) for run in history[:HISTORY]],
         older=older,
-        charts=chart.charts(timings, job.timezone, lambda run_id: _run_url(job.ref, run_id)),
+        charts=chart.charts(
+            timings,
+            job.timezone,
+            lambda run_id: url_for("run", project=project, name=name, run_id=run_id),
+        ),
         links=linked,
         alerts=[jobview.alert_row(alert, job.timezone) for alert in raised],
         explained=_explained(job.ref),
@@ -129,13 +171,14 @@ def run_page(project: str, name: str, run_id: int) -> str:
     zone = line.timezone
     retry = None
     if run.status == "STARTING" and run.attempts and run.start_at is not None:
-        retry = jobview.Moment(jobview.due_in(run.start_at, now), shown(run.start_at, zone))
+        due = run.start_at.replace(microsecond=0)  # HTML's datetime: 3 digits at most
+        retry = jobview.Moment(jobview.due_in(run.start_at, now), shown(due, zone))
     return render_template(
         "run.html",
         job=line,
         run=run,
-        slot=shown(run.slot or run.created_at, zone),
-        reason=jobview.reason_text(run) if run.reason or run.status == "SKIPPED" else None,
+        slot=shown((run.slot or run.created_at).replace(microsecond=0), zone),
+        reason=None if run.reason is None else meaning_of(run.reason),
         retry=retry,
         attempts=runview.attempts(run, zone, now),
         waits=runview.waits(run, zone, now),
@@ -145,19 +188,11 @@ def run_page(project: str, name: str, run_id: int) -> str:
     )
 
 
-def _run_url(ref: str, run_id: int) -> str:
-    project, _, name = ref.partition("/")
-    return url_for("run", project=project, name=name, run_id=run_id)
-
-
 def _explained_slot(ref: str, slot: datetime | None) -> dict[str, Any] | None:
     """What ``explain`` says of the run's slot (a triggered run has none to ask of)."""
     if slot is None:
         return None
-    try:
-        return context().scheduler.explain(ref, slot)
-    except CronchainError as err:
-        return {"error": str(err)}
+    return _asked(ref, slot)
 
 
 def _strip(runs: list[pages.Run], zone_name: str) -> Markup:
@@ -185,18 +220,26 @@ def _explained(ref: str) -> dict[str, Any] | None:
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
-        return {"error": f"{text!r} is not an ISO 8601 time"}
+        return {"refused": f"{text!r} is not an ISO 8601 time"}
     if at.tzinfo is None:
-        return {"error": f"{text!r} has no time zone: add Z or an offset"}
+        return {"refused": f"{text!r} has no time zone: add Z or an offset"}
     try:
         if not EARLIEST <= at < LATEST:
             raise OverflowError
     except OverflowError:
-        return {"error": f"{text!r} is out of range"}
+        return {"refused": f"{text!r} is out of range"}
+    return _asked(ref, at)
+
+
+def _asked(ref: str, at: datetime) -> dict[str, Any]:
+    """``explain``'s answer code and text, the text with every URL's query string
+    hidden (it quotes a run's error and a gate's answer, which may hold a token), or
+    why it could not answer (``refused``)."""
     try:
-        return context().scheduler.explain(ref, at)
+        answer = context().scheduler.explain(ref, at)
     except CronchainError as err:
-        return {"error": str(err)}
+        return {"refused": str(err)}
+    return {"answer": answer["answer"], "text": jobview.scrub(answer["text"])}
 
 
 # What a control did, as the page that it redirects to says it (fixed texts: the query
@@ -229,13 +272,23 @@ def _name_or_none(text: str | None) -> str | None:
     return text
 
 
-def _ref_or_none(text: str | None) -> tuple[str, str] | None:
+def _choice(field: str, allowed: tuple[str, ...]) -> str | None:
+    """A filter's value from the query string: one of ``allowed``, or none (400 for
+    anything else: a link the page made never carries it)."""
+    text = request.args.get(field)
     if not text:
         return None
-    project, _, name = text.partition("/")
-    if not (NAME.fullmatch(project) and NAME.fullmatch(name)):
-        abort(400, "after must be PROJECT/NAME, as the page's next link gives it")
-    return project, name
+    if text not in allowed:
+        abort(400, f"{field} must be one of {', '.join(allowed)}")
+    return text
+
+
+def _page_number(text: str | None) -> int:
+    if not text:
+        return 1
+    if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1):
+        abort(400, "page must be a page number from 1")
+    return int(text)
 
 
 def _id_or_none(text: str | None) -> int | None:

@@ -277,6 +277,16 @@ def said(gate: dict[str, Any]) -> str:
     )
 
 
+def answers_said(gate: dict[str, Any]) -> list[str]:
+    """Each answer a gate gave a run, in words, one a line (what ``history --invocation``
+    and a run's page list); its ``said`` if it gave none."""
+    return [
+        f"gate {gate['name']} check {a['check']} at {a['at']}:"
+        f" {'yes' if a['yes'] else 'no'}, {a['said']}"
+        for a in gate["answers"]
+    ] or [said(gate)]
+
+
 def unmet_text(state: dict[str, Any]) -> str:
     return "; ".join(said(g) for g in state.get("gates", ()) if not _passed(g))
 

@@ -36,3 +36,17 @@ def settle(
         log=debuglog.append(inv.log, now, f"{status.value}: {error}"),
     )
     return ended, Outcome(status, error, reason)
+
+
+def unreleased(hold: str, status: str, reason: str | None, started: bool) -> str:
+    """How a wait for ``hold`` (``upstream``, ``gate``, ``pool``) that released nothing
+    ended, in words: the run still waits for it; it went on as ``on_unmet: run`` says
+    (started, or waits for the next hold: its reason is that one's); or it ended
+    without a start (``on_unmet``, an abort)."""
+    if status == S.WAITING.value and reason == hold:
+        return "still waiting"
+    if started:
+        return "not met; started anyway (on_unmet: run)"
+    if status == S.WAITING.value:
+        return f"not met; went on (on_unmet: run), now waits for its {reason}"
+    return f"not met: {status}"

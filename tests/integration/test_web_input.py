@@ -41,7 +41,7 @@ ODD = [
     "p%2Fa",
 ]
 QUERY = {  # the parameters each page reads
-    "/": ("project", "after"),
+    "/": ("project", "state", "outcome", "q", "sort", "page"),
     "/jobs/p/a": ("before", "at", "done", "n"),
 }
 ACTIONS = ("pause", "resume", "trigger", "abort", "nothing")
@@ -73,7 +73,10 @@ def walk(c: FlaskClient) -> dict[tuple[str, str], int]:
         answers[(method, path + (f" {form}" if form else ""))] = status(c, method, path, form)
 
     for odd in ODD:
-        for path in (f"/jobs/{odd}/a", f"/jobs/p/{odd}", f"/jobs/{odd}", f"/{odd}"):
+        for path in (
+            *(f"/jobs/{odd}/a", f"/jobs/p/{odd}", f"/jobs/{odd}", f"/{odd}"),
+            *(f"/jobs/p/a/runs/{odd}", f"/jobs/{odd}/a/runs/1", f"/jobs/p/{odd}/runs/1"),
+        ):
             ask("GET", path)
         for page, names in QUERY.items():
             for name in names:
@@ -100,8 +103,10 @@ def test_no_route_answers_500_for_its_input(pages: FlaskClient):
 def test_a_bad_parameter_is_400_and_a_job_no_name_can_hold_is_404(pages: FlaskClient):
     assert status(pages, "GET", "/jobs/p/a?before=99999999999999999999999") == 400
     assert status(pages, "GET", "/jobs/p/a?before=x") == 400
-    assert status(pages, "GET", "/?after=%00") == 400
-    assert status(pages, "GET", "/?after=p") == 400
+    assert status(pages, "GET", "/?page=%00") == 400
+    assert status(pages, "GET", "/?state=%00") == 400
+    assert status(pages, "GET", "/?q=%00") == 200  # a search no job's name holds: none
+    assert status(pages, "GET", "/jobs/p/a/runs/99999999999999999999999") == 404
     assert status(pages, "GET", "/jobs/%00/x") == 404
     assert status(pages, "GET", "/?project=%00") == 400
     assert status(pages, "POST", "/jobs/p/a/pause", {"reason": "a\x00b"}) == 400

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
+import sqlalchemy
 from markupsafe import escape
 from sqlalchemy import update
 
@@ -16,7 +17,7 @@ from cronchain.scheduler.invokers import SUCCEEDED, Outcome
 from cronchain.scheduler.spec.jobspec import JobSpec
 from cronchain.scheduler.storage.models import invocations
 from tests.support.deliver import deliver, deliver_runs, deliver_ticks_and_starts
-from tests.support.engine import Clock, RecordingPort
+from tests.support.engine import Clock, RecordingPort, Scripted, engine_with
 from tests.support.web import client
 
 CELERY = {"task": "etl.run", "queue": "etl"}
@@ -79,6 +80,11 @@ def test_a_runs_page_shows_each_attempt_with_its_worker_error_and_duration(
     assert [r[4] for r in rows] == ["2.5 s", "1 min 01 s"]
     assert "SUCCEEDED" in rows[1][5] and "next attempt" not in done
     assert '<a href="/jobs/p/etl">p/etl</a> / run' in done  # the way back
+
+    # Its start lag counts from its first attempt's start (a claim at once), not its last.
+    job_page = page(engine, clock, "/jobs/p/etl")
+    lag = re.search(r'<svg class="chart chart-lag".*?</svg>', job_page, re.S)
+    assert lag is not None and re.search(rf"<title>run {run}, [^<]*: 0 ms, SUCCEEDED", lag[0])
 
     # The job's history links to it, and a run of another job is not found under it.
     assert f'<a href="/jobs/p/etl/runs/{run}">{run}</a>' in page(engine, clock, "/jobs/p/etl")
@@ -149,16 +155,35 @@ def test_the_charts_draw_each_runs_duration_and_start_lag_with_its_figures(
     assert [(int(r), t) for r, t, _ in titles] == list(
         zip(runs, ["2.0 s", "4.0 s", "500 ms"], strict=True)
     )
-    heights = [float(h) for h in re.findall(r'height="([\d.]+)"><title>', took_chart.group(0))]
+    heights = [float(h) for h in re.findall(r'height="([\d.]+)"/></a>', took_chart.group(0))]
     assert heights[1] > heights[0] > heights[2]  # oldest on the left, drawn to scale
     assert "median 2.0 s, largest 4.0 s" in text
     lags = re.findall(r"<title>run \d+, [^:]+:\d\d:\d\d [^:]+: ([^,]+),", lag_chart.group(0))
     assert lags == ["100 ms", "300 ms", "200 ms"]
     for run in runs:
-        assert f'<a href="/jobs/p/t/runs/{run}"><rect' in took_chart.group(0)
+        assert f'<a href="/jobs/p/t/runs/{run}" tabindex="-1">' in took_chart.group(0)
 
 
 def test_a_job_without_runs_draws_no_chart(engine: Engine, clock: Clock):
     Scheduler(engine).apply([JobSpec("p", "t", "triggered", kind="noop")], project="p")
     text = page(engine, clock, "/jobs/p/t")
     assert "<svg" not in text and "no runs yet" in text
+
+
+def test_what_explain_quotes_on_a_runs_page_hides_query_strings(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """explain quotes a failed run's error, which may hold a URL with a token."""
+    failed = Outcome.failed("POST https://api.example.com/hook?token=TOPSECRET: 500")
+    engine, port = engine_with(db, clock, Scripted(failed))
+    Scheduler(engine).apply([JobSpec("p", "t", "every 10s", kind="noop")], project="p")
+    clock.advance(10)
+    deliver_ticks_and_starts(engine, port)
+    deliver_runs(engine, port)
+    [run] = Scheduler(engine).history("p/t")
+    assert run["status"] == "FAILED" and run["slot"]
+    text = page(engine, clock, f"/jobs/p/t/runs/{run['id']}")
+    assert '<section class="explain">' in text and "TOPSECRET" not in text
+    assert "https://api.example.com/hook?(query hidden)" in text
+    at = run["slot"].replace("+00:00", "Z")
+    assert "TOPSECRET" not in page(engine, clock, f"/jobs/p/t?at={at}")

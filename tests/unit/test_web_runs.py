@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cronchain.scheduler.storage.pages import RunDetail, Timing
+from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.web import chart, jobview, runview
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -27,8 +28,8 @@ def detail(status: str, attempt: int, **columns) -> RunDetail:  # type: ignore[n
 
 def kept(attempt: int, started: float, finished: float, error: str) -> dict[str, object]:
     """An attempt as a retry records it (``invocations.attempts``)."""
-    return {"attempt": attempt, "status": "FAILED", "started_at": at(started).isoformat(),
-            "finished_at": at(finished).isoformat(), "error": error, "reason": None,
+    return {"attempt": attempt, "status": "FAILED", "started_at": iso(at(started)),
+            "finished_at": iso(at(finished)), "error": error, "reason": None,
             "worker": f"celery@{attempt}"}  # fmt: skip
 
 
@@ -57,24 +58,31 @@ def test_a_run_never_started_has_no_attempt() -> None:
 
 def test_each_wait_says_how_it_ended() -> None:
     checks = {
-        "held_at": at(100).isoformat(), "released_at": at(40).isoformat(),
+        "held_at": iso(at(100)), "released_at": iso(at(40)),
         "upstream": [{"job": "p/up", "met": True, "success": "2026-03-01T11:59:00Z"}],
-        "gate": {"since": at(40).isoformat(), "gates": [
+        "gate": {"since": iso(at(40)), "gates": [
             {"name": "ready", "checks": 2, "answers": [
                 {"check": 1, "at": "2026-03-01T11:59:20Z", "yes": False, "said": "not yet"}]}]},
-        "pool": {"name": "gpu", "since": at(10).isoformat()},
+        "pool": {"name": "gpu", "since": iso(at(10))},
     }  # fmt: skip
-    waits = runview.waits(detail("WAITING", 0, checks=checks), "UTC", NOW)
+    waits = runview.waits(detail("WAITING", 0, reason="pool", checks=checks), "UTC", NOW)
     assert [(w.what, w.until) for w in waits] == [
         ("its upstreams", "released after 1 min 00 s"),
-        ("its gates", "still waiting"),
+        ("its gates", "not met; went on (on_unmet: run), now waits for its pool"),
         ("a place in pool gpu", "still waiting"),
     ]
     assert waits[0].lines == ["p/up succeeded (filed 2026-03-01T11:59:00Z)"]
-    assert waits[1].lines == ["gate ready, check 1 at 2026-03-01T11:59:20Z: no, not yet"]
+    assert waits[1].lines == ["gate ready check 1 at 2026-03-01T11:59:20Z: no, not yet"]
     assert waits[2].since is not None and waits[2].since.ago == "10 s ago"
     skipped = runview.waits(detail("SKIPPED", 0, checks={"gate": checks["gate"]}), "UTC", NOW)
     assert skipped[0].until == "not met: SKIPPED"
+    # max_wait ran out and on_unmet: run started it: the wait records a release all the
+    # same, and an upstream not met.
+    unmet = {**checks, "upstream": [{**checks["upstream"][0], "met": False, "since": "a",
+                                     "until": "b", "last_success": None}]}  # fmt: skip
+    started = runview.waits(detail("RUNNING", 1, started_at=at(40), checks=unmet), "UTC", NOW)
+    assert started[0].until == "not met; started anyway (on_unmet: run)"
+    assert started[0].lines == ["p/up has no success filed from a to b (last success: never)"]
 
 
 def test_a_retry_is_due_in_words() -> None:
@@ -103,12 +111,13 @@ def test_a_chart_draws_each_run_to_scale_newest_on_the_right() -> None:
     newest_first = [timing(3, 1.0, 0.1), timing(2, None, None, "SKIPPED"), timing(1, 4.0, 0.2)]
     took, lag = chart.charts(newest_first, "UTC", lambda run: f"/runs/{run}")
     svg = str(took.svg)
-    bars = re.findall(r'<a href="/runs/(\d)"><rect class="s-\w+" x="([\d.]+)" y="[\d.]+"'
-                      r' width="[\d.]+" height="([\d.]+)">', svg)  # fmt: skip
+    bars = re.findall(r'<a href="/runs/(\d)" tabindex="-1"><title>[^<]+</title><rect'
+                      r' class="s-\w+" x="([\d.]+)" y="[\d.]+" width="[\d.]+"'
+                      r' height="([\d.]+)"/></a>', svg)  # fmt: skip
     assert [run for run, _, _ in bars] == ["1", "3"]  # the skipped run has no bar
     (_, x1, h1), (_, x3, h3) = bars
     assert float(x1) < float(x3) and float(h1) == pytest.approx(4 * float(h3), rel=0.01)
-    assert ">5.0 s</text>" in svg  # the scale's top
+    assert ">5 s</text>" in svg  # the scale's top, in its one unit
     assert took.summary.endswith("2 of the last 3 runs: median 2.5 s, largest 4.0 s")
     assert lag.summary.endswith("median 150 ms, largest 200 ms")
 
