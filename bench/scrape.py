@@ -11,8 +11,8 @@ the scrape's wall time p50/p99/max, its size, and the time of one in-process ren
 (the database's part and the text format's, without HTTP). Then the same for the
 page: ``/`` (its first 200 jobs, each with its strip of 30 runs), ``/?page=`` a page
 near the end, the jobs that failed last (one in a hundred), a search by name, the list
-by next tick, and one job's page; with each, the share of a core an open page's
-refresh every 5 s costs at most.
+by next tick, one job's page and the forecast of the next 24 hours; with each, the
+share of a core an open page's refresh every 5 s costs at most.
 Last, the scrape again with ``CRONCHAIN_METRICS_PER_JOB=false`` (``no_per_job_*``), and
 again a minute later (``no_per_job_a_minute_on_*``), when a slow count of the jobs by state
 is counted again.
@@ -75,6 +75,7 @@ def main() -> None:
                 ("page_search", f"/?q={last.split('/')[1][:-1]}"),
                 ("page_by_next_tick", "/?sort=next"),
                 ("job_page", f"/jobs/{last}"),
+                ("forecast_24h", "/forecast"),
             ):
                 p50 = _scrapes(base + path, args.scrapes, name)
                 # An open page asks again every LIVE seconds: its share of a core, at most

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -22,11 +22,12 @@ from cronchain.scheduler import outside
 from cronchain.scheduler.declare.apply import ApplyReport, apply
 from cronchain.scheduler.engine import Engine
 from cronchain.scheduler.errors import NotFound, SpecError, TransientError
+from cronchain.scheduler.queries import forecast as forecasting
 from cronchain.scheduler.queries.explain import explain
 from cronchain.scheduler.settings import history_retention
 from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.spec.jobspec import JobSpec, load_job_file, validate_pools
-from cronchain.scheduler.storage import alert_store, job_store, pool_store, run_store
+from cronchain.scheduler.storage import ahead, alert_store, job_store, pool_store, run_store
 from cronchain.scheduler.storage.db import (
     described,
     explain_failure,
@@ -329,6 +330,24 @@ class Scheduler:
         check_time("at", at)
         with self.engine.db.connect() as conn:
             return explain(conn, job, at, self.engine.clock())
+
+    @_explained
+    def forecast(
+        self,
+        window: timedelta = forecasting.WINDOW,
+        threshold: int = forecasting.THRESHOLD,
+        start: datetime | None = None,
+    ) -> forecasting.Forecast:
+        """Every job's slots from ``start`` (now, to the second) for ``window``, counted
+        by the second, and the herds: seconds with ``threshold`` fires or more."""
+        if not timedelta(seconds=1) <= window <= forecasting.MAX_WINDOW:
+            raise SpecError("window", f"must be from 1s to {forecasting.MAX_WINDOW.days}d")
+        if threshold < 1:
+            raise SpecError("threshold", "must be a whole number from 1")
+        begin = (start or self.engine.clock()).replace(microsecond=0)
+        with self.engine.db.connect() as conn:
+            planned = ahead.planned(conn)
+        return forecasting.forecast(planned, begin, begin + window, threshold)
 
     @_explained
     def backfill(

@@ -33,14 +33,15 @@ from cronchain.scheduler.api import (
     MAX_ID,
     iso,
 )
-from cronchain.scheduler.cli.text import invocation_text, show, table
+from cronchain.scheduler.cli.text import forecast_text, invocation_text, show, table
 from cronchain.scheduler.declare.apply import collector_paused
 from cronchain.scheduler.declare.beatimport.command import add_arguments as import_beat_arguments
 from cronchain.scheduler.errors import NotFound, SpecError, TransientError
 from cronchain.scheduler.outside import shown_on_a_terminal
+from cronchain.scheduler.queries.forecast import MAX_WINDOW, THRESHOLD, WINDOW
 from cronchain.scheduler.storage.alert_store import delivery_text
 from cronchain.scheduler.timing.localtime import transitions
-from cronchain.scheduler.timing.schedules import DAYS, parse_schedule, parse_zone
+from cronchain.scheduler.timing.schedules import DAYS, parse_duration, parse_schedule, parse_zone
 from cronchain.scheduler.version import VERSION
 from cronchain.scheduler.web import CHECKS
 from cronchain.statemachine import InvalidTransition, Reason
@@ -140,6 +141,17 @@ def _time(text: str) -> datetime:
             f"{text!r} is out of range: give a time from {EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d}"
         )
     return value.astimezone(UTC)
+
+
+def _window(text: str) -> timedelta:
+    """A forecast's window: a duration from 1s to 7d."""
+    try:
+        value = parse_duration(text, "window")
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if not timedelta(seconds=1) <= value <= MAX_WINDOW:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration from 1s to 7d")
+    return value
 
 
 def _count(high: int, what: str = "whole number") -> Callable[[str], int]:
@@ -367,6 +379,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     result = _scheduler(args).explain(args.job, args.at)
     show(result, args.json, lambda r: shown_on_a_terminal(f"{r['job']} at {r['at']}: {r['text']}"))
+    return 0
+
+
+def cmd_forecast(args: argparse.Namespace) -> int:
+    result = _scheduler(args).forecast(args.window, args.threshold)
+    show(result.as_json(), args.json, lambda _: forecast_text(result))
     return 0
 
 
@@ -624,6 +642,25 @@ def _parser() -> argparse.ArgumentParser:
     c = command("explain", cmd_explain, "say why a job did or did not run at a time")
     c.add_argument("job", help=JOB_HELP)
     c.add_argument("--at", type=_time, required=True, help=TIME_HELP)
+    as_json(c)
+
+    c = command(
+        "forecast", cmd_forecast, "count every job's slots ahead by the second, and find herds"
+    )
+    c.add_argument(
+        "--window",
+        type=_window,
+        default=WINDOW,
+        metavar="DURATION",
+        help="how far ahead from now: 30m, 24h, 7d (default 24h, at most 7d)",
+    )
+    c.add_argument(
+        "--threshold",
+        type=_count(10**9),
+        default=THRESHOLD,
+        metavar="N",
+        help=f"fires in one second that make a herd (default {THRESHOLD})",
+    )
     as_json(c)
 
     c = command("backfill", cmd_backfill, "run a job once for each slot in a range")

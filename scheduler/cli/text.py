@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from cronchain.scheduler.outside import one_line, shown_on_a_terminal
+from cronchain.scheduler.queries.forecast import Forecast, repeated, when
+from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.workflows import gates, upstream
 from cronchain.scheduler.workflows.unmet import unreleased
 
@@ -78,3 +80,28 @@ def invocation_text(d: dict[str, Any]) -> str:
         )
     text = "\n".join([*lines, "log:", d["log"].rstrip() or "(empty)"])
     return shown_on_a_terminal(text)
+
+
+HERDS_SHOWN = 20  # herds the text lists (a herd that comes again is one); --json: each
+
+
+def forecast_text(ahead: Forecast) -> str:
+    """The window's fires and busiest second, then each herd (once for the seconds it
+    comes again) with its projects, some of its jobs and what would spread it."""
+    busiest = ""
+    if ahead.peak is not None:
+        busiest = f"; the busiest second: {iso(ahead.peak.at)}, {ahead.peak.fires:,} fires"
+    lines = [
+        f"{iso(ahead.start)} to {iso(ahead.end)}: {ahead.fires:,} fires of {ahead.jobs:,}"
+        f" jobs{busiest}",
+        f"herds of {ahead.threshold:,} fires or more in one second: {len(ahead.herds)}",
+    ]
+    herds = repeated(ahead.herds)
+    for herd, times in herds[:HERDS_SHOWN]:
+        projects = ", ".join(f"{p} {n:,}" for p, n in herd.projects.items())
+        jobs = ", ".join(herd.examples)
+        lines.append(f"{herd.fires:,} fires ({projects}: {jobs}, ...) {when(times)}")
+        lines += [f"  to spread it, {advice}" for advice in herd.advice]
+    if len(herds) > HERDS_SHOWN:
+        lines.append(f"and {len(herds) - HERDS_SHOWN} more herds (--json lists every one)")
+    return "\n".join(lines)

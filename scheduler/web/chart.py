@@ -1,5 +1,5 @@
 """A job's last runs as two bar charts, drawn here as SVG: what each run took, and how
-late its first attempt started after its slot.
+late its first attempt started after its slot; and the forecast's heat strip.
 
 Drawn on the server, in a few lines, rather than by a charting library: the page loads
 nothing from elsewhere (its Content-Security-Policy says so), the chart needs no
@@ -18,6 +18,7 @@ from statistics import median
 
 from markupsafe import Markup, escape
 
+from cronchain.scheduler.queries.forecast import Cell
 from cronchain.scheduler.storage.pages import Timing
 from cronchain.scheduler.web.jobview import took
 from cronchain.scheduler.web.zones import local_text, zone_of
@@ -133,3 +134,35 @@ _ROUND = (
     *(3600.0 * h for h in (2, 3, 6, 12, 24)),
     *(86400.0 * d for d in (2, 5)),
 )
+
+
+STRIP_HEIGHT = 40
+LEVELS = (0.1, 0.5, 1.0)  # a cell's peak against the threshold: its shade's bounds
+
+
+def heat_strip(cells: Sequence[Cell], threshold: int) -> Markup:
+    """The forecast's cells side by side, each shaded by its busiest second against the
+    herd threshold (four shades, the last a herd's, which is also drawn taller), with its
+    figures in its title."""
+    step = WIDTH / max(1, len(cells))
+    drawn = []
+    for i, cell in enumerate(cells):
+        level = 0 if cell.peak == 0 else 1 + sum(cell.peak >= f * threshold for f in LEVELS)
+        top = 0 if level == 4 else 8
+        title = (
+            f"{cell.start:%Y-%m-%d %H:%M} UTC: {cell.fires:,} fires,"
+            f" at most {cell.peak:,} in one second"
+        )
+        drawn.append(
+            f'<rect class="h{level}" x="{i * step:.1f}" y="{top}" width="{step:.1f}"'
+            f' height="{STRIP_HEIGHT - top}"><title>{escape(title)}</title></rect>'
+        )
+    labels = [
+        f'<text x="{i * step:.1f}" y="{STRIP_HEIGHT + 13}">{cell.start:%H:%M}</text>'
+        for i, cell in enumerate(cells)
+        if i % max(1, len(cells) // 6) == 0
+    ]
+    return Markup(
+        f'<svg class="heat" viewBox="0 0 {WIDTH} {STRIP_HEIGHT + 16}" role="img"'
+        f' aria-labelledby="heat-says">{"".join(drawn)}{"".join(labels)}</svg>'
+    )

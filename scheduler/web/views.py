@@ -1,5 +1,5 @@
-"""The pages: ``GET /`` (the jobs, a page at a time), ``GET /jobs/PROJECT/NAME`` and
-``GET /jobs/PROJECT/NAME/runs/ID`` (one run).
+"""The pages: ``GET /`` (the jobs, a page at a time), ``GET /jobs/PROJECT/NAME``,
+``GET /jobs/PROJECT/NAME/runs/ID`` (one run) and ``GET /forecast`` (the coming day).
 
 ``/`` lists ``PAGE`` jobs at a time, filtered and sorted by its query string, so that a
 view can be shared as a link: ``project``, ``state``, ``outcome`` (the last run that
@@ -12,16 +12,19 @@ from one query for the whole page (``scheduler.storage.pages.strips``).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Flask, abort, render_template, request, url_for
 from markupsafe import Markup, escape
 
 from cronchain.scheduler.api import EARLIEST, LATEST, MAX_ID
-from cronchain.scheduler.errors import CronchainError
+from cronchain.scheduler.errors import CronchainError, SpecError
+from cronchain.scheduler.queries import forecast as forecasting
 from cronchain.scheduler.spec.model import NAME
 from cronchain.scheduler.storage import alert_store, job_store, pages
+from cronchain.scheduler.timing.iso import iso
+from cronchain.scheduler.timing.schedules import parse_duration
 from cronchain.scheduler.web import chart, csrf, jobview, links, runview
 from cronchain.scheduler.web.context import context
 from cronchain.scheduler.web.zones import local_text, next_tick, shown, zone_of
@@ -45,7 +48,9 @@ def register(app: Flask) -> None:
     app.add_url_rule("/", "jobs", jobs_page)
     app.add_url_rule("/jobs/<project>/<name>", "job", job_page)
     app.add_url_rule("/jobs/<project>/<name>/runs/<int:run_id>", "run", run_page)
+    app.add_url_rule("/forecast", "forecast", forecast_page)
     app.context_processor(lambda: {"operator": context().operator})
+    app.add_template_filter(iso, "iso")
 
 
 def jobs_page() -> str:
@@ -186,6 +191,38 @@ def run_page(project: str, name: str, run_id: int) -> str:
         explained=_explained_slot(line.ref, run.slot),
         log=jobview.scrub(run.log),
     )
+
+
+def forecast_page() -> str:
+    """``cronchain forecast`` as a page: ``?window=`` (24h) and ``?threshold=`` (100)."""
+    window = _window(request.args.get("window"))
+    threshold = request.args.get("threshold", "")
+    if threshold and not (threshold.isascii() and threshold.isdigit() and len(threshold) < 10):
+        abort(400, "threshold must be a whole number from 1")
+    try:
+        ahead = context().scheduler.forecast(window, int(threshold or forecasting.THRESHOLD))
+    except SpecError as err:
+        abort(400, str(err))
+    cell = (ahead.end - ahead.start).total_seconds() / len(ahead.cells)
+    return render_template(
+        "forecast.html",
+        ahead=ahead,
+        window=request.args.get("window") or "24h",
+        strip=chart.heat_strip(ahead.cells, ahead.threshold),
+        cell=jobview.took(cell),
+        herds=[
+            (herd, forecasting.when(times)) for herd, times in forecasting.repeated(ahead.herds)
+        ],
+    )
+
+
+def _window(text: str | None) -> timedelta:
+    if not text:
+        return forecasting.WINDOW
+    try:
+        return parse_duration(text[:20], "window")
+    except SpecError as err:
+        abort(400, str(err))
 
 
 def _explained_slot(ref: str, slot: datetime | None) -> dict[str, Any] | None:

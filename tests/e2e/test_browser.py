@@ -288,3 +288,21 @@ def test_the_list_filters_in_the_url_and_pages_update_without_a_reload(
         lambda: "SUCCEEDED" in browser.find_element(By.ID, "history").text, 30, "the live run"
     )
     assert browser.execute_script("return window.notReloaded === true")
+
+    # The next minutes: web/ping and web/broken fire in the same even seconds, a herd
+    # of two at a threshold of two, with the advice to spread them.
+    browser.find_element(By.LINK_TEXT, "forecast").click()
+    wait_until(lambda: browser.current_url.endswith("/forecast"), 10, "the forecast")
+    window = browser.find_element(By.NAME, "window")
+    window.clear()
+    window.send_keys("5m")
+    threshold = browser.find_element(By.NAME, "threshold")
+    threshold.clear()
+    threshold.send_keys("2")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    wait_until(lambda: "threshold=2" in browser.current_url, 10, "the forecast at 2")
+    [herd] = browser.find_elements(By.CSS_SELECTOR, "tr.herd")  # one, again and again
+    assert re.search(r"and 1[34]\d more, every 2s", herd.text), herd.text  # over 5 minutes
+    assert "web 2" in herd.text and "offsets from 0 to 1 s" in herd.text
+    assert browser.find_element(By.CSS_SELECTOR, "svg.heat").size["width"] > 300
+    screenshot(browser, "forecast.png")

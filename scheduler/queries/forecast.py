@@ -1,0 +1,267 @@
+"""``forecast``: every job's slots over the coming hours, counted by the second, and the
+herds among them (many jobs due in one second), each with the change that would spread
+it.
+
+A herd is ``THRESHOLD`` (100) fires or more in one second, by default. Not for
+cronchain's sake: it starts a herd of thousands within seconds (docs/how-to/herds.md).
+It is for the work: a work worker runs 20 runs at once, so of 100 runs that take
+seconds, 80 wait for a thread, and whatever they call (a database, an API, a GPU
+queue) gets them all in the same second. Spread over the minute, the same jobs come
+two a second.
+
+The slots are the schedules' own (``timing.schedules``), walked from the window's
+start, so the forecast agrees with ``cronchain next`` slot for slot. Jobs alike (one
+schedule, zone and ``days``) are walked once, however many they are. A fixed-delay
+job's next slot hangs on when its run ends: only its pending tick is counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+from cronchain.scheduler.storage.ahead import Planned
+from cronchain.scheduler.timing.iso import iso
+from cronchain.scheduler.timing.schedules import Cron, Every, Schedule, stored_schedule
+
+THRESHOLD = 100  # fires in one second that make a herd (the module's docstring says why)
+CELLS = 96  # the heat strip's cells: a quarter of an hour each, over a day
+WINDOW = timedelta(hours=24)
+MAX_WINDOW = timedelta(days=7)
+EXAMPLES = 5  # job names a herd lists
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A stretch of the window: its fires, and the most in any one second of it."""
+
+    start: datetime
+    fires: int
+    peak: int
+
+
+@dataclass(frozen=True)
+class Herd:
+    """A second with ``fires`` of ``THRESHOLD`` or more: how many of each project, a few
+    of the jobs, and what would spread them."""
+
+    at: datetime
+    fires: int
+    projects: dict[str, int]
+    examples: list[str]
+    advice: list[str]
+
+
+class Busiest(NamedTuple):
+    """The second with the most fires."""
+
+    at: datetime
+    fires: int
+
+
+@dataclass(frozen=True)
+class Forecast:
+    start: datetime
+    end: datetime
+    threshold: int
+    jobs: int
+    fires: int
+    peak: Busiest | None
+    cells: list[Cell]
+    herds: list[Herd] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "start": iso(self.start),
+            "end": iso(self.end),
+            "threshold": self.threshold,
+            "jobs": self.jobs,
+            "fires": self.fires,
+            "peak": None
+            if self.peak is None
+            else {"at": iso(self.peak.at), "fires": self.peak.fires},
+            "herds": [
+                {
+                    "at": iso(h.at),
+                    "fires": h.fires,
+                    "projects": h.projects,
+                    "examples": h.examples,
+                    "advice": h.advice,
+                }
+                for h in self.herds
+            ],
+            "cells": [
+                {"start": iso(c.start), "fires": c.fires, "peak": c.peak} for c in self.cells
+            ],
+        }
+
+
+@dataclass
+class _Alike:
+    """Jobs that fire in the same seconds, and the seconds (since the epoch)."""
+
+    members: list[Planned]
+    seconds: list[int]
+
+    @property
+    def jobs(self) -> int:
+        return sum(m.jobs for m in self.members)
+
+
+def forecast(
+    planned: Iterable[Planned],
+    start: datetime,
+    end: datetime,
+    threshold: int = THRESHOLD,
+    cells: int = CELLS,
+) -> Forecast:
+    """The fires of ``planned`` after ``start`` and up to ``end``, by the second: the
+    slots a job would take from ``start`` on, as its pending tick is the first slot
+    after now."""
+    alike = _walked(planned, start, end)
+    per_second: Counter[int] = Counter()
+    for group in alike:
+        for second in group.seconds:
+            per_second[second] += group.jobs
+    first, span = start.timestamp(), (end - start).total_seconds()
+    fires = [0] * cells
+    peaks = [0] * cells
+    for second, count in per_second.items():
+        i = min(cells - 1, int((second - first) * cells / span))
+        fires[i] += count
+        peaks[i] = max(peaks[i], count)
+    strip = [Cell(start + (end - start) * i / cells, fires[i], peaks[i]) for i in range(cells)]
+    busiest = max(per_second.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+    peak = None if busiest is None else Busiest(_instant(busiest[0]), busiest[1])
+    herds = _herds(alike, sorted(s for s, n in per_second.items() if n >= threshold), per_second)
+    return Forecast(
+        start,
+        end,
+        threshold,
+        sum(g.jobs for g in alike),
+        sum(per_second.values()),
+        peak,
+        strip,
+        herds,
+    )
+
+
+def repeated(herds: list[Herd]) -> list[tuple[Herd, list[datetime]]]:
+    """The herds that are one herd again and again (the same jobs: an hourly schedule's
+    each hour), each with every second it comes, in the order they first come: how a
+    person reads them, where ``--json`` lists each."""
+    same: dict[tuple[object, ...], tuple[Herd, list[datetime]]] = {}
+    for herd in herds:
+        key = (herd.fires, tuple(herd.projects.items()), tuple(herd.examples))
+        same.setdefault(key, (herd, []))[1].append(herd.at)
+    return list(same.values())
+
+
+def when(times: list[datetime]) -> str:
+    """The seconds a repeated herd comes, in words: its first, how many more, and how
+    often, when it comes at one pace (``at 04:00:00Z and 23 more, every 1h``)."""
+    said = f"at {iso(times[0])}"
+    if len(times) == 1:
+        return said
+    gaps = {b - a for a, b in zip(times, times[1:], strict=False)}
+    pace = f", every {_period(gaps.pop())}" if len(gaps) == 1 else ""
+    return f"{said} and {len(times) - 1} more{pace}"
+
+
+def _walked(planned: Iterable[Planned], start: datetime, end: datetime) -> list[_Alike]:
+    """Each schedule's seconds in the window, walked once for all its jobs."""
+    folded: dict[tuple[str, str, str | None], list[Planned]] = defaultdict(list)
+    alike = []
+    for p in planned:
+        if p.tick_at is not None:  # a fixed delay: its pending tick alone
+            inside = start < p.tick_at <= end
+            alike.append(_Alike([p], [math.floor(p.tick_at.timestamp())] if inside else []))
+        else:
+            folded[p.schedule, p.timezone, p.days].append(p)
+    for (schedule, zone, days), members in folded.items():
+        alike.append(_Alike(members, list(_seconds(schedule, zone, days, start, end))))
+    return alike
+
+
+def _seconds(
+    schedule: str, zone: str, days: str | None, start: datetime, end: datetime
+) -> Iterator[int]:
+    parsed = stored_schedule(schedule, zone, days)
+    t = parsed.next_after(start)
+    while t is not None and t <= end:
+        yield math.floor(t.timestamp())
+        t = parsed.next_after(t)
+
+
+def _herds(alike: list[_Alike], seconds: list[int], per_second: Counter[int]) -> list[Herd]:
+    if not seconds:
+        return []
+    wanted = set(seconds)
+    found: dict[int, list[_Alike]] = defaultdict(list)
+    for group in alike:
+        for second in wanted.intersection(group.seconds):
+            found[second].append(group)
+    return [_herd(second, per_second[second], found[second]) for second in seconds]
+
+
+def _herd(second: int, fires: int, groups: list[_Alike]) -> Herd:
+    projects: Counter[str] = Counter()
+    cron = 0
+    every: Counter[timedelta] = Counter()
+    for group in groups:
+        for member in group.members:
+            projects[member.project] += member.jobs
+        parsed = _kind(group)
+        if isinstance(parsed, Cron):
+            cron += group.jobs
+        elif isinstance(parsed, Every):
+            every[parsed.period] += group.jobs
+    examples = sorted(f"{m.project}/{m.example}" for g in groups for m in g.members)
+    return Herd(
+        _instant(second),
+        fires,
+        dict(sorted(projects.items(), key=lambda kv: (-kv[1], kv[0]))),
+        examples[:EXAMPLES],
+        _advice(cron, every),
+    )
+
+
+def _kind(group: _Alike) -> Schedule:
+    first = group.members[0]
+    return stored_schedule(first.schedule, first.timezone, first.days)
+
+
+def _advice(cron: int, every: Counter[timedelta]) -> list[str]:
+    """What would spread a herd: a second of its own for each cron job (a 6th field),
+    an offset for each fixed-rate one, over its period."""
+    said = []
+    if cron:
+        said.append(
+            f"give its {cron} cron jobs each a second of the minute, a 6th field from 0 to"
+            f' 59 ("0 * * * *" becomes "0 * * * * 17"): about {math.ceil(cron / 60)}'
+            " a second"
+        )
+    for period, jobs in sorted(every.items()):
+        seconds = max(1, int(period.total_seconds()))
+        said.append(
+            f"give its {jobs} jobs of period {_period(period)} offsets from 0 to"
+            f' {seconds - 1} s ("every {_period(period)} offset Ns"):'
+            f" about {math.ceil(jobs / seconds)} a second"
+        )
+    return said
+
+
+def _period(period: timedelta) -> str:
+    seconds = int(period.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _instant(second: int) -> datetime:
+    return datetime.fromtimestamp(second, UTC)
