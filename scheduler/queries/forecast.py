@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from cronchain.scheduler.storage.ahead import Planned
 from cronchain.scheduler.timing.iso import iso
-from cronchain.scheduler.timing.schedules import Cron, Every, Schedule, stored_schedule
+from cronchain.scheduler.timing.schedules import EPOCH, Cron, Every, Schedule, stored_schedule
 
 THRESHOLD = 100  # fires in one second that make a herd (the module's docstring says why)
 CELLS = 96  # the heat strip's cells: a quarter of an hour each, over a day
@@ -102,10 +102,12 @@ class Forecast:
 
 @dataclass
 class _Alike:
-    """Jobs that fire in the same seconds, and the seconds (since the epoch)."""
+    """Jobs that fire in the same seconds, the seconds (since the epoch), and their
+    schedule (None for a fixed delay's pending tick)."""
 
     members: list[Planned]
     seconds: list[int]
+    schedule: Schedule | None = None
 
     @property
     def jobs(self) -> int:
@@ -125,8 +127,11 @@ def forecast(
     alike = _walked(planned, start, end)
     per_second: Counter[int] = Counter()
     for group in alike:
-        for second in group.seconds:
-            per_second[second] += group.jobs
+        if group.jobs == 1:
+            per_second.update(group.seconds)  # counted in C: most groups are one job
+        else:
+            for second in group.seconds:
+                per_second[second] += group.jobs
     first, span = start.timestamp(), (end - start).total_seconds()
     fires = [0] * cells
     peaks = [0] * cells
@@ -183,18 +188,30 @@ def _walked(planned: Iterable[Planned], start: datetime, end: datetime) -> list[
         else:
             folded[p.schedule, p.timezone, p.days].append(p)
     for (schedule, zone, days), members in folded.items():
-        alike.append(_Alike(members, list(_seconds(schedule, zone, days, start, end))))
+        parsed = stored_schedule(schedule, zone, days)
+        alike.append(_Alike(members, _seconds(parsed, start, end), parsed))
     return alike
 
 
-def _seconds(
-    schedule: str, zone: str, days: str | None, start: datetime, end: datetime
-) -> Iterator[int]:
-    parsed = stored_schedule(schedule, zone, days)
-    t = parsed.next_after(start)
+def _seconds(schedule: Schedule, start: datetime, end: datetime) -> list[int]:
+    """The seconds of the schedule's slots after ``start``, up to ``end``: a fixed rate's
+    by arithmetic (a hundred thousand jobs spread over an hour are as many schedules),
+    any other's walked slot by slot, as the job's ticks walk them."""
+    if isinstance(schedule, Every):
+        period, offset = (_micros(d) for d in (schedule.period, schedule.offset))
+        after, until = _micros(start - EPOCH), _micros(end - EPOCH)
+        first = offset + ((after - offset) // period + 1) * period
+        return [t // 1_000_000 for t in range(first, until + 1, period)]
+    found = []
+    t = schedule.next_after(start)
     while t is not None and t <= end:
-        yield math.floor(t.timestamp())
-        t = parsed.next_after(t)
+        found.append(math.floor(t.timestamp()))
+        t = schedule.next_after(t)
+    return found
+
+
+def _micros(span: timedelta) -> int:
+    return span // timedelta(microseconds=1)
 
 
 def _herds(alike: list[_Alike], seconds: list[int], per_second: Counter[int]) -> list[Herd]:
@@ -215,7 +232,7 @@ def _herd(second: int, fires: int, groups: list[_Alike]) -> Herd:
     for group in groups:
         for member in group.members:
             projects[member.project] += member.jobs
-        parsed = _kind(group)
+        parsed = group.schedule
         if isinstance(parsed, Cron):
             cron += group.jobs
         elif isinstance(parsed, Every):
@@ -228,11 +245,6 @@ def _herd(second: int, fires: int, groups: list[_Alike]) -> Herd:
         examples[:EXAMPLES],
         _advice(cron, every),
     )
-
-
-def _kind(group: _Alike) -> Schedule:
-    first = group.members[0]
-    return stored_schedule(first.schedule, first.timezone, first.days)
 
 
 def _advice(cron: int, every: Counter[timedelta]) -> list[str]:

@@ -67,3 +67,20 @@ def test_nothing_planned_is_an_empty_forecast() -> None:
     ahead = forecast([], START, DAY)
     assert (ahead.fires, ahead.peak, ahead.herds) == (0, None, [])
     assert ahead.as_json()["peak"] is None
+
+
+def test_a_fixed_rate_counted_by_arithmetic_is_its_walk() -> None:
+    """The arithmetic that counts a fixed rate's slots gives the seconds its ticks walk
+    (``next_after``), at slot edges and sub-second offsets too."""
+    from cronchain.scheduler.queries.forecast import _seconds
+    from cronchain.scheduler.timing.schedules import stored_schedule
+
+    for text in ("every 10s", "every 7s offset 500ms", "every 1h offset 90s", "every 1d"):
+        schedule = stored_schedule(text, "UTC")
+        for start in (START, START.replace(second=0), START + timedelta(milliseconds=500)):
+            end = start + timedelta(hours=30)
+            walked, t = [], schedule.next_after(start)
+            while t is not None and t <= end:
+                walked.append(int(t.timestamp() // 1))
+                t = schedule.next_after(t)
+            assert _seconds(schedule, start, end) == walked, (text, start)
