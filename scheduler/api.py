@@ -347,6 +347,9 @@ class Scheduler:
         begin = (start or self.engine.clock()).replace(microsecond=0)
         with self.engine.db.connect() as conn:
             planned = ahead.planned(conn)
+            delays = forecasting.fixed_delays(planned)
+            if delays:
+                planned += ahead.pending_ticks(conn, delays)
         return forecasting.forecast(planned, begin, begin + window, threshold)
 
     @_explained

@@ -383,7 +383,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
-    result = _scheduler(args).forecast(args.window, args.threshold)
+    result = _scheduler(args).forecast(args.window, args.threshold, start=args.start)
     show(result.as_json(), args.json, lambda _: forecast_text(result))
     return 0
 
@@ -660,6 +660,12 @@ def _parser() -> argparse.ArgumentParser:
         default=THRESHOLD,
         metavar="N",
         help=f"fires in one second that make a herd (default {THRESHOLD})",
+    )
+    c.add_argument(
+        "--from",
+        dest="start",
+        type=_time,
+        help=f"start the window here rather than now (a day to come: {TIME_HELP})",
     )
     as_json(c)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cronchain.scheduler.outside import one_line, shown_on_a_terminal
-from cronchain.scheduler.queries.forecast import Forecast, repeated, when
+from cronchain.scheduler.queries.forecast import SHOWN, Forecast, repeated, when
 from cronchain.scheduler.timing.iso import iso
 from cronchain.scheduler.workflows import gates, upstream
 from cronchain.scheduler.workflows.unmet import unreleased
@@ -64,6 +64,8 @@ def invocation_text(d: dict[str, Any]) -> str:
     checks = d.get("checks") or {}
     if checks.get("held_at"):
         until = checks.get("released_at") or _not_released(d, upstream.REASON)
+        if checks.get("released_at") and not all(c["met"] for c in checks.get(upstream.REASON, ())):
+            until = f"not met; started anyway at {checks['released_at']} (on_unmet: run)"
         lines.append(f"waited for upstreams: {checks['held_at']} -> {until}")
     lines += [f"upstream {upstream.said(c)}" for c in checks.get(upstream.REASON, ())]
     if gates.REASON in checks:
@@ -82,9 +84,6 @@ def invocation_text(d: dict[str, Any]) -> str:
     return shown_on_a_terminal(text)
 
 
-HERDS_SHOWN = 20  # herds the text lists (a herd that comes again is one); --json: each
-
-
 def forecast_text(ahead: Forecast) -> str:
     """The window's fires and busiest second, then each herd (once for the seconds it
     comes again) with its projects, some of its jobs and what would spread it."""
@@ -97,11 +96,11 @@ def forecast_text(ahead: Forecast) -> str:
         f"herds of {ahead.threshold:,} fires or more in one second: {len(ahead.herds)}",
     ]
     herds = repeated(ahead.herds)
-    for herd, times in herds[:HERDS_SHOWN]:
+    for herd, times in herds[:SHOWN]:
         projects = ", ".join(f"{p} {n:,}" for p, n in herd.projects.items())
-        jobs = ", ".join(herd.examples)
-        lines.append(f"{herd.fires:,} fires ({projects}: {jobs}, ...) {when(times)}")
+        jobs = ", ".join(herd.examples) + (", ..." if herd.fires > len(herd.examples) else "")
+        lines.append(f"{herd.fires:,} fires ({projects}: {jobs}) {when(times)}")
         lines += [f"  to spread it, {advice}" for advice in herd.advice]
-    if len(herds) > HERDS_SHOWN:
-        lines.append(f"and {len(herds) - HERDS_SHOWN} more herds (--json lists every one)")
+    if len(herds) > SHOWN:
+        lines.append(f"and {len(herds) - SHOWN} more herds (--json lists every one)")
     return "\n".join(lines)

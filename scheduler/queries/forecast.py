@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -33,6 +33,7 @@ CELLS = 96  # the heat strip's cells: a quarter of an hour each, over a day
 WINDOW = timedelta(hours=24)
 MAX_WINDOW = timedelta(days=7)
 EXAMPLES = 5  # job names a herd lists
+SHOWN = 20  # herds a person is shown (one that comes again is one); --json has each
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,15 @@ class Cell:
 @dataclass(frozen=True)
 class Herd:
     """A second with ``fires`` of ``THRESHOLD`` or more: how many of each project, a few
-    of the jobs, and what would spread them."""
+    of the jobs, and what would spread them. ``alike``: which of the forecast's groups of
+    jobs make it (the same set makes the same herd, each time it comes)."""
 
     at: datetime
     fires: int
     projects: dict[str, int]
     examples: list[str]
     advice: list[str]
+    alike: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
 
 
 class Busiest(NamedTuple):
@@ -103,15 +106,15 @@ class Forecast:
 @dataclass
 class _Alike:
     """Jobs that fire in the same seconds, the seconds (since the epoch), and their
-    schedule (None for a fixed delay's pending tick)."""
+    schedule."""
 
     members: list[Planned]
     seconds: list[int]
-    schedule: Schedule | None = None
+    schedule: Schedule
+    jobs: int = 0
 
-    @property
-    def jobs(self) -> int:
-        return sum(m.jobs for m in self.members)
+    def __post_init__(self) -> None:
+        self.jobs = sum(m.jobs for m in self.members)
 
 
 def forecast(
@@ -123,7 +126,8 @@ def forecast(
 ) -> Forecast:
     """The fires of ``planned`` after ``start`` and up to ``end``, by the second: the
     slots a job would take from ``start`` on, as its pending tick is the first slot
-    after now."""
+    after now. A window under ``cells`` seconds has a cell a second."""
+    cells = max(1, min(cells, int((end - start).total_seconds())))
     alike = _walked(planned, start, end)
     per_second: Counter[int] = Counter()
     for group in alike:
@@ -159,10 +163,9 @@ def repeated(herds: list[Herd]) -> list[tuple[Herd, list[datetime]]]:
     """The herds that are one herd again and again (the same jobs: an hourly schedule's
     each hour), each with every second it comes, in the order they first come: how a
     person reads them, where ``--json`` lists each."""
-    same: dict[tuple[object, ...], tuple[Herd, list[datetime]]] = {}
+    same: dict[frozenset[int], tuple[Herd, list[datetime]]] = {}
     for herd in herds:
-        key = (herd.fires, tuple(herd.projects.items()), tuple(herd.examples))
-        same.setdefault(key, (herd, []))[1].append(herd.at)
+        same.setdefault(herd.alike, (herd, []))[1].append(herd.at)
     return list(same.values())
 
 
@@ -177,20 +180,45 @@ def when(times: list[datetime]) -> str:
     return f"{said} and {len(times) - 1} more{pace}"
 
 
+def fixed_delays(planned: Iterable[Planned]) -> set[str]:
+    """The schedules among ``planned`` that are fixed delays: their jobs are counted one
+    by one, by their pending ticks (``ahead.pending_ticks``)."""
+    return {p.schedule for p in planned if _parsed(p).relative}
+
+
 def _walked(planned: Iterable[Planned], start: datetime, end: datetime) -> list[_Alike]:
-    """Each schedule's seconds in the window, walked once for all its jobs."""
-    folded: dict[tuple[str, str, str | None], list[Planned]] = defaultdict(list)
+    """Each schedule's seconds in the window, walked once for all the jobs that fire in
+    the same seconds: one schedule, or fixed rates of one whole-second period whose
+    offsets fall in the same second (jobs spread over an hour come 3,600 ways, not one
+    per job)."""
+    folded: dict[Hashable, list[Planned]] = defaultdict(list)
+    schedules: dict[Hashable, Schedule] = {}
     alike = []
     for p in planned:
+        parsed = _parsed(p)
         if p.tick_at is not None:  # a fixed delay: its pending tick alone
             inside = start < p.tick_at <= end
-            alike.append(_Alike([p], [math.floor(p.tick_at.timestamp())] if inside else []))
-        else:
-            folded[p.schedule, p.timezone, p.days].append(p)
-    for (schedule, zone, days), members in folded.items():
-        parsed = stored_schedule(schedule, zone, days)
-        alike.append(_Alike(members, _seconds(parsed, start, end), parsed))
+            seconds = [math.floor(p.tick_at.timestamp())] if inside else []
+            alike.append(_Alike([p], seconds, parsed))
+        elif not parsed.relative:  # (a fixed delay's group: its jobs come one by one)
+            key = _fold(parsed)
+            folded[key].append(p)
+            schedules.setdefault(key, parsed)
+    for key, members in folded.items():
+        alike.append(_Alike(members, _seconds(schedules[key], start, end), schedules[key]))
     return alike
+
+
+def _fold(schedule: Schedule) -> Hashable:
+    """What makes two schedules fire in the same seconds: a fixed rate's whole-second
+    period and the second of its offset; any other, itself."""
+    if isinstance(schedule, Every) and _micros(schedule.period) % 1_000_000 == 0:
+        return ("every", schedule.period, _micros(schedule.offset) // 1_000_000)
+    return schedule
+
+
+def _parsed(p: Planned) -> Schedule:
+    return stored_schedule(p.schedule, p.timezone, p.days)
 
 
 def _seconds(schedule: Schedule, start: datetime, end: datetime) -> list[int]:
@@ -198,7 +226,7 @@ def _seconds(schedule: Schedule, start: datetime, end: datetime) -> list[int]:
     by arithmetic (a hundred thousand jobs spread over an hour are as many schedules),
     any other's walked slot by slot, as the job's ticks walk them."""
     if isinstance(schedule, Every):
-        period, offset = (_micros(d) for d in (schedule.period, schedule.offset))
+        period, offset = _micros(schedule.period), _micros(schedule.offset)
         after, until = _micros(start - EPOCH), _micros(end - EPOCH)
         first = offset + ((after - offset) // period + 1) * period
         return [t // 1_000_000 for t in range(first, until + 1, period)]
@@ -211,7 +239,7 @@ def _seconds(schedule: Schedule, start: datetime, end: datetime) -> list[int]:
 
 
 def _micros(span: timedelta) -> int:
-    return span // timedelta(microseconds=1)
+    return (span.days * 86400 + span.seconds) * 1_000_000 + span.microseconds
 
 
 def _herds(alike: list[_Alike], seconds: list[int], per_second: Counter[int]) -> list[Herd]:
@@ -244,6 +272,7 @@ def _herd(second: int, fires: int, groups: list[_Alike]) -> Herd:
         dict(sorted(projects.items(), key=lambda kv: (-kv[1], kv[0]))),
         examples[:EXAMPLES],
         _advice(cron, every),
+        frozenset(id(group) for group in groups),
     )
 
 
@@ -253,16 +282,16 @@ def _advice(cron: int, every: Counter[timedelta]) -> list[str]:
     said = []
     if cron:
         said.append(
-            f"give its {cron} cron jobs each a second of the minute, a 6th field from 0 to"
+            f"give its {cron:,} cron jobs each a second of the minute, a 6th field from 0 to"
             f' 59 ("0 * * * *" becomes "0 * * * * 17"): about {math.ceil(cron / 60)}'
             " a second"
         )
     for period, jobs in sorted(every.items()):
         seconds = max(1, int(period.total_seconds()))
         said.append(
-            f"give its {jobs} jobs of period {_period(period)} offsets from 0 to"
+            f"give its {jobs:,} jobs of period {_period(period)} offsets from 0 to"
             f' {seconds - 1} s ("every {_period(period)} offset Ns"):'
-            f" about {math.ceil(jobs / seconds)} a second"
+            f" about {math.ceil(jobs / seconds):,} a second"
         )
     return said
 

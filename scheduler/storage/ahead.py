@@ -4,14 +4,13 @@ on a dozen schedules are a few dozen rows, not a hundred thousand."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
 from cronchain.scheduler.storage.models import jobs
-
-FIXED_DELAY = "with %"  # a fixed delay's next slot hangs on its run's end (timing.schedules)
 
 
 @dataclass(frozen=True)
@@ -30,10 +29,9 @@ class Planned:
 
 
 def planned(conn: Connection) -> list[Planned]:
-    """Every job with a pending tick: one that is paused, disabled or only triggered has
-    none, and fires only when someone says so."""
+    """Every job with a pending tick, grouped: one that is paused, disabled or only
+    triggered has none, and fires only when someone says so."""
     days = jobs.c.spec["days"].as_string()
-    ticking = jobs.c.tick_at.is_not(None)
     alike = (
         select(
             jobs.c.schedule,
@@ -43,12 +41,17 @@ def planned(conn: Connection) -> list[Planned]:
             func.count(),
             func.min(jobs.c.name),
         )
-        .where(ticking, jobs.c.schedule.not_like(FIXED_DELAY))
+        .where(jobs.c.tick_at.is_not(None))
         .group_by(jobs.c.schedule, jobs.c.timezone, days, jobs.c.project)
     )
-    found = [Planned(*row) for row in conn.execute(alike)]
-    delayed = select(
+    return [Planned(*row) for row in conn.execute(alike)]
+
+
+def pending_ticks(conn: Connection, schedules: Collection[str]) -> list[Planned]:
+    """Each job on one of ``schedules`` (fixed delays, which only the schedule's parser
+    tells as it is written: ``With 5m interval`` is one) with its pending tick."""
+    days = jobs.c.spec["days"].as_string()
+    query = select(
         jobs.c.schedule, jobs.c.timezone, days, jobs.c.project, jobs.c.name, jobs.c.tick_at
-    ).where(ticking, jobs.c.schedule.like(FIXED_DELAY))
-    found += [Planned(s, z, d, p, 1, n, t) for s, z, d, p, n, t in conn.execute(delayed)]
-    return found
+    ).where(jobs.c.tick_at.is_not(None), jobs.c.schedule.in_(list(schedules)))
+    return [Planned(s, z, d, p, 1, n, t) for s, z, d, p, n, t in conn.execute(query)]

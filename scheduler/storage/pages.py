@@ -1,11 +1,12 @@
 """The queries behind the web page (``scheduler.web``): a page of jobs, their last
 outcomes, one job's runs and the jobs linked to it.
 
-The page must stay fast at 10,000 jobs and a history of months, so every query here
-reads an index: jobs a page at a time in (project, name) order from the unique key,
-and each job's newest runs from ``ix_invocations_job_id_id`` (job_id, id), newest
-first, never the history whole. A page's strips of outcomes are one statement for all
-its jobs, not one per job.
+The page must stay fast at 100,000 jobs and a history of months, so no query here
+reads the history whole: each job's newest runs come from ``ix_invocations_job_id_id``
+(job_id, id), newest first, and a page's strips of outcomes are one statement for all
+its jobs, not one per job. The list reads the jobs alone: by name from the unique key,
+while a filter (state, outcome, text), another order or a page far down (an offset)
+reads the jobs table through (bench.scrape times each).
 """
 
 from __future__ import annotations
@@ -179,9 +180,8 @@ class JobQuery:
 def listing(
     conn: Connection, query: JobQuery, *, offset: int, limit: int
 ) -> tuple[list[JobLine], int]:
-    """A page of the jobs ``query`` finds, and how many it finds in all. Found by name
-    order from the unique key's index; the filters on state, outcome and text read every
-    job of the project (a scan of the jobs alone, never of the history)."""
+    """A page of the jobs ``query`` finds, and how many it finds in all: ``limit`` of
+    them after the first ``offset``, in ``query.sort``'s order."""
     where = []
     if query.project is not None:
         where.append(jobs.c.project == query.project)

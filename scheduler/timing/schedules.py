@@ -58,9 +58,12 @@ def parse_seconds(value: object, field: str) -> float:
     return parse_duration(str(value), field).total_seconds()
 
 
+@lru_cache(maxsize=4096)
 def parse_duration(text: str, field: str = "duration") -> timedelta:
     """``"1h30m"`` -> 90 minutes. Units: d, h, m, s, ms; at least one, no sign. Raises
-    :class:`SpecError`, and nothing else, for any text that is not such a duration."""
+    :class:`SpecError`, and nothing else, for any text that is not such a duration.
+    Cached: a fleet's schedules repeat a few periods (``every 1h offset ...``), which
+    the forecast parses once per schedule; a refusal is raised each time."""
     compact = text.replace(" ", "")
     if not _DURATION.fullmatch(compact):
         raise SpecError(field, f"{_shown(text)} is not a duration like 30s, 10m or 1h30m")

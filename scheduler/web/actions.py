@@ -52,9 +52,25 @@ def control(project: str, name: str, action: str) -> Response:
     except TransientError as err:  # the database is away: try again
         abort(503, str(err))
     except (CronchainError, InvalidTransition) as err:  # refused, as the CLI refuses it
-        abort(409, str(err))
+        abort(409, refusal(ref, action, err))
     target = url_for("job", project=project, name=name, **done)
     return redirect(target, 303)  # type: ignore[return-value]
+
+
+# What to do about a refusal, by the state that refused it (statemachine.JobState).
+NEXT_STEP = {
+    "SUSPENDED": "It is paused: resume it first.",
+    "DISABLED": "It is not in its job file any more: apply a file that has it to run it.",
+}
+PAST = {"pause": "paused", "resume": "resumed", "trigger": "triggered", "abort": "aborted"}
+
+
+def refusal(ref: str, action: str, err: Exception) -> str:
+    """A refusal as a sentence: what was not done, why (the CLI's words), and what to
+    do instead where the job's state says."""
+    state = getattr(getattr(err, "state", None), "value", None)
+    then = f" {NEXT_STEP[state]}" if state in NEXT_STEP else ""
+    return f"{ref} was not {PAST[action]}: {str(err).rstrip('.')}.{then}"
 
 
 def _act(action: str, ref: str) -> dict[str, Any]:

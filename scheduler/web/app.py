@@ -27,7 +27,7 @@ from sqlalchemy import Engine
 from cronchain.scheduler.api import Scheduler
 from cronchain.scheduler.settings import Settings
 from cronchain.scheduler.storage.clock import database_clock
-from cronchain.scheduler.web import actions, views
+from cronchain.scheduler.web import actions, errors, views
 from cronchain.scheduler.web.context import WebContext
 from cronchain.scheduler.web.health import WorkerWatch, check_health
 from cronchain.scheduler.web.metrics import DatabaseCollector, render
@@ -105,6 +105,7 @@ def create_app(
 
     views.register(app)
     actions.register(app)
+    errors.register(app)
     return app
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from statistics import median
 
 from markupsafe import Markup, escape
@@ -157,8 +157,10 @@ def heat_strip(cells: Sequence[Cell], threshold: int) -> Markup:
             f'<rect class="h{level}" x="{i * step:.1f}" y="{top}" width="{step:.1f}"'
             f' height="{STRIP_HEIGHT - top}"><title>{escape(title)}</title></rect>'
         )
+    days = len(cells) > 1 and cells[-1].start - cells[0].start >= timedelta(days=1)
+    shape = "%m-%d %H:%M" if days else "%H:%M"
     labels = [
-        f'<text x="{i * step:.1f}" y="{STRIP_HEIGHT + 13}">{cell.start:%H:%M}</text>'
+        f'<text x="{i * step:.1f}" y="{STRIP_HEIGHT + 13}">{cell.start.strftime(shape)}</text>'
         for i, cell in enumerate(cells)
         if i % max(1, len(cells) // 6) == 0
     ]

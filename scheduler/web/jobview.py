@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from cronchain.scheduler.spec import controls
 from cronchain.scheduler.storage.alert_store import AlertRow, delivery_text
 from cronchain.scheduler.storage.pages import Run
@@ -121,7 +123,7 @@ def moment(t: datetime | None, zone: str, now: datetime) -> Moment | None:
     a person reads none."""
     if t is None:
         return None
-    t = t.replace(microsecond=0)
+    t = t.replace(microsecond=0)  # "ago" counts whole seconds, as the exact time shows
     return Moment(ago(t, now), shown(t, zone))
 
 
@@ -259,7 +261,7 @@ def _target(kind: str, options: dict[str, Any]) -> list[tuple[str, str]]:
         return [
             ("celery", f"{options.get('task', '')} on queue {options.get('queue', '')}{hidden}")
         ]
-    return [(kind, ", ".join(f"{k}={_value(v)}" for k, v in sorted(options.items())))]
+    return [(kind, _value(options))]
 
 
 def _port(port: int | None) -> str:
@@ -267,8 +269,11 @@ def _port(port: int | None) -> str:
 
 
 def _value(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_value(v)}" for k, v in sorted(value.items()))
-    if isinstance(value, list | tuple):
-        return ", ".join(map(str, value))
+    """A spec's value as a job file writes it: YAML, a mapping or a list on one line
+    (``{fail: false, sleep: 0.3}``), never Python's repr."""
+    if isinstance(value, dict | list | tuple):
+        flow = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10**6)
+        return flow.strip()
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return str(value)

@@ -5,13 +5,14 @@
 view can be shared as a link: ``project``, ``state``, ``outcome`` (the last run that
 ended succeeded or failed, or none ever did), ``q`` (a text the job's ``project/name``
 holds), ``sort`` (``pages.SORTS``) and ``page``. A filter reads the jobs alone, never
-the history, so that a page costs the same at a hundred thousand jobs. The projects and
+the history (``scheduler.storage.pages``). The projects and
 their job counts head the page. Each job's strip of its last ``STRIP`` outcomes comes
 from one query for the whole page (``scheduler.storage.pages.strips``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -176,13 +177,12 @@ def run_page(project: str, name: str, run_id: int) -> str:
     zone = line.timezone
     retry = None
     if run.status == "STARTING" and run.attempts and run.start_at is not None:
-        due = run.start_at.replace(microsecond=0)  # HTML's datetime: 3 digits at most
-        retry = jobview.Moment(jobview.due_in(run.start_at, now), shown(due, zone))
+        retry = jobview.Moment(jobview.due_in(run.start_at, now), shown(run.start_at, zone))
     return render_template(
         "run.html",
         job=line,
         run=run,
-        slot=shown((run.slot or run.created_at).replace(microsecond=0), zone),
+        slot=shown(run.slot or run.created_at, zone),
         reason=None if run.reason is None else meaning_of(run.reason),
         retry=retry,
         attempts=runview.attempts(run, zone, now),
@@ -209,10 +209,12 @@ def forecast_page() -> str:
         ahead=ahead,
         window=request.args.get("window") or "24h",
         strip=chart.heat_strip(ahead.cells, ahead.threshold),
-        cell=jobview.took(cell),
+        cell=chart.round_label(cell) if cell == round(cell) else jobview.took(cell),
         herds=[
-            (herd, forecasting.when(times)) for herd, times in forecasting.repeated(ahead.herds)
+            (herd, forecasting.when(times))
+            for herd, times in forecasting.repeated(ahead.herds)[: forecasting.SHOWN]
         ],
+        more=max(0, len(forecasting.repeated(ahead.herds)) - forecasting.SHOWN),
     )
 
 
@@ -245,7 +247,13 @@ def _strip(runs: list[pages.Run], zone_name: str) -> Markup:
         title = f"{what} {local_text(run.slot or run.created_at, zone)}: {run.status}"
         title = f"{title} ({why})" if why else title
         cells.append(f'<span class="cell s-{escape(run.status)}" title="{escape(title)}"></span>')
-    return Markup("".join(cells))
+    # One label for the strip, not one per cell: a screen reader says it once.
+    counted = Counter(run.status for run in runs)
+    said = ", ".join(f"{n} {status.lower()}" for status, n in counted.most_common()) or "none"
+    label = f"last {len(runs)} runs: {said}"
+    return Markup(
+        f'<span class="strip" role="img" aria-label="{escape(label)}">{"".join(cells)}</span>'
+    )
 
 
 def _explained(ref: str) -> dict[str, Any] | None:

@@ -56,7 +56,9 @@ def zone_of(name: str) -> ZoneInfo:
 
 
 def shown(t: datetime, zone_name: str) -> Shown:
-    """``t`` in the zone, without a DST note."""
+    """``t`` in the zone, without a DST note; in whole seconds, as the page writes every
+    time (HTML's ``datetime`` takes three digits of a second at most)."""
+    t = t.replace(microsecond=0)
     local = t.astimezone(zone_of(zone_name))
     return Shown(
         text=local_text(t, zone_of(zone_name)),

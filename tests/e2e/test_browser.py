@@ -59,7 +59,7 @@ def browser() -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(flag)
-    options.add_argument("--window-size=1400,1000")
+    options.add_argument("--window-size=1280,1000")
     options.add_argument("--lang=en-US")  # the viewer's zone is written in its words
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
@@ -157,9 +157,16 @@ def test_operator_pauses_a_job_in_the_browser(cluster: Cluster, browser: Any):
     assert skipped and "paused: missed while the job was paused" in skipped[-1].text
     screenshot(browser, "job.png")
 
-    # Pause it with the form; the page then says so, and so does the CLI.
+    # Pause it with the form, which asks first; the page then says so, and so does the CLI.
     browser.find_element(By.CSS_SELECTOR, "input[name=reason]").send_keys("from the browser")
     browser.find_element(By.CSS_SELECTOR, "button[value=pause]").click()
+    asked = browser.switch_to.alert
+    assert asked.text == "Pause web/ping? No slot fires until it is resumed."
+    asked.dismiss()  # not yet: nothing happens
+    assert "done=" not in browser.current_url
+    assert not any(j["paused"] for j in json.loads(cluster.cronchain("jobs", "--json")))
+    browser.find_element(By.CSS_SELECTOR, "button[value=pause]").click()
+    browser.switch_to.alert.accept()
     wait_until(lambda: "done=paused" in browser.current_url, 10, "the pause")
     assert browser.find_element(By.CSS_SELECTOR, "h1 .state").text == "SUSPENDED"
     assert "Paused: from the browser" in browser.find_element(By.CSS_SELECTOR, ".paused").text
@@ -168,6 +175,19 @@ def test_operator_pauses_a_job_in_the_browser(cluster: Cluster, browser: Any):
     ping = next(j for j in jobs if j["id"] == "web/ping")
     assert ping["paused"] and ping["state"] == "SUSPENDED"
     assert ping["pause_reason"] == "from the browser"
+
+    # A paused job refuses a trigger: the refusal is the site's own page, in a sentence.
+    browser.find_element(By.CSS_SELECTOR, "button[value=trigger]").click()
+    browser.switch_to.alert.accept()
+    wait_until(lambda: browser.current_url.endswith("/trigger"), 10, "the refusal")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Refused"
+    said = browser.find_element(By.CSS_SELECTOR, "p.sentence").text
+    assert said == (
+        "web/ping was not triggered: cannot trigger a job that is SUSPENDED."
+        " It is paused: resume it first."
+    )
+    browser.find_element(By.LINK_TEXT, "Back to the job").click()
+    wait_until(lambda: browser.current_url.endswith("/jobs/web/ping"), 10, "the way back")
 
 
 RUNS = """project: web
@@ -253,6 +273,7 @@ def test_the_list_filters_in_the_url_and_pages_update_without_a_reload(
     command line appears in the job's open page without a reload (the page's script
     fetches its live parts again)."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
     cluster.cronchain("db", "upgrade")
@@ -266,7 +287,11 @@ def test_the_list_filters_in_the_url_and_pages_update_without_a_reload(
     sign_in(browser, None)
 
     def shown() -> list[str]:
-        return [row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, "tr.job")]
+        """The listed jobs, read in one step: the live refresh may swap the rows between
+        two reads of elements."""
+        return browser.execute_script(
+            "return Array.from(document.querySelectorAll('tr.job a'), a => a.textContent)"
+        )
 
     browser.get(f"{base}/")
     # web/broken's first failure comes into the open list by itself.
@@ -276,7 +301,8 @@ def test_the_list_filters_in_the_url_and_pages_update_without_a_reload(
     browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
     wait_until(lambda: "outcome=failed" in browser.current_url, 10, "the filtered list")
     assert shown() == ["web/broken"]
-    assert "jobs 1–1 of 1" in browser.find_element(By.CSS_SELECTOR, "p.count").text
+    counted = browser.execute_script("return document.querySelector('p.count').textContent")
+    assert "jobs 1–1 of 1" in counted
     browser.get(browser.current_url.replace("outcome=failed", "outcome=never"))
     assert shown() == ["web/on-demand"]  # the URL alone makes the view
 
@@ -306,3 +332,35 @@ def test_the_list_filters_in_the_url_and_pages_update_without_a_reload(
     assert "web 2" in herd.text and "offsets from 0 to 1 s" in herd.text
     assert browser.find_element(By.CSS_SELECTOR, "svg.heat").size["width"] > 300
     screenshot(browser, "forecast.png")
+
+    # By keyboard alone: tab to the search, type, Enter.
+    browser.get(f"{base}/")
+    for _ in range(30):
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+        if browser.switch_to.active_element.get_attribute("name") == "q":
+            break
+    browser.switch_to.active_element.send_keys("broken", Keys.ENTER)
+    wait_until(lambda: "q=broken" in browser.current_url, 10, "the search by keyboard")
+    assert shown() == ["web/broken"]
+
+    # A phone's width and a dark screen: nothing scrolls sideways, every page is dark.
+    browser.get(f"{base}/")
+    dark = {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", dark)
+    screenshot(browser, "jobs-dark.png")
+    browser.set_window_size(390, 844)
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    browser.get(f"{base}/")
+    screenshot(browser, "jobs-phone.png")
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", dark)
+    for path, name in (("/", "jobs"), ("/jobs/web/ping", "job"), ("/forecast", "forecast")):
+        browser.get(base + path)
+        wide, seen = browser.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert wide <= seen, (path, wide, seen)
+        background = browser.execute_script(
+            "return getComputedStyle(document.body).backgroundColor"
+        )
+        assert background == "rgb(18, 20, 23)", (path, background)
+        screenshot(browser, f"{name}-phone-dark.png")

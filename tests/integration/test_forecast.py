@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -47,15 +47,17 @@ def test_the_forecast_is_every_jobs_next_slots_added_up(pg_url: str, tmp_path: P
         cli("apply", "herds.yaml")
         cli("apply", "quiet.yaml")
         cli("pause", "herds/hourly000")
-        found = json.loads(cli("forecast", "--window", "24h", "--json").stdout)
-        said = cli("forecast").stdout  # as a person reads it: a herd that comes again once
+        # A fixed day: the real clock's would cross Paris's DST change twice a year.
+        day = ("--from", "2026-12-01T00:00:00Z")
+        found = json.loads(cli("forecast", *day, "--window", "24h", "--json").stdout)
+        said = cli("forecast", *day).stdout  # as a person reads it: a herd that comes again once
         assert "herds of 100 fires or more in one second: 25\n" in said, said
         assert re.search(
             r"^200 fires \(herds 160, quiet 40: .*\) at \S+ and 23 more, every 1h$", said, re.M
         )
         assert re.search(r"^111 fires \(herds 111: .*\) at \S+$", said, re.M), said
         start, end = (datetime.fromisoformat(found[k]) for k in ("start", "end"))
-        assert end - start == timedelta(hours=24)
+        assert (start, end - start) == (datetime(2026, 12, 1, tzinfo=UTC), timedelta(hours=24))
 
         # Each job's slots, as `next` gives them for its schedule, zone and days: asked
         # once for the jobs that share all three (a fork of the CLI costs 0.1 s).

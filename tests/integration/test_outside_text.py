@@ -35,6 +35,7 @@ from tests.support.jobs import apply, spec
 from tests.support.receivers import http_answer, raw_endpoint, smtp_server, webhook
 from tests.support.rows import alert_rows, rows
 from tests.support.upstream import needs
+from tests.support.web import client
 
 pytestmark = pytest.mark.postgres
 S = InvocationStatus
@@ -286,6 +287,23 @@ def test_a_wait_settled_without_a_start_is_not_still_waiting(db: sqlalchemy.Engi
     text = invocation_text(Scheduler(engine).invocation(d["id"]))
     assert "still waiting" not in text
     assert "-> not met: FAILED at 2026-03-01T12:10:01" in text, text
+
+
+def test_an_upstream_wait_that_ran_anyway_says_so_on_both_sides(
+    db: sqlalchemy.Engine, clock: Clock
+):
+    """``max_wait`` ran out and ``on_unmet: run`` started it: the wait records a release,
+    but the upstream was not met; the CLI and the run's page both say so."""
+    engine, _ = engine_with(db, clock)
+    apply(engine, spec("a"), spec("d", **needs("a", max_wait="10m", on_unmet="run")))
+    Scheduler(engine).trigger("p/d")
+    clock.advance(601)
+    assert watchdog.run_once(engine).settled == 1
+    [d] = rows(engine, "d")
+    text = invocation_text(Scheduler(engine).invocation(d["id"]))
+    assert "waited for upstreams: " in text and "-> not met; started anyway at" in text, text
+    page = client(engine, clock).get(f"/jobs/p/d/runs/{d['id']}").text
+    assert "not met; started anyway (on_unmet: run)" in page and "released" not in page
 
 
 def test_a_gate_wait_that_ran_anyway_says_so(db: sqlalchemy.Engine, clock: Clock):

@@ -372,7 +372,7 @@ def test_history_says_when_runs_started_and_ended_and_what_they_took(
     assert rows == sorted(rows, key=int, reverse=True) and len(rows) == 2
     older = re.search(rf"<tr><td><a [^>]*>{min(rows, key=int)}</a></td>.*?</tr>", text, re.S)
     assert older is not None
-    cells = dict(re.findall(r'<td class="(\w+)">(.*?)</td>', older.group(0)))
+    cells = dict(re.findall(r'<td class="(\w+)"[^>]*>(.*?)</td>', older.group(0)))
     assert cells["took"] == "2.5 s" and cells["attempts"] == "3"
     exact = (
         '<time datetime="2026-03-01T11:55:00Z"'

@@ -133,3 +133,12 @@ def test_a_charts_titles_are_text_not_markup() -> None:
     [took, _] = chart.charts([timing(1, 1.0, 0.1, "<b>")], "UTC", lambda run: '"/x?a=1&b=2')
     assert "<b>" not in str(took.svg) and "&lt;b&gt;" in str(took.svg)
     assert 'href="&#34;/x?a=1&amp;b=2"' in str(took.svg)
+
+
+def test_a_spec_reads_as_the_yaml_a_job_file_writes() -> None:
+    spec = {"schedule": "every 5s", "timezone": "UTC", "noop": {"fail": False, "sleep": 0.3},
+            "retries": {"max_attempts": 3, "backoff": 30}, "requires": ["a", "b"]}  # fmt: skip
+    lines = dict(jobview.spec_summary(spec, "noop"))
+    assert lines["noop"] == "{fail: false, sleep: 0.3}"
+    assert lines["retries"] == "{max_attempts: 3, backoff: 30}"
+    assert lines["requires"] == "[a, b]"

@@ -1,7 +1,9 @@
 // cronchain serve's one script, shipped in the package; the page reads the same without
-// it, only still. Two things, in plain JavaScript (no library to ship or to keep):
+// it, only still and without asking before a control. Three things, in plain JavaScript
+// (no library to ship or to keep):
 // - each exact time's title says it in the viewer's own zone too, which only the
 //   browser knows;
+// - a control's form asks first (its data-confirm) and goes only if the operator agrees;
 // - the parts of a page marked data-live (the jobs list, a job's slots and history) are
 //   fetched again every few seconds while the tab is in view, and swapped in place: no
 //   reload, so a filter or a reason being typed is kept, and a part holding the
@@ -25,26 +27,57 @@
     });
   }
 
+  // One round at a time: the next is set once this one has settled, so a slow server
+  // never has rounds piled up, and an older answer never lands over a newer one. A round
+  // the server does not answer within the pause is dropped; one it refuses (401, 403:
+  // signed out) ends the updates.
   function refresh(parts) {
-    if (document.hidden) return;
-    fetch(location.href, { cache: "no-store", credentials: "same-origin" })
-      .then(function (answer) { return answer.ok ? answer.text() : null; })
-      .then(function (html) {
-        if (html === null) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html");
-        parts.forEach(function (part) {
-          var now = fresh.getElementById(part.id);
-          if (now && !part.contains(document.activeElement)) {
-            part.innerHTML = now.innerHTML;
-            zoned(part);
-          }
-        });
-        document.body.dataset.refreshed = String(Date.now());
+    if (document.hidden) return later(parts, EVERY);
+    var stop = new AbortController();
+    var timer = setTimeout(function () { stop.abort(); }, EVERY);
+    fetch(location.href, { cache: "no-store", credentials: "same-origin", signal: stop.signal })
+      .then(function (answer) {
+        if (answer.status === 401 || answer.status === 403) return "stop";
+        return answer.ok ? answer.text() : null;
       })
-      .catch(function () {}); // the server away: the next round asks again
+      .then(function (html) {
+        if (html === "stop") return;
+        if (html !== null) swap(parts, new DOMParser().parseFromString(html, "text/html"));
+        later(parts, html === null ? 2 * EVERY : EVERY);
+      })
+      .catch(function () { later(parts, 2 * EVERY); }) // away: ask again, less often
+      .finally(function () { clearTimeout(timer); });
   }
+
+  function later(parts, ms) {
+    setTimeout(refresh, ms, parts);
+  }
+
+  // A part is left as it is while someone is in it: its keyboard focus, the pointer on
+  // it (a cell's title being read), or a selection in it.
+  function busy(part) {
+    var selected = window.getSelection();
+    return part.contains(document.activeElement) || part.matches(":hover") ||
+      (selected && !selected.isCollapsed && part.contains(selected.anchorNode));
+  }
+
+  function swap(parts, fresh) {
+    parts.forEach(function (part) {
+      var now = fresh.getElementById(part.id);
+      if (now && !busy(part) && now.innerHTML !== part.fetched) {
+        part.innerHTML = part.fetched = now.innerHTML;
+        zoned(part);
+      }
+    });
+    document.body.dataset.refreshed = String(Date.now());
+  }
+
+  document.addEventListener("submit", function (event) {
+    var asks = event.target.dataset.confirm;
+    if (asks && !window.confirm(asks)) event.preventDefault();
+  });
 
   zoned(document);
   var parts = Array.prototype.slice.call(document.querySelectorAll("[data-live][id]"));
-  if (parts.length) setInterval(refresh, EVERY, parts);
+  if (parts.length) later(parts, EVERY);
 })();
