@@ -9,10 +9,11 @@ history is there to be avoided) and a last success on every job. A real ``cronch
 serve`` process answers; the scrapes are real HTTP requests, one after another. Figures:
 the scrape's wall time p50/p99/max, its size, and the time of one in-process render
 (the database's part and the text format's, without HTTP). Then the same for the
-page: ``/`` (its first 200 jobs, each with its strip of 30 runs), ``/?page=`` a page
-near the end, the jobs that failed last (one in a hundred), a search by name, the list
-by next tick, one job's page and the forecast of the next 24 hours; with each, the
-share of a core an open page's refresh every 5 s costs at most.
+page: ``/`` (its first 200 jobs, each with its strip of 30 runs), a page near the end
+as its links reach it (``?after=``) and as a typed number (an offset), the jobs that
+failed last (one in a hundred), a search by name, the list by next tick, one job's
+page and the forecast of the next 24 hours; with each, the share of a core an open
+page's refresh every 5 s costs at most.
 Last, the scrape again with ``CRONCHAIN_METRICS_PER_JOB=false`` (``no_per_job_*``), and
 again a minute later (``no_per_job_a_minute_on_*``), when a slow count of the jobs by state
 is counted again.
@@ -64,13 +65,16 @@ def main() -> None:
         started = time.perf_counter()
         render(collector)
         figure(NAME, "render_in_process", (time.perf_counter() - started) * 1000, "ms")
-        last = f"bench/{sorted(s.name for s in specs)[-300]}"
-        late = max(1, args.jobs // PAGE - 1)
+        names = sorted(s.name for s in specs)
+        last = f"bench/{names[-300]}"
+        late = max(1, args.jobs // PAGE - 1)  # its first job follows names[(late-1)*PAGE-1]
+        after = f"bench/{names[max(0, (late - 1) * PAGE - 1)]}"
         with _serving(url, folder) as base:
             _scrapes(f"{base}/metrics", args.scrapes)
             for name, path in (
                 ("page", "/"),
-                ("page_late", f"/?page={late}"),
+                ("page_late", f"/?page={late}&after={after}"),  # as its links reach it
+                ("page_late_typed", f"/?page={late}"),  # a number typed: an offset
                 ("page_failed", "/?outcome=failed"),
                 ("page_search", f"/?q={last.split('/')[1][:-1]}"),
                 ("page_by_next_tick", "/?sort=next"),

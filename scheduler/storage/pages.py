@@ -31,6 +31,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    tuple_,
 )
 
 from cronchain.scheduler.spec.model import NAME
@@ -178,10 +179,19 @@ class JobQuery:
 
 
 def listing(
-    conn: Connection, query: JobQuery, *, offset: int, limit: int
+    conn: Connection,
+    query: JobQuery,
+    *,
+    offset: int,
+    limit: int,
+    after: tuple[str, str] | None = None,
+    before: tuple[str, str] | None = None,
 ) -> tuple[list[JobLine], int]:
     """A page of the jobs ``query`` finds, and how many it finds in all: ``limit`` of
-    them after the first ``offset``, in ``query.sort``'s order."""
+    them after the first ``offset``, in ``query.sort``'s order. In name order, the page
+    after the job ``after`` (project, name), or the one before ``before``, is read from
+    the unique key from there (keyset paging: the 500th page costs what the first does,
+    where an offset reads every job before it)."""
     where = []
     if query.project is not None:
         where.append(jobs.c.project == query.project)
@@ -195,14 +205,16 @@ def listing(
         ref = func.lower(jobs.c.project + "/" + jobs.c.name)
         where.append(ref.contains(query.text.lower(), autoescape=True))
     count = conn.execute(select(func.count()).select_from(jobs).where(*where)).scalar_one()
-    found = conn.execute(
-        select(*_LINE_COLUMNS)
-        .where(*where)
-        .order_by(*SORTS[query.sort])
-        .offset(offset)
-        .limit(limit)
-    )
-    return [JobLine(*row) for row in found], count
+    page = select(*_LINE_COLUMNS).where(*where).limit(limit)
+    key = tuple_(jobs.c.project, jobs.c.name)
+    if query.sort == "name" and before is not None:
+        page = page.where(key < tuple_(*before)).order_by(jobs.c.project.desc(), jobs.c.name.desc())
+        return [JobLine(*row) for row in reversed(conn.execute(page).all())], count
+    if query.sort == "name" and after is not None:
+        page = page.where(key > tuple_(*after)).order_by(*SORTS["name"])
+    else:
+        page = page.order_by(*SORTS[query.sort]).offset(offset)
+    return [JobLine(*row) for row in conn.execute(page)], count
 
 
 def job_line(conn: Connection, project: str, name: str) -> JobLine | None:

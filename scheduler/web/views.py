@@ -64,13 +64,17 @@ def jobs_page() -> str:
         sort=_choice("sort", tuple(pages.SORTS)) or "name",
     )
     number = _page_number(request.args.get("page"))
+    # The page's links name the job a page starts after (or ends before), so that in name
+    # order the next page is read from there, not counted from the first job.
+    keys = {"after": _ref_or_none("after"), "before": _ref_or_none("before")}
     now = ctx.now()
     with ctx.db.connect() as conn:
-        listed, found = pages.listing(conn, query, offset=(number - 1) * PAGE, limit=PAGE)
+        offset = (number - 1) * PAGE
+        listed, found = pages.listing(conn, query, offset=offset, limit=PAGE, **keys)
         last = max(1, -(-found // PAGE))
-        if number > last:  # a page past the end (the jobs went since): the last one
+        if number > last or not listed:  # past the end (jobs went since): the last page
             number = last
-            listed, found = pages.listing(conn, query, offset=(number - 1) * PAGE, limit=PAGE)
+            listed, found = pages.listing(conn, query, offset=(last - 1) * PAGE, limit=PAGE)
         strips = pages.strips(conn, [job.id for job in listed])
         projects = pages.projects(conn)
     rows = [
@@ -96,6 +100,9 @@ def jobs_page() -> str:
         kept={k: v for k, v in kept.items() if v},
         number=number,
         last=last,
+        keyset=query.sort == "name" and bool(listed),
+        first_ref=listed[0].ref if listed else None,
+        last_ref=listed[-1].ref if listed else None,
         first_shown=(number - 1) * PAGE + 1 if listed else 0,
         last_shown=(number - 1) * PAGE + len(listed),
         found=found,
@@ -326,6 +333,18 @@ def _choice(field: str, allowed: tuple[str, ...]) -> str | None:
     if text not in allowed:
         abort(400, f"{field} must be one of {', '.join(allowed)}")
     return text
+
+
+def _ref_or_none(field: str) -> tuple[str, str] | None:
+    """A job named in the query string as PROJECT/NAME (``after``, ``before``), as the
+    page's links name it; 400 for anything else."""
+    text = request.args.get(field)
+    if not text:
+        return None
+    project, _, name = text.partition("/")
+    if not (NAME.fullmatch(project) and NAME.fullmatch(name)):
+        abort(400, f"{field} must be PROJECT/NAME, as the page's links give it")
+    return project, name
 
 
 def _page_number(text: str | None) -> int:

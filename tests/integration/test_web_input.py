@@ -41,7 +41,7 @@ ODD = [
     "p%2Fa",
 ]
 QUERY = {  # the parameters each page reads
-    "/": ("project", "state", "outcome", "q", "sort", "page"),
+    "/": ("project", "state", "outcome", "q", "sort", "page", "after", "before"),
     "/jobs/p/a": ("before", "at", "done", "n"),
 }
 ACTIONS = ("pause", "resume", "trigger", "abort", "nothing")

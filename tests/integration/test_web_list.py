@@ -107,24 +107,35 @@ def test_pages_count_and_link_both_ways(
     monkeypatch.setattr(views, "PAGE", 4)
     jobs = [JobSpec("p", f"j{i:02d}", "triggered", kind="noop") for i in range(10)]
     Scheduler(engine).apply(jobs, project="p")
+
+    def follow(text: str, rel: str) -> str:
+        link = re.search(rf'rel="{rel}" href="([^"]+)"', text)
+        assert link is not None, rel
+        return text_of(engine, clock, link.group(1).replace("&amp;", "&"))
+
     first = text_of(engine, clock, "/?q=j")
     assert "jobs 1–4 of 10" in first and "page 1 of 3" in first and 'rel="prev"' not in first
-    nxt = re.search(r'rel="next" href="([^"]+)"', first)
-    assert nxt is not None and "q=j" in nxt.group(1)  # the filter goes with the page
-    last = text_of(engine, clock, nxt.group(1).replace("&amp;", "&").replace("page=2", "page=3"))
+    assert re.search(r'rel="next" href="[^"]*q=j', first)  # the filter goes with the page
+    second = follow(first, "next")  # from the last job it listed: the name's index
+    assert "jobs 5–8 of 10" in second
+    last = follow(second, "next")
     assert "jobs 9–10 of 10" in last and 'rel="next"' not in last
+    back = follow(last, "prev")  # to the jobs before the first it listed
+    assert "jobs 5–8 of 10" in back and "p/j04" in back and "p/j08" not in back
+    # A page typed by hand is counted from the first; past the end, the last one.
     assert listed(engine, clock, "/?q=j&page=3") == ["p/j08", "p/j09"]
-    assert listed(engine, clock, "/?q=j&page=99") == ["p/j08", "p/j09"]  # past the end: last
-    prev = re.search(r'rel="prev" href="([^"]+)"', last)
-    assert prev is not None
-    assert listed(engine, clock, prev.group(1).replace("&amp;", "&")) == [
-        f"p/j{i:02d}" for i in range(4, 8)
-    ]
+    assert listed(engine, clock, "/?q=j&page=99") == ["p/j08", "p/j09"]
+    # Other orders page by count: the next tick's.
+    by_tick = text_of(engine, clock, "/?sort=next")
+    assert "after=" not in by_tick and "jobs 1–4 of 10" in by_tick
+    assert "jobs 5–8 of 10" in follow(by_tick, "next")
 
 
 @pytest.mark.parametrize(
-    "query", ["state=NOPE", "outcome=maybe", "sort=size", "page=0", "page=-1", "page=x"]
-)
+    "query",
+    ["state=NOPE", "outcome=maybe", "sort=size", "page=0", "page=-1", "page=x", "after=p",
+     "before=%00/x"],
+)  # fmt: skip
 def test_a_filter_no_link_makes_is_refused(engine: Engine, clock: Clock, query: str):
     answer = client(engine, clock).get(f"/?{query}")
     assert answer.status_code == 400

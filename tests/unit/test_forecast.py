@@ -84,3 +84,18 @@ def test_a_fixed_rate_counted_by_arithmetic_is_its_walk() -> None:
                 walked.append(int(t.timestamp() // 1))
                 t = schedule.next_after(t)
             assert _seconds(schedule, start, end) == walked, (text, start)
+
+
+def test_a_fixed_delay_is_told_by_its_parser_however_it_is_written() -> None:
+    """``With 5m interval`` is a fixed delay as much as ``with 5m interval``: its jobs
+    come one by one, by their pending ticks, never walked as a group from the start."""
+    from cronchain.scheduler.queries.forecast import fixed_delays
+
+    written = [
+        Planned("With 5m interval", "UTC", None, "p", 300, "a"),
+        Planned("with\t5m   interval", "UTC", None, "p", 2, "b"),
+        Planned("every 5m", "UTC", None, "p", 1, "c"),
+    ]
+    assert fixed_delays(written) == {"With 5m interval", "with\t5m   interval"}
+    ahead = forecast(written, START, DAY)
+    assert ahead.fires == 288 and ahead.herds == []  # every 5m's alone
