@@ -665,7 +665,8 @@ def _parser() -> argparse.ArgumentParser:
         "--from",
         dest="start",
         type=_time,
-        help=f"start the window here rather than now (a day to come: {TIME_HELP})",
+        help=f"start the window here rather than now (a day to come: {TIME_HELP});"
+        " a fixed-delay job counts only its pending tick, if it falls in the window",
     )
     as_json(c)
 

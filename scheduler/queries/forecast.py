@@ -112,6 +112,7 @@ class _Alike:
     seconds: list[int]
     schedule: Schedule
     jobs: int = 0
+    index: int = 0  # its place among the forecast's groups: what a herd's ``alike`` names
 
     def __post_init__(self) -> None:
         self.jobs = sum(m.jobs for m in self.members)
@@ -127,6 +128,7 @@ def forecast(
     """The fires of ``planned`` after ``start`` and up to ``end``, by the second: the
     slots a job would take from ``start`` on, as its pending tick is the first slot
     after now. A window under ``cells`` seconds has a cell a second."""
+    end = start + timedelta(seconds=math.floor((end - start).total_seconds()))  # whole seconds
     cells = max(1, min(cells, int((end - start).total_seconds())))
     alike = _walked(planned, start, end)
     per_second: Counter[int] = Counter()
@@ -182,8 +184,11 @@ def when(times: list[datetime]) -> str:
 
 def fixed_delays(planned: Iterable[Planned]) -> set[str]:
     """The schedules among ``planned`` that are fixed delays: their jobs are counted one
-    by one, by their pending ticks (``ahead.pending_ticks``)."""
-    return {p.schedule for p in planned if _parsed(p).relative}
+    by one, by their pending ticks (``ahead.pending_ticks``). Only a schedule that reads
+    ``with ...`` once spaces and case are set aside can be one, and only those are
+    parsed here: the walk parses every schedule once, later."""
+    candidates = {p for p in planned if "".join(p.schedule.split()).lower().startswith("with")}
+    return {p.schedule for p in candidates if _parsed(p).relative}
 
 
 def _walked(planned: Iterable[Planned], start: datetime, end: datetime) -> list[_Alike]:
@@ -206,6 +211,8 @@ def _walked(planned: Iterable[Planned], start: datetime, end: datetime) -> list[
             schedules.setdefault(key, parsed)
     for key, members in folded.items():
         alike.append(_Alike(members, _seconds(schedules[key], start, end), schedules[key]))
+    for index, group in enumerate(alike):
+        group.index = index
     return alike
 
 
@@ -272,7 +279,7 @@ def _herd(second: int, fires: int, groups: list[_Alike]) -> Herd:
         dict(sorted(projects.items(), key=lambda kv: (-kv[1], kv[0]))),
         examples[:EXAMPLES],
         _advice(cron, every),
-        frozenset(id(group) for group in groups),
+        frozenset(group.index for group in groups),
     )
 
 

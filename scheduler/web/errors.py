@@ -4,7 +4,7 @@ pages. The endpoints Prometheus and a load balancer ask keep plain text."""
 
 from __future__ import annotations
 
-from flask import Flask, Response, render_template, request
+from flask import Flask, Response, render_template, request, url_for
 from werkzeug.exceptions import HTTPException, InternalServerError
 
 TITLES = {
@@ -24,15 +24,19 @@ def register(app: Flask) -> None:
         app.register_error_handler(code, answer)
 
 
-def answer(error: HTTPException) -> Response | tuple[str, int]:
+def answer(error: HTTPException) -> Response:
     code = error.code or 500
     if isinstance(error, InternalServerError):  # an exception the page did not expect
         sentence = "The error is in cronchain serve's log. Reload the page to try again."
     else:
         sentence = error.description or ""
+    headers = {k: v for k, v in error.get_headers() if k == "Allow"}  # a 405 says what is
     if request.path.startswith(PLAIN):
-        return Response(f"{sentence}\n", code, mimetype="text/plain")
-    back = request.path.rsplit("/", 1)[0] if request.method == "POST" else None
-    return render_template(
+        return Response(f"{sentence}\n", code, headers, mimetype="text/plain")
+    back = None
+    if request.endpoint == "control" and request.view_args:  # a refused control: its job
+        back = url_for("job", project=request.view_args["project"], name=request.view_args["name"])
+    page = render_template(
         "error.html", code=code, title=TITLES[code], sentence=sentence, back=back
-    ), code
+    )
+    return Response(page, code, headers, mimetype="text/html")

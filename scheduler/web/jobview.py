@@ -272,7 +272,9 @@ def _value(value: Any) -> str:
     """A spec's value as a job file writes it: YAML, a mapping or a list on one line
     (``{fail: false, sleep: 0.3}``), never Python's repr."""
     if isinstance(value, dict | list | tuple):
-        flow = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10**6)
+        flow = yaml.safe_dump(
+            value, default_flow_style=True, sort_keys=False, width=10**6, allow_unicode=True
+        )
         return flow.strip()
     if isinstance(value, bool):
         return "true" if value else "false"

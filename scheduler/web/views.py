@@ -72,9 +72,10 @@ def jobs_page() -> str:
         offset = (number - 1) * PAGE
         listed, found = pages.listing(conn, query, offset=offset, limit=PAGE, **keys)
         last = max(1, -(-found // PAGE))
-        if number > last or not listed:  # past the end (jobs went since): the last page
-            number = last
-            listed, found = pages.listing(conn, query, offset=(last - 1) * PAGE, limit=PAGE)
+        if found and (number > last or not listed):  # jobs went since the link was made
+            number = 1 if keys["before"] else last  # back to the start, or the end
+            offset = (number - 1) * PAGE
+            listed, found = pages.listing(conn, query, offset=offset, limit=PAGE)
         strips = pages.strips(conn, [job.id for job in listed])
         projects = pages.projects(conn)
     rows = [
@@ -211,17 +212,15 @@ def forecast_page() -> str:
     except SpecError as err:
         abort(400, str(err))
     cell = (ahead.end - ahead.start).total_seconds() / len(ahead.cells)
+    herds = forecasting.repeated(ahead.herds)
     return render_template(
         "forecast.html",
         ahead=ahead,
         window=request.args.get("window") or "24h",
         strip=chart.heat_strip(ahead.cells, ahead.threshold),
         cell=chart.round_label(cell) if cell == round(cell) else jobview.took(cell),
-        herds=[
-            (herd, forecasting.when(times))
-            for herd, times in forecasting.repeated(ahead.herds)[: forecasting.SHOWN]
-        ],
-        more=max(0, len(forecasting.repeated(ahead.herds)) - forecasting.SHOWN),
+        herds=[(herd, forecasting.when(times)) for herd, times in herds[: forecasting.SHOWN]],
+        more=max(0, len(herds) - forecasting.SHOWN),
     )
 
 

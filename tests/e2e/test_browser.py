@@ -162,7 +162,8 @@ def test_operator_pauses_a_job_in_the_browser(cluster: Cluster, browser: Any):
     browser.find_element(By.CSS_SELECTOR, "button[value=pause]").click()
     asked = browser.switch_to.alert
     assert asked.text == "Pause web/ping? No slot fires until it is resumed."
-    asked.dismiss()  # not yet: nothing happens
+    asked.dismiss()  # not yet: nothing happens, even a while later
+    time.sleep(1)
     assert "done=" not in browser.current_url
     assert not any(j["paused"] for j in json.loads(cluster.cronchain("jobs", "--json")))
     browser.find_element(By.CSS_SELECTOR, "button[value=pause]").click()
@@ -348,9 +349,11 @@ def test_the_list_filters_in_the_url_and_pages_update_without_a_reload(
     dark = {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
     browser.execute_cdp_cmd("Emulation.setEmulatedMedia", dark)
     screenshot(browser, "jobs-dark.png")
-    browser.set_window_size(390, 844)
+    phone = {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", phone)
     browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
     browser.get(f"{base}/")
+    assert browser.execute_script("return window.innerWidth") == 390
     screenshot(browser, "jobs-phone.png")
     browser.execute_cdp_cmd("Emulation.setEmulatedMedia", dark)
     for path, name in (("/", "jobs"), ("/jobs/web/ping", "job"), ("/forecast", "forecast")):

@@ -61,11 +61,19 @@ def test_a_failure_of_the_page_shows_no_trace(
     assert "secret internals" not in text and "Traceback" not in text
 
 
-def test_metrics_keep_plain_text_when_they_fail(
-    paused: Engine, clock: Clock, monkeypatch: pytest.MonkeyPatch
-):
-    answer = client(paused, clock).get("/metrics/nothing")
-    assert answer.status_code == 404 and answer.mimetype == "text/plain"
+def test_what_prometheus_and_probes_ask_stays_plain_text(paused: Engine, clock: Clock):
+    c = client(paused, clock)
+    assert c.get("/metrics/nothing").mimetype == "text/plain"
+    wrong = c.post("/metrics")
+    assert (wrong.status_code, wrong.mimetype) == (405, "text/plain")
+    assert "GET" in wrong.headers["Allow"]  # a 405 still says what is allowed
+
+
+def test_a_refusals_way_back_is_its_jobs_page_and_no_other(paused: Engine, clock: Clock):
+    c = client(paused, clock, CREDENTIALS)
+    form = {csrf.FIELD: csrf.token(CREDENTIALS)}
+    odd = c.post("/%5Cevil.example/x", headers=AUTH | SAME_SITE, data=form)
+    assert odd.status_code in (404, 405) and "Back to the job" not in odd.text
 
 
 def test_each_control_asks_before_it_acts(paused: Engine, clock: Clock):

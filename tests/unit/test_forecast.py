@@ -99,3 +99,18 @@ def test_a_fixed_delay_is_told_by_its_parser_however_it_is_written() -> None:
     assert fixed_delays(written) == {"With 5m interval", "with\t5m   interval"}
     ahead = forecast(written, START, DAY)
     assert ahead.fires == 288 and ahead.herds == []  # every 5m's alone
+
+
+def test_fixed_rates_that_fire_in_the_same_seconds_are_walked_as_one() -> None:
+    """Offsets within one second of a whole-second period fire in the same seconds:
+    folded, they count as their jobs, and a sub-second end counts no half second."""
+    planned = [
+        Planned("every 1m offset 1300ms", "UTC", None, "p", 1, "a"),
+        Planned("every 1m offset 1700ms", "UTC", None, "p", 1, "b"),
+        Planned("every 1m offset 2s", "UTC", None, "p", 1, "c"),
+    ]
+    start = START.replace(second=0)
+    ahead = forecast(planned, start, start + timedelta(seconds=61.5))
+    assert ahead.fires == 3  # 00:00:01.3, 00:00:01.7 and 00:00:02, each once
+    assert ahead.peak == (start + timedelta(seconds=1), 2)
+    assert forecast(list(reversed(planned)), start, start + timedelta(seconds=61.5)) == ahead

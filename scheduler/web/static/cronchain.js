@@ -54,11 +54,25 @@
   }
 
   // A part is left as it is while someone is in it: its keyboard focus, the pointer on
-  // it (a cell's title being read), or a selection in it.
+  // something that has a title (a cell's being read), a selection in it, or a field in
+  // it changed and not sent (a reason typed, a box ticked).
   function busy(part) {
     var selected = window.getSelection();
-    return part.contains(document.activeElement) || part.matches(":hover") ||
-      (selected && !selected.isCollapsed && part.contains(selected.anchorNode));
+    return part.contains(document.activeElement) || part.querySelector("[title]:hover") ||
+      (selected && !selected.isCollapsed && part.contains(selected.anchorNode)) ||
+      Array.prototype.some.call(part.querySelectorAll("input, select, textarea"), changed);
+  }
+
+  function changed(field) {
+    if (field.type === "checkbox" || field.type === "radio") {
+      return field.checked !== field.defaultChecked;
+    }
+    if (field.tagName === "SELECT") {
+      return Array.prototype.some.call(field.options, function (o) {
+        return o.selected !== o.defaultSelected;
+      });
+    }
+    return field.type !== "hidden" && field.value !== field.defaultValue;
   }
 
   function swap(parts, fresh) {
@@ -77,7 +91,8 @@
     if (asks && !window.confirm(asks)) event.preventDefault();
   });
 
-  zoned(document);
   var parts = Array.prototype.slice.call(document.querySelectorAll("[data-live][id]"));
+  parts.forEach(function (part) { part.fetched = part.innerHTML; }); // as the server sent it
+  zoned(document);
   if (parts.length) later(parts, EVERY);
 })();
