@@ -94,6 +94,7 @@ class Run:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     backfill: bool = False
+    start_at: datetime | None = None  # when its next attempt is due (a retry waits)
 
 
 # A WAITING run's reason as /metrics counts it (scheduler.storage.observed).
@@ -112,6 +113,7 @@ _RUN_COLUMNS = (
     invocations.c.started_at,
     invocations.c.finished_at,
     invocations.c.backfill,
+    invocations.c.start_at,
 )
 # A strip cell's: what its colour and title need. The error is cut to a line (a title
 # needs no traceback, and a page has 6,000 cells), and no time it does not show is read
@@ -312,7 +314,6 @@ class RunDetail(Run):
     worker: str | None = None
     attempts: list[dict[str, Any]] | None = None
     checks: dict[str, Any] | None = None
-    start_at: datetime | None = None
     revision: str = ""
     log: str | None = None
 
@@ -325,7 +326,6 @@ def run_detail(conn: Connection, job_id: int, run_id: int) -> RunDetail | None:
         invocations.c.worker,
         invocations.c.attempts,
         invocations.c.checks,
-        invocations.c.start_at,
         invocations.c.revision,
         invocations.c.log,
     ).where(invocations.c.job_id == job_id, invocations.c.id == run_id)

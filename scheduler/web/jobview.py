@@ -59,9 +59,12 @@ def reason_text(run: Run) -> str | None:
     return None if run.reason is None else meaning_of(run.reason)
 
 
-def run_row(run: Run, zone: str) -> Row:
+def run_row(run: Run, zone: str, retry: str | None = None) -> Row:
+    """``retry``: what a run waiting for its retry says first (``retrying``)."""
     when = shown(run.slot or run.created_at, zone)
     note = reason_text(run) if run.status in ("SKIPPED", "WAITING") else scrub(run.error)
+    if retry is not None:  # its last attempt's error follows what comes next
+        note = retry + (f": {note}" if note else "")
     if run.slot is None:
         note = "triggered" + (f": {note}" if note else "")
     elif run.backfill:
@@ -94,9 +97,18 @@ class HistoryLine:
     took: str
 
 
-def history_line(run: Run, zone: str, now: datetime) -> HistoryLine:
-    """``now`` is the page's one instant, so that every row's "ago" counts from it."""
-    row = run_row(run, zone)
+def retrying(run: Run, now: datetime, max_attempts: int) -> str | None:
+    """What a run waiting for its retry says: ``retrying in 10 s (2/3)``, the attempt it
+    waits to make of the most it may; None for any other run."""
+    if run.status != "STARTING" or run.attempt < 1 or run.start_at is None:
+        return None
+    return f"retrying {due_in(run.start_at, now)} ({run.attempt + 1}/{max_attempts})"
+
+
+def history_line(run: Run, zone: str, now: datetime, max_attempts: int = 1) -> HistoryLine:
+    """``now`` is the page's one instant, so that every row's "ago" counts from it;
+    ``max_attempts``: the job's, for a run that waits to be retried."""
+    row = run_row(run, zone, retrying(run, now, max_attempts))
     started = moment(run.started_at, zone, now)
     finished = moment(run.finished_at, zone, now)
     took_text = took_of(run.started_at, run.finished_at, now, running=run.status == "RUNNING")
@@ -192,10 +204,11 @@ def timeline(
     paused: bool,
     days: str | None = None,
     now: datetime,
+    max_attempts: int = 1,
 ) -> list[Row]:
     """``recent`` (newest first, as the history reads them) oldest first, then the next
     slots, with the zone's transitions between now and the last of them."""
-    rows = [run_row(run, zone) for run in reversed(recent)]
+    rows = [run_row(run, zone, retrying(run, now, max_attempts)) for run in reversed(recent)]
     upcoming = next_slots(schedule, zone, tick_at, days)
     if not upcoming:
         why = "paused: no tick until it is resumed" if paused else "no slot is planned"

@@ -67,6 +67,9 @@ def test_a_runs_page_shows_each_attempt_with_its_worker_error_and_duration(
     assert "&lt;b&gt;not markup&lt;/b&gt;" in waiting and "token=secret" not in waiting
     assert "https://api/x?(query hidden)" in waiting
     assert re.search(r"<th>next attempt</th><td><time [^>]*>in 30 s</time>", waiting)
+    # Its job's slots and history say what comes next before the error it came from.
+    listed = page(engine, clock, "/jobs/p/etl")
+    assert listed.count("triggered: retrying in 30 s (2/2): KeyError: &#39;x&#39;") == 2
 
     clock.advance(30)
     deliver(engine, port, clock)

@@ -47,3 +47,14 @@ def test_a_run_that_never_started_shows_only_its_end() -> None:
     skipped = jobview.history_line(run("SKIPPED", None, 0, 0), "UTC", NOW)
     assert skipped.started is None and skipped.took == "" and skipped.attempt == 0
     assert skipped.finished is not None and skipped.finished.ago == "just now"
+
+
+def test_a_run_waiting_for_its_retry_says_when_and_which_attempt() -> None:
+    waiting = Run(1, NOW, None, "STARTING", "error", "boom", NOW, 1,
+                  start_at=NOW + timedelta(seconds=10))  # fmt: skip
+    assert jobview.retrying(waiting, NOW, 3) == "retrying in 10 s (2/3)"
+    line = jobview.history_line(waiting, "UTC", NOW, max_attempts=3)
+    assert line.note == "retrying in 10 s (2/3): boom"
+    first = Run(1, NOW, None, "STARTING", None, None, NOW, 0, start_at=NOW)
+    assert jobview.retrying(first, NOW, 3) is None  # its first attempt, not a retry
+    assert jobview.retrying(run("RUNNING", 1, None, 2), NOW, 3) is None
