@@ -106,6 +106,19 @@ def sign_in(driver: Any, credentials: str | None) -> None:
     driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": headers})
 
 
+def running(cluster: Cluster, jobs: str) -> str:
+    """``jobs`` applied to a cluster whose control and work workers are up, and a
+    read-only ``cronchain serve`` on it: its URL."""
+    cluster.cronchain("db", "upgrade")
+    (cluster.folder / "jobs.yaml").write_text(jobs)
+    cluster.start_worker()
+    cluster.start_work_worker()
+    cluster.wait_ready("worker")
+    cluster.wait_ready("work")
+    cluster.cronchain("apply", "jobs.yaml")
+    return serve(cluster, "serve-readonly")
+
+
 def screenshot(driver: Any, name: str) -> None:
     folder = os.environ.get("CRONCHAIN_SCREENSHOTS")
     if folder:
@@ -179,7 +192,9 @@ def test_operator_pauses_a_job_in_the_browser(cluster: Cluster, browser: Any):
 
     # A paused job refuses a trigger: the refusal is the site's own page, in a sentence.
     browser.find_element(By.CSS_SELECTOR, "button[value=trigger]").click()
-    browser.switch_to.alert.accept()
+    asked = browser.switch_to.alert  # the confirmation comes before the trigger
+    assert asked.text == "Run web/ping now, once, beside its schedule?"
+    asked.accept()
     wait_until(lambda: browser.current_url.endswith("/trigger"), 10, "the refusal")
     assert browser.find_element(By.TAG_NAME, "h1").text == "Refused"
     said = browser.find_element(By.CSS_SELECTOR, "p.sentence").text
@@ -205,14 +220,7 @@ def test_a_jobs_runs_read_as_a_person_reads_them(cluster: Cluster, browser: Any)
     and a run's page names the worker of its attempt."""
     from selenium.webdriver.common.by import By
 
-    cluster.cronchain("db", "upgrade")
-    (cluster.folder / "jobs.yaml").write_text(RUNS)
-    cluster.start_worker()
-    cluster.start_work_worker()
-    cluster.wait_ready("worker")
-    cluster.wait_ready("work")
-    cluster.cronchain("apply", "jobs.yaml")
-    base = serve(cluster, "serve-readonly")
+    base = running(cluster, RUNS)
     sign_in(browser, None)
     # The viewer's zone, which only the browser knows: each exact time says it there too.
     browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "America/Sao_Paulo"})
@@ -277,14 +285,7 @@ def test_the_list_filters_in_the_url_and_pages_update_without_a_reload(
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
-    cluster.cronchain("db", "upgrade")
-    (cluster.folder / "jobs.yaml").write_text(DASHBOARD)
-    cluster.start_worker()
-    cluster.start_work_worker()
-    cluster.wait_ready("worker")
-    cluster.wait_ready("work")
-    cluster.cronchain("apply", "jobs.yaml")
-    base = serve(cluster, "serve-readonly")
+    base = running(cluster, DASHBOARD)
     sign_in(browser, None)
 
     def shown() -> list[str]:
