@@ -138,7 +138,7 @@ def forecast(
         else:
             for second in group.seconds:
                 per_second[second] += group.jobs
-    first, span = start.timestamp(), (end - start).total_seconds()
+    first, span = start.timestamp(), max(1.0, (end - start).total_seconds())
     fires = [0] * cells
     peaks = [0] * cells
     for second, count in per_second.items():
