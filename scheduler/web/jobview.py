@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from cronchain.scheduler.spec import controls
+from cronchain.scheduler.spec.model import NoopOptions
 from cronchain.scheduler.storage.alert_store import AlertRow, delivery_text
 from cronchain.scheduler.storage.pages import Run
 from cronchain.scheduler.timing.schedules import stored_schedule
@@ -274,7 +275,14 @@ def _target(kind: str, options: dict[str, Any]) -> list[tuple[str, str]]:
         return [
             ("celery", f"{options.get('task', '')} on queue {options.get('queue', '')}{hidden}")
         ]
-    return [(kind, _value(options))]
+    defaults = _OPTION_DEFAULTS.get(kind, {})
+    written = {k: v for k, v in options.items() if k not in defaults or defaults[k] != v}
+    return [(kind, _value(written))]
+
+
+# What a kind's options are when its job file gives none: the page leaves them out, so a
+# spec reads as it was written (``noop: {}``), not as the models fill it in.
+_OPTION_DEFAULTS = {"noop": NoopOptions().normalized()}
 
 
 def _port(port: int | None) -> str:

@@ -139,6 +139,10 @@ def test_a_spec_reads_as_the_yaml_a_job_file_writes() -> None:
     spec = {"schedule": "every 5s", "timezone": "UTC", "noop": {"fail": False, "sleep": 0.3},
             "retries": {"max_attempts": 3, "backoff": 30}, "requires": ["a", "b"]}  # fmt: skip
     lines = dict(jobview.spec_summary(spec, "noop"))
-    assert lines["noop"] == "{fail: false, sleep: 0.3}"
+    assert lines["noop"] == "{sleep: 0.3}"  # fail: false is the default: not written
+    assert (
+        dict(jobview.spec_summary(spec | {"noop": {"fail": False, "sleep": 0.0}}, "noop"))["noop"]
+        == "{}"
+    )  # noop: {} as written
     assert lines["retries"] == "{max_attempts: 3, backoff: 30}"
     assert lines["requires"] == "[a, b]"
