@@ -103,7 +103,9 @@ def retrying(run: Run, now: datetime, max_attempts: int) -> str | None:
     waits to make of the most it may; None for any other run."""
     if run.status != "STARTING" or run.attempt < 1 or run.start_at is None:
         return None
-    return f"retrying {due_in(run.start_at, now)} ({run.attempt + 1}/{max_attempts})"
+    due = due_in(run.start_at, now)
+    which = f"({run.attempt + 1}/{max_attempts})"
+    return f"retry due now {which}" if due == "due now" else f"retrying {due} {which}"
 
 
 def history_line(run: Run, zone: str, now: datetime, max_attempts: int = 1) -> HistoryLine:
@@ -291,7 +293,7 @@ def _port(port: int | None) -> str:
 
 def _value(value: Any) -> str:
     """A spec's value as a job file writes it: YAML, a mapping or a list on one line
-    (``{fail: false, sleep: 0.3}``), never Python's repr."""
+    (``{max_attempts: 3, backoff: 30}``), never Python's repr."""
     if isinstance(value, dict | list | tuple):
         flow = yaml.safe_dump(
             value, default_flow_style=True, sort_keys=False, width=10**6, allow_unicode=True

@@ -22,7 +22,6 @@ from markupsafe import Markup, escape
 from cronchain.scheduler.api import EARLIEST, LATEST, MAX_ID
 from cronchain.scheduler.errors import CronchainError, SpecError
 from cronchain.scheduler.queries import forecast as forecasting
-from cronchain.scheduler.spec.controls import controls_of
 from cronchain.scheduler.spec.model import NAME
 from cronchain.scheduler.storage import alert_store, job_store, pages
 from cronchain.scheduler.timing.iso import iso
@@ -133,7 +132,7 @@ def job_page(project: str, name: str) -> str:
         if line is None:
             abort(404, f"no job {project}/{name}")
         job = job_store.read_job(conn, line.id)
-        attempts = controls_of(job).retry.max_attempts
+        attempts = job.controls.retry.max_attempts
         recent = pages.runs_of(conn, job.id, limit=RECENT)
         history = pages.runs_of(conn, job.id, before=before, limit=HISTORY + 1)
         linked = links.links(conn, job.ref, job.spec)

@@ -114,3 +114,8 @@ def test_fixed_rates_that_fire_in_the_same_seconds_are_walked_as_one() -> None:
     assert ahead.fires == 3  # 00:00:01.3, 00:00:01.7 and 00:00:02, each once
     assert ahead.peak == (start + timedelta(seconds=1), 2)
     assert forecast(list(reversed(planned)), start, start + timedelta(seconds=61.5)) == ahead
+
+
+def test_a_window_under_a_second_counts_into_one_cell() -> None:
+    ahead = forecast([Planned("every 1s", "UTC", None, "p", 1, "a")], START, START)
+    assert (ahead.fires, len(ahead.cells)) == (0, 1)

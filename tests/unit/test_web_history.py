@@ -55,6 +55,8 @@ def test_a_run_waiting_for_its_retry_says_when_and_which_attempt() -> None:
     assert jobview.retrying(waiting, NOW, 3) == "retrying in 10 s (2/3)"
     line = jobview.history_line(waiting, "UTC", NOW, max_attempts=3)
     assert line.note == "retrying in 10 s (2/3): boom"
+    late = Run(1, NOW, None, "STARTING", "error", "boom", NOW, 1, start_at=NOW)
+    assert jobview.retrying(late, NOW, 3) == "retry due now (2/3)"  # not yet sent again
     first = Run(1, NOW, None, "STARTING", None, None, NOW, 0, start_at=NOW)
     assert jobview.retrying(first, NOW, 3) is None  # its first attempt, not a retry
     assert jobview.retrying(run("RUNNING", 1, None, 2), NOW, 3) is None
